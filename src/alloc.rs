@@ -1,0 +1,887 @@
+//! Alignment-aware block allocator: per-partition pools of free aligned 2 MiB extents and free holes.
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Blocks per 2 MiB aligned extent (4 KiB blocks).
+pub const BLOCKS_PER_HUGE: u64 = 512;
+const H: u64 = BLOCKS_PER_HUGE;
+const ALIGNED: fn(&Part) -> &AtomicU64 = |p| &p.aligned_cnt;
+const HOLES: fn(&Part) -> &AtomicU64 = |p| &p.hole_blocks;
+
+/// A contiguous run of blocks `[start, start + len)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BlockRun {
+    /// First block of the run.
+    pub start: u64,
+    /// Number of blocks in the run.
+    pub len: u64,
+}
+
+impl BlockRun {
+    /// One past the last block of the run.
+    pub fn end(&self) -> u64 {
+        self.start + self.len
+    }
+}
+
+/// Allocation failure: not enough free blocks (after the request's partial allocations were undone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoSpace {
+    /// Blocks asked for.
+    pub requested: u64,
+    /// Free blocks observed at failure time.
+    pub free: u64,
+}
+
+impl fmt::Display for NoSpace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "no space: requested {} blocks, {} free",
+            self.requested, self.free
+        )
+    }
+}
+
+impl std::error::Error for NoSpace {}
+
+/// Snapshot of one partition's free space.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionStats {
+    /// First block of the partition.
+    pub start: u64,
+    /// One past the last block of the partition.
+    pub end: u64,
+    /// Count of free aligned 2 MiB extents.
+    pub free_aligned_extents: u64,
+    /// Blocks in holes.
+    pub free_hole_blocks: u64,
+    /// Number of holes.
+    pub hole_count: u64,
+    /// Largest hole, in blocks.
+    pub largest_hole: u64,
+}
+
+/// Free space of one partition; only touched under its mutex.
+#[derive(Default)]
+struct Pool {
+    start: u64,
+    end: u64,
+    /// Free aligned extents in list order (pop head, push tail), as in the paper.
+    aligned: VecDeque<u64>,
+    /// Same extents, indexed by address for O(log n) overlap checks.
+    aligned_set: BTreeSet<u64>,
+    /// Unaligned free runs: start -> len.
+    holes: BTreeMap<u64, u64>,
+    hole_blocks: u64,
+}
+
+impl Pool {
+    fn add_hole(&mut self, s: u64, len: u64) {
+        if len > 0 {
+            self.holes.insert(s, len);
+            self.hole_blocks += len;
+        }
+    }
+
+    fn remove_hole(&mut self, s: u64) -> u64 {
+        let l = self.holes.remove(&s).expect("hole exists");
+        self.hole_blocks -= l;
+        l
+    }
+
+    fn pop_aligned(&mut self) -> Option<u64> {
+        let u = self.aligned.pop_front()?;
+        self.aligned_set.remove(&u);
+        Some(u)
+    }
+
+    /// Whether any block of `[s, e)` is already free here.
+    fn overlaps_free(&self, s: u64, e: u64) -> bool {
+        if let Some((&hs, &hl)) = self.holes.range(..e).next_back()
+            && hs + hl > s
+        {
+            return true;
+        }
+        // Any extent starting in [floor512(s), e) covers part of [s, e).
+        self.aligned_set.range(s - s % H..e).next().is_some()
+    }
+
+    /// Add `[s, e)` as free: merge with neighbouring holes, then promote every full aligned unit.
+    fn insert_free(&mut self, mut s: u64, mut e: u64) {
+        if let Some((&ps, &pl)) = self.holes.range(..s).next_back()
+            && ps + pl == s
+        {
+            self.remove_hole(ps);
+            s = ps;
+        }
+        if self.holes.contains_key(&e) {
+            e += self.remove_hole(e);
+        }
+        let mut u = s.div_ceil(H) * H;
+        if u + H > e {
+            self.add_hole(s, e - s);
+            return;
+        }
+        self.add_hole(s, u - s);
+        while u + H <= e {
+            self.aligned.push_back(u);
+            self.aligned_set.insert(u);
+            u += H;
+        }
+        self.add_hole(u, e - u);
+    }
+
+    /// Lowest-address hole with at least `r` blocks; its first `r` blocks are taken.
+    fn first_fit(&mut self, r: u64) -> Option<u64> {
+        let (&s, &l) = self.holes.iter().find(|&(_, &l)| l >= r)?;
+        self.remove_hole(s);
+        self.add_hole(s + r, l - r);
+        Some(s)
+    }
+
+    /// Take up to `need` blocks from holes in address order; returns how many were taken.
+    fn gather(&mut self, need: u64, out: &mut Vec<BlockRun>) -> u64 {
+        let mut got = 0;
+        while got < need {
+            let Some((&s, &l)) = self.holes.iter().next() else {
+                break;
+            };
+            let take = l.min(need - got);
+            self.remove_hole(s);
+            self.add_hole(s + take, l - take);
+            out.push(BlockRun {
+                start: s,
+                len: take,
+            });
+            got += take;
+        }
+        got
+    }
+
+    /// Pop the head aligned extent, keep its first `r` blocks, return the rest as a hole.
+    fn break_aligned(&mut self, r: u64) -> Option<u64> {
+        let u = self.pop_aligned()?;
+        self.insert_free(u + r, u + H);
+        Some(u)
+    }
+
+    /// Verify this pool's invariants; the message names partition `idx` and the first violation.
+    fn check(&self, idx: usize, cnt_aligned: u64, cnt_holes: u64) -> Result<(), String> {
+        let fail = |m: String| {
+            Err(format!(
+                "partition {idx} [{},{}): {m}",
+                self.start, self.end
+            ))
+        };
+        let (mut prev_end, mut sum) = (None, 0);
+        for (&s, &l) in &self.holes {
+            let e = s + l;
+            let bad = if l == 0 || s < self.start || e > self.end {
+                "is empty or outside the partition"
+            } else if prev_end.is_some_and(|pe| s < pe) {
+                "overlaps the previous hole"
+            } else if prev_end == Some(s) {
+                "is adjacent to the previous hole (not merged)"
+            } else if s.div_ceil(H) * H + H <= e {
+                "contains a full aligned unit"
+            } else if self.aligned_set.range(s - s % H..e).next().is_some() {
+                "overlaps an aligned extent"
+            } else {
+                ""
+            };
+            if !bad.is_empty() {
+                return fail(format!("hole [{s},{e}) {bad}"));
+            }
+            (prev_end, sum) = (Some(e), sum + l);
+        }
+        for &u in &self.aligned {
+            if u % H != 0 || u < self.start || u + H > self.end || !self.aligned_set.contains(&u) {
+                return fail(format!(
+                    "aligned extent {u} misaligned, outside or unindexed"
+                ));
+            }
+        }
+        let n = self.aligned.len() as u64;
+        if self.aligned_set.len() as u64 != n {
+            return fail("duplicate aligned extents in the list".into());
+        }
+        if sum != self.hole_blocks || cnt_holes != sum || cnt_aligned != n {
+            let hb = self.hole_blocks;
+            return fail(format!(
+                "counters: holes {hb}/{cnt_holes} (real {sum}), aligned {cnt_aligned} (real {n})"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Sort runs and merge the physically adjacent ones.
+fn coalesce(mut runs: Vec<BlockRun>) -> Vec<BlockRun> {
+    runs.sort();
+    let mut out: Vec<BlockRun> = Vec::with_capacity(runs.len());
+    for r in runs {
+        match out.last_mut() {
+            Some(last) if last.end() == r.start => last.len += r.len,
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+/// One partition: its pool plus counters mirrored under the lock for lock-free "most free" choices.
+struct Part {
+    start: u64,
+    end: u64,
+    pool: Mutex<Pool>,
+    aligned_cnt: AtomicU64,
+    hole_blocks: AtomicU64,
+}
+
+/// Alignment-aware allocator over per-CPU partitions.
+pub struct Allocator {
+    parts: Vec<Part>,
+    total: u64,
+}
+
+impl Allocator {
+    /// Build from sorted partition ranges and the free runs (any order; may cross partition boundaries).
+    pub fn from_free_runs(
+        ranges: &[(u64, u64)],
+        free: impl IntoIterator<Item = BlockRun>,
+    ) -> Result<Allocator, String> {
+        if ranges.is_empty() {
+            return Err("no partition ranges".into());
+        }
+        let mut parts = Vec::with_capacity(ranges.len());
+        let mut prev_end = 0;
+        for (i, &(start, end)) in ranges.iter().enumerate() {
+            if start >= end || start % H != 0 || (i > 0 && start < prev_end) {
+                let why = "must be non-empty, start 512-aligned, sorted and non-overlapping";
+                return Err(format!("partition {i}: range [{start},{end}) {why}"));
+            }
+            prev_end = end;
+            let pool = Mutex::new(Pool {
+                start,
+                end,
+                ..Default::default()
+            });
+            let (aligned_cnt, hole_blocks) = (AtomicU64::new(0), AtomicU64::new(0));
+            parts.push(Part {
+                start,
+                end,
+                pool,
+                aligned_cnt,
+                hole_blocks,
+            });
+        }
+        let total = ranges.iter().map(|&(s, e)| e - s).sum();
+        let a = Allocator { parts, total };
+        let mut runs: Vec<BlockRun> = free.into_iter().filter(|r| r.len > 0).collect();
+        runs.sort();
+        let mut prev: Option<BlockRun> = None;
+        for r in runs {
+            let end = r
+                .start
+                .checked_add(r.len)
+                .ok_or_else(|| format!("free run {r:?} overflows"))?;
+            if let Some(p) = prev
+                && p.end() > r.start
+            {
+                return Err(format!("free runs {p:?} and {r:?} overlap"));
+            }
+            for (i, s, e) in a.split(r.start, end)? {
+                a.with(i, |p| p.insert_free(s, e));
+            }
+            prev = Some(r);
+        }
+        Ok(a)
+    }
+
+    /// Number of partitions.
+    pub fn partitions(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// Home partition of a block (by range), None if outside all.
+    pub fn partition_of(&self, block: u64) -> Option<usize> {
+        let i = self.parts.partition_point(|p| p.start <= block);
+        (i > 0 && block < self.parts[i - 1].end).then(|| i - 1)
+    }
+
+    /// Lock partition `i`, run `f`, then republish its counters before unlocking.
+    fn with<R>(&self, i: usize, f: impl FnOnce(&mut Pool) -> R) -> R {
+        let p = &self.parts[i];
+        let mut g = p.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let r = f(&mut g);
+        p.aligned_cnt.store(g.aligned.len() as u64, Relaxed);
+        p.hole_blocks.store(g.hole_blocks, Relaxed);
+        r
+    }
+
+    /// Partitions other than `local`, by descending counter snapshot (ties: lower index first).
+    fn others_by(&self, local: usize, key: fn(&Part) -> &AtomicU64) -> Vec<(usize, u64)> {
+        let mut v: Vec<(usize, u64)> = (0..self.parts.len())
+            .filter(|&i| i != local)
+            .map(|i| (i, key(&self.parts[i]).load(Relaxed)))
+            .collect();
+        v.sort_by_key(|&(i, c)| (Reverse(c), i));
+        v
+    }
+
+    /// Split `[s, e)` at partition boundaries; Err if any block lies outside every partition.
+    fn split(&self, s: u64, e: u64) -> Result<Vec<(usize, u64, u64)>, String> {
+        let mut out = Vec::new();
+        let mut cur = s;
+        while cur < e {
+            let i = self
+                .partition_of(cur)
+                .ok_or_else(|| format!("block {cur} of run [{s},{e}) is outside all partitions"))?;
+            let pe = self.parts[i].end.min(e);
+            out.push((i, cur, pe));
+            cur = pe;
+        }
+        Ok(out)
+    }
+
+    /// Try `f` locally, then on other partitions by descending `key` counter (skipping those below `min`).
+    fn local_then_most<T>(
+        &self,
+        local: usize,
+        key: fn(&Part) -> &AtomicU64,
+        min: u64,
+        f: impl Fn(&mut Pool) -> Option<T>,
+    ) -> Option<T> {
+        if let Some(x) = self.with(local, &f) {
+            return Some(x);
+        }
+        let order = self.others_by(local, key);
+        order
+            .into_iter()
+            .filter(|&(_, c)| c >= min)
+            .find_map(|(i, _)| self.with(i, &f))
+    }
+
+    /// Collect exactly `need` blocks from holes across partitions, or take nothing and return false.
+    fn gather_all(&self, local: usize, need: u64, out: &mut Vec<BlockRun>) -> bool {
+        let avail: u64 = self.parts.iter().map(|p| p.hole_blocks.load(Relaxed)).sum();
+        if avail < need {
+            return false; // keep aligned extents intact rather than gather a partial amount
+        }
+        let mut tmp = Vec::new();
+        let mut got = self.with(local, |p| p.gather(need, &mut tmp));
+        for (i, _) in self.others_by(local, HOLES) {
+            if got == need {
+                break;
+            }
+            got += self.with(i, |p| p.gather(need - got, &mut tmp));
+        }
+        if got < need {
+            // Lost a race with another thread; undo so the caller can fall back.
+            self.release_all(&tmp);
+            return false;
+        }
+        out.extend(tmp);
+        true
+    }
+
+    /// Give back runs this allocator just handed out (each lies within one partition).
+    fn release_all(&self, runs: &[BlockRun]) {
+        for r in runs {
+            let i = self
+                .partition_of(r.start)
+                .expect("allocated run inside a partition");
+            self.with(i, |p| p.insert_free(r.start, r.end()));
+        }
+    }
+
+    /// Allocate `nblocks` blocks (2 MiB pieces first, then the remainder); all-or-nothing.
+    pub fn alloc(&self, nblocks: u64, cpu: usize) -> Result<Vec<BlockRun>, NoSpace> {
+        let local = cpu % self.parts.len();
+        let mut out = Vec::new();
+        let fail = |out: Vec<BlockRun>| {
+            self.release_all(&out);
+            NoSpace {
+                requested: nblocks,
+                free: self.free_blocks(),
+            }
+        };
+        for _ in 0..nblocks / H {
+            if let Some(u) = self.local_then_most(local, ALIGNED, 1, Pool::pop_aligned) {
+                out.push(BlockRun { start: u, len: H });
+            } else if !self.gather_all(local, H, &mut out) {
+                return Err(fail(out));
+            }
+        }
+        let r = nblocks % H;
+        if r > 0 {
+            if let Some(s) = self.local_then_most(local, HOLES, r, |p| p.first_fit(r)) {
+                out.push(BlockRun { start: s, len: r });
+            } else if self.gather_all(local, r, &mut out) {
+                // gathered pieces already appended
+            } else if let Some(u) = self.local_then_most(local, ALIGNED, 1, |p| p.break_aligned(r))
+            {
+                out.push(BlockRun { start: u, len: r });
+            } else {
+                return Err(fail(out));
+            }
+        }
+        Ok(out)
+    }
+
+    /// One free aligned 2 MiB extent (local first, else from the partition with most); never gathers holes.
+    pub fn alloc_aligned_extent(&self, cpu: usize) -> Option<u64> {
+        self.local_then_most(cpu % self.parts.len(), ALIGNED, 1, Pool::pop_aligned)
+    }
+
+    /// Return a run to its home partition(s); Err (and no change) on double free or out-of-range blocks.
+    pub fn free(&self, run: BlockRun) -> Result<(), String> {
+        if run.len == 0 {
+            return Ok(()); // nothing to free
+        }
+        let end = run
+            .start
+            .checked_add(run.len)
+            .ok_or_else(|| format!("run {run:?} overflows"))?;
+        let pieces = self.split(run.start, end)?;
+        // Validate every piece before changing anything so a double free leaves no trace.
+        for &(i, s, e) in &pieces {
+            if self.with(i, |p| p.overlaps_free(s, e)) {
+                return Err(format!(
+                    "double free: run {run:?} overlaps free space in [{s},{e}) of partition {i}"
+                ));
+            }
+        }
+        for (i, s, e) in pieces {
+            // Re-check under the lock: a racing caller may have freed the same blocks meanwhile.
+            if !self.with(i, |p| {
+                !p.overlaps_free(s, e) && (p.insert_free(s, e), true).1
+            }) {
+                return Err(format!(
+                    "double free (concurrent): [{s},{e}) in partition {i}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Free blocks, summed from the per-partition counters.
+    pub fn free_blocks(&self) -> u64 {
+        self.parts
+            .iter()
+            .map(|p| p.aligned_cnt.load(Relaxed) * H + p.hole_blocks.load(Relaxed))
+            .sum()
+    }
+
+    /// Sum of partition range lengths.
+    pub fn total_blocks(&self) -> u64 {
+        self.total
+    }
+
+    /// Per-partition free-space statistics.
+    pub fn stats(&self) -> Vec<PartitionStats> {
+        (0..self.parts.len())
+            .map(|i| {
+                self.with(i, |p| PartitionStats {
+                    start: p.start,
+                    end: p.end,
+                    free_aligned_extents: p.aligned.len() as u64,
+                    free_hole_blocks: p.hole_blocks,
+                    hole_count: p.holes.len() as u64,
+                    largest_hole: p.holes.values().copied().max().unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    /// All free space as sorted, maximally merged runs.
+    pub fn free_runs(&self) -> Vec<BlockRun> {
+        let mut runs = Vec::new();
+        for i in 0..self.parts.len() {
+            self.with(i, |p| {
+                runs.extend(p.holes.iter().map(|(&s, &l)| BlockRun { start: s, len: l }));
+                runs.extend(p.aligned.iter().map(|&u| BlockRun { start: u, len: H }));
+            });
+        }
+        coalesce(runs)
+    }
+
+    /// Check internal invariants; Err names the first violation.
+    pub fn check_consistency(&self) -> Result<(), String> {
+        for i in 0..self.parts.len() {
+            let part = &self.parts[i];
+            self.with(i, |p| {
+                p.check(
+                    i,
+                    part.aligned_cnt.load(Relaxed),
+                    part.hole_blocks.load(Relaxed),
+                )
+            })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::Arc;
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    fn br(start: u64, len: u64) -> BlockRun {
+        BlockRun { start, len }
+    }
+
+    fn fresh(ranges: &[(u64, u64)]) -> Allocator {
+        Allocator::from_free_runs(ranges, ranges.iter().map(|&(s, e)| br(s, e - s))).unwrap()
+    }
+
+    fn aligned_total(a: &Allocator) -> u64 {
+        a.stats().iter().map(|s| s.free_aligned_extents).sum()
+    }
+
+    fn merged(ranges: &[(u64, u64)]) -> Vec<BlockRun> {
+        coalesce(ranges.iter().map(|&(s, e)| br(s, e - s)).collect())
+    }
+
+    /// Allocated runs and free space must be pairwise disjoint and inside the partitions.
+    fn assert_disjoint(a: &Allocator, held: &[BlockRun]) {
+        let mut all: Vec<BlockRun> = held.iter().copied().chain(a.free_runs()).collect();
+        all.sort();
+        for w in all.windows(2) {
+            assert!(w[0].end() <= w[1].start, "overlap {:?} {:?}", w[0], w[1]);
+        }
+        for r in &all {
+            let i = a.partition_of(r.start).expect("inside");
+            assert!(a.partition_of(r.end() - 1).is_some_and(|j| j >= i));
+        }
+    }
+
+    #[test]
+    fn fresh_single_partition_policy() {
+        let a = fresh(&[(0, 4096)]);
+        let v = a.alloc(3 * H, 0).unwrap();
+        assert_eq!(v.len(), 3);
+        assert!(v.iter().all(|r| r.len == H && r.start % H == 0));
+        assert_eq!(aligned_total(&a), 5);
+        // No hole exists: must break exactly one aligned extent.
+        assert_eq!(a.stats()[0].hole_count, 0);
+        let one = a.alloc(1, 0).unwrap();
+        assert_eq!(one, vec![br(3 * H, 1)]);
+        let st = &a.stats()[0];
+        assert_eq!(
+            (st.free_aligned_extents, st.hole_count, st.free_hole_blocks),
+            (4, 1, H - 1)
+        );
+        // A hole now exists: served from it, contiguous, nothing else broken.
+        let two = a.alloc(1, 0).unwrap();
+        assert_eq!(two, vec![br(3 * H + 1, 1)]);
+        assert_eq!(aligned_total(&a), 4);
+        a.check_consistency().unwrap();
+    }
+
+    #[test]
+    fn n_huge_gets_n_aligned_extents() {
+        let ranges = [(0, 4 * H), (4 * H, 8 * H), (8 * H, 12 * H)];
+        // Aligned extents spread across partitions plus many small holes everywhere else.
+        let mut free = vec![br(H, H), br(5 * H, H), br(6 * H, H), br(11 * H, H)];
+        for u in [0u64, 2, 3, 4, 7, 8, 9, 10] {
+            for k in 0..20 {
+                free.push(br(u * H + 1 + k * 20, 7));
+            }
+        }
+        let a = Allocator::from_free_runs(&ranges, free).unwrap();
+        assert_eq!(aligned_total(&a), 4);
+        let holes_before: u64 = a.stats().iter().map(|s| s.free_hole_blocks).sum();
+        let v = a.alloc(4 * H, 0).unwrap();
+        assert_eq!(v.len(), 4);
+        assert!(v.iter().all(|r| r.len == H && r.start % H == 0));
+        let mut starts: Vec<u64> = v.iter().map(|r| r.start).collect();
+        starts.sort();
+        assert_eq!(starts, vec![H, 5 * H, 6 * H, 11 * H]);
+        assert_eq!(
+            a.stats().iter().map(|s| s.free_hole_blocks).sum::<u64>(),
+            holes_before
+        );
+        a.check_consistency().unwrap();
+    }
+
+    #[test]
+    fn frees_merge_back_to_aligned() {
+        let ranges = [(0, 6 * H), (6 * H, 16 * H)];
+        let a = fresh(&ranges);
+        let mut rng = Rng(0x9e3779b97f4a7c15);
+        let mut held = Vec::new();
+        while a.free_blocks() > 0 {
+            let n = 1 + rng.below(a.free_blocks().min(1500));
+            held.extend(a.alloc(n, rng.below(4) as usize).unwrap());
+        }
+        assert_eq!(a.free_runs(), vec![]);
+        // Split some runs into pieces, then free everything in random order.
+        let mut pieces = Vec::new();
+        for r in held {
+            if r.len > 2 {
+                let cut = 1 + rng.below(r.len - 1);
+                pieces.push(br(r.start, cut));
+                pieces.push(br(r.start + cut, r.len - cut));
+            } else {
+                pieces.push(r);
+            }
+        }
+        while !pieces.is_empty() {
+            let i = rng.below(pieces.len() as u64) as usize;
+            a.free(pieces.swap_remove(i)).unwrap();
+            a.check_consistency().unwrap();
+        }
+        assert_eq!(a.free_runs(), vec![br(0, 16 * H)]);
+        let st = a.stats();
+        assert_eq!(
+            (st[0].free_aligned_extents, st[1].free_aligned_extents),
+            (6, 10)
+        );
+        assert!(st.iter().all(|s| s.hole_count == 0));
+    }
+
+    #[test]
+    fn stealing_picks_most_free_partition() {
+        let ranges = [(0, 2 * H), (2 * H, 6 * H), (6 * H, 12 * H)];
+        // P0 empty; P1: 1 aligned + 10-block hole; P2: 3 aligned + 100-block hole.
+        let free = [
+            br(2 * H, H),
+            br(3 * H + 5, 10),
+            br(6 * H, 3 * H),
+            br(10 * H + 7, 100),
+        ];
+        let a = Allocator::from_free_runs(&ranges, free).unwrap();
+        let v = a.alloc(H, 0).unwrap();
+        assert_eq!(a.partition_of(v[0].start), Some(2));
+        assert_eq!(v[0].start % H, 0);
+        let s = a.alloc(5, 0).unwrap();
+        assert_eq!(s, vec![br(10 * H + 7, 5)]);
+        assert_eq!(
+            a.alloc_aligned_extent(0).map(|u| a.partition_of(u)),
+            Some(Some(2))
+        );
+        a.check_consistency().unwrap();
+    }
+
+    #[test]
+    fn small_requests_prefer_holes() {
+        let ranges = [(0, 8 * H), (8 * H, 16 * H)];
+        let mut free = vec![br(0, 4 * H), br(12 * H, 2 * H)];
+        for u in [4u64, 5, 6, 7, 8, 9, 10, 11, 14, 15] {
+            free.push(br(u * H + 3, 300));
+            free.push(br(u * H + 320, 150));
+        }
+        let a = Allocator::from_free_runs(&ranges, free).unwrap();
+        let aligned = aligned_total(&a);
+        assert_eq!(aligned, 6);
+        let mut rng = Rng(42);
+        loop {
+            let r = 1 + rng.below(H - 1);
+            let holes: u64 = a.stats().iter().map(|s| s.free_hole_blocks).sum();
+            if holes < r {
+                break;
+            }
+            let v = a.alloc(r, rng.below(2) as usize).unwrap();
+            assert_eq!(v.iter().map(|x| x.len).sum::<u64>(), r);
+            assert_eq!(aligned_total(&a), aligned, "alloc({r}) broke an extent");
+        }
+        a.check_consistency().unwrap();
+    }
+
+    #[test]
+    fn no_space_is_all_or_nothing() {
+        let ranges = [(0, 4 * H), (4 * H, 8 * H)];
+        let a = Allocator::from_free_runs(&ranges, [br(H, H), br(5 * H, H), br(7 * H + 1, 100)])
+            .unwrap();
+        let before = a.free_runs();
+        let fb = a.free_blocks();
+        // Two aligned pieces succeed, then the third cannot be served: must roll back.
+        let e = a.alloc(3 * H, 0).unwrap_err();
+        assert_eq!((e.requested, e.free), (3 * H, fb));
+        assert_eq!(a.free_runs(), before);
+        let e = a.alloc(fb + 1, 1).unwrap_err();
+        assert_eq!(e.requested, fb + 1);
+        assert_eq!(a.free_blocks(), fb);
+        assert_eq!(a.free_runs(), before);
+        assert!(e.to_string().contains("no space"));
+        a.check_consistency().unwrap();
+    }
+
+    #[test]
+    fn double_free_rejected_without_change() {
+        let ranges = [(0, 4 * H), (4 * H, 8 * H)];
+        let a = fresh(&ranges);
+        let v = a.alloc(3 * H + 10, 0).unwrap();
+        let before = a.free_runs();
+        // Overlaps an aligned extent.
+        assert!(
+            a.free(br(3 * H - 5, 20))
+                .unwrap_err()
+                .contains("double free")
+        );
+        // Overlaps the hole left by the remainder.
+        assert!(a.free(br(3 * H + 5, 10)).is_err());
+        assert_eq!(a.free_runs(), before);
+        // Fill partition 0, then free a run crossing into partition 1 whose second half is free:
+        // the (allocated) first half must not be freed either.
+        assert_eq!(a.alloc(H - 10, 0).unwrap(), vec![br(3 * H + 10, H - 10)]);
+        let before = a.free_runs();
+        assert!(a.free(br(4 * H - 10, 20)).is_err());
+        assert_eq!(a.free_runs(), before);
+        a.free(v[0]).unwrap();
+        assert!(a.free(v[0]).is_err());
+        assert!(a.free(br(8 * H, 1)).is_err());
+        a.check_consistency().unwrap();
+    }
+
+    #[test]
+    fn from_free_runs_validation() {
+        let ranges = [(0, 2 * H), (2 * H, 4 * H + 7)];
+        assert!(Allocator::from_free_runs(&ranges, [br(4 * H, 8)]).is_err());
+        assert!(Allocator::from_free_runs(&ranges, [br(0, 10), br(9, 3)]).is_err());
+        assert!(Allocator::from_free_runs(&[(0, H), (H - 1, 2 * H)], []).is_err());
+        assert!(Allocator::from_free_runs(&[(0, H), (2 * H, 3 * H)], [br(H - 1, 2)]).is_err());
+        let a = Allocator::from_free_runs(&ranges, [br(H + 100, 2 * H)]).unwrap();
+        let st: Vec<_> = a
+            .stats()
+            .iter()
+            .map(|s| (s.free_hole_blocks, s.free_aligned_extents))
+            .collect();
+        assert_eq!(st, vec![(H - 100, 0), (100, 1)]);
+        assert_eq!(a.free_runs(), vec![br(H + 100, 2 * H)]);
+        assert_eq!(a.total_blocks(), 4 * H + 7);
+        assert_eq!(a.partition_of(4 * H + 7), None);
+        assert_eq!(a.partition_of(2 * H), Some(1));
+        a.check_consistency().unwrap();
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Alloc(u64, usize),
+        Free(u64, u64, u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (1u64..3000, 0usize..8).prop_map(|(n, c)| Op::Alloc(n, c)),
+            (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(i, a, b)| Op::Free(i, a, b)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(40))]
+        #[test]
+        fn random_alloc_free(units in prop::collection::vec(1u64..5, 2..=4), tail in 1u64..512,
+                             ops in prop::collection::vec(op(), 200..400)) {
+            let mut ranges = Vec::new();
+            let mut s = 0;
+            for (i, u) in units.iter().enumerate() {
+                let len = u * H + if i + 1 == units.len() { tail } else { 0 };
+                ranges.push((s, s + len));
+                s += len;
+            }
+            let a = fresh(&ranges);
+            let mut held: Vec<BlockRun> = Vec::new();
+            for o in ops {
+                match o {
+                    Op::Free(i, x, y) if !held.is_empty() => {
+                        let r = held.swap_remove((i % held.len() as u64) as usize);
+                        let (lo, hi) = if y % 3 == 0 { (0, r.len) } else {
+                            let lo = x % r.len;
+                            (lo, lo + 1 + y % (r.len - lo))
+                        };
+                        a.free(br(r.start + lo, hi - lo)).unwrap();
+                        held.extend([br(r.start, lo), br(r.start + hi, r.len - hi)].into_iter().filter(|p| p.len > 0));
+                    }
+                    Op::Free(..) => {}
+                    Op::Alloc(n, cpu) => {
+                        let before = a.free_runs();
+                        match a.alloc(n, cpu) {
+                            Ok(v) => {
+                                prop_assert_eq!(v.iter().map(|r| r.len).sum::<u64>(), n);
+                                held.extend(v);
+                            }
+                            Err(e) => {
+                                prop_assert_eq!(e.requested, n);
+                                prop_assert_eq!(a.free_runs(), before);
+                            }
+                        }
+                    }
+                }
+                if let Err(e) = a.check_consistency() { prop_assert!(false, "{}", e); }
+                prop_assert_eq!(a.free_blocks() + held.iter().map(|r| r.len).sum::<u64>(), a.total_blocks());
+                assert_disjoint(&a, &held);
+            }
+            for r in held { a.free(r).unwrap(); }
+            prop_assert_eq!(a.free_runs(), merged(&ranges));
+            for (st, &(s, e)) in a.stats().iter().zip(&ranges) {
+                prop_assert_eq!(st.free_aligned_extents, (e - s) / H);
+                prop_assert_eq!(st.free_hole_blocks, (e - s) % H);
+            }
+            a.check_consistency().unwrap();
+        }
+    }
+
+    #[test]
+    fn concurrent_smoke() {
+        let ranges = [
+            (0, 8 * H),
+            (8 * H, 16 * H),
+            (16 * H, 24 * H),
+            (24 * H, 32 * H + 100),
+        ];
+        let a = Arc::new(fresh(&ranges));
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let a = Arc::clone(&a);
+                std::thread::spawn(move || {
+                    let mut rng = Rng(0x1234_5678 + t as u64 * 7919);
+                    let mut held: Vec<BlockRun> = Vec::new();
+                    for _ in 0..3000 {
+                        if held.is_empty() || rng.below(2) == 0 {
+                            if let Ok(v) = a.alloc(1 + rng.below(2000), t) {
+                                held.extend(v);
+                            }
+                        } else {
+                            let i = rng.below(held.len() as u64) as usize;
+                            a.free(held.swap_remove(i)).unwrap();
+                        }
+                    }
+                    held
+                })
+            })
+            .collect();
+        let held: Vec<BlockRun> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        a.check_consistency().unwrap();
+        assert_eq!(
+            a.free_blocks() + held.iter().map(|r| r.len).sum::<u64>(),
+            a.total_blocks()
+        );
+        assert_disjoint(&a, &held);
+        for r in held {
+            a.free(r).unwrap();
+        }
+        assert_eq!(a.free_runs(), merged(&ranges));
+    }
+}

@@ -1,0 +1,229 @@
+//! Directories: entries persisted in directory blocks on media, indexed in DRAM by a hash map
+//! per directory (O(1) lookup and insert), rebuilt at mount.
+//!
+//! A directory's blocks are its file data (logical block i = directory block i), so they are
+//! allocated like any 4 KiB request: from holes, never breaking an aligned extent while a hole
+//! exists. Block format: slot 0 is a header whose 64-bit `starts` bitmap marks the slots where a
+//! live entry begins; an entry is a 16-byte header (ino, name length, type, crc) plus the name,
+//! over 1..=5 consecutive 64-byte slots. An entry's bytes are written into free slots before the
+//! transaction that sets its `starts` bit, so the bit is the only journaled write of an insert,
+//! and clearing it is the only journaled write of a remove.
+
+use crate::error::{Result, corrupt};
+use crate::layout::{BLOCK_SIZE, DIR_MAGIC, DIR_SLOT, DIR_SLOTS, FileKind, decode_dentry, dentry_slots, get_u32, get_u64};
+use crate::pool::{Category, Pool};
+use std::collections::{BTreeSet, HashMap};
+
+/// Where a name lives and what it points to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirEntryLoc {
+    pub ino: u64,
+    pub kind: FileKind,
+    pub block: u32,
+    pub slot: u32,
+    pub nslots: u32,
+}
+
+impl DirEntryLoc {
+    /// readdir position of this entry (1 and 2 are "." and "..").
+    pub fn position(&self) -> u64 {
+        3 + self.block as u64 * DIR_SLOTS as u64 + self.slot as u64
+    }
+}
+
+/// The DRAM index of one directory.
+#[derive(Clone, Debug, Default)]
+pub struct DirIndex {
+    pub names: HashMap<Box<[u8]>, DirEntryLoc>,
+    /// Per block: slots in use (bit 0, the header, always set).
+    used: Vec<u64>,
+    /// Per block: the on-media `starts` bitmap.
+    pub starts: Vec<u64>,
+    /// Blocks that had entries removed and may have room.
+    roomy: BTreeSet<u32>,
+}
+
+fn run_mask(slot: u32, n: u32) -> u64 {
+    (if n == 64 { u64::MAX } else { (1u64 << n) - 1 }) << slot
+}
+
+impl DirIndex {
+    /// Number of directory blocks.
+    pub fn blocks(&self) -> u32 {
+        self.used.len() as u32
+    }
+
+    /// Entries other than "." and "..".
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    pub fn get(&self, name: &[u8]) -> Option<&DirEntryLoc> {
+        self.names.get(name)
+    }
+
+    fn fit_in(&self, b: u32, n: u32) -> Option<u32> {
+        let used = self.used[b as usize];
+        (1..=DIR_SLOTS - n).find(|&s| used & run_mask(s, n) == 0)
+    }
+
+    /// A free run of slots for a name of `len` bytes: (block, slot), or None if a new block is
+    /// needed (it will be block `blocks()`, slot 1). Tries the last block, then blocks with
+    /// removed entries, so inserts stay O(1) amortised.
+    pub fn find_space(&mut self, len: usize) -> Option<(u32, u32)> {
+        let n = dentry_slots(len);
+        if let Some(last) = self.blocks().checked_sub(1) {
+            if let Some(s) = self.fit_in(last, n) {
+                return Some((last, s));
+            }
+        }
+        while let Some(&b) = self.roomy.first() {
+            if let Some(s) = self.fit_in(b, n) {
+                return Some((b, s));
+            }
+            self.roomy.remove(&b);
+        }
+        None
+    }
+
+    /// Record a new empty block in DRAM (its media header must already be written).
+    pub fn push_block(&mut self) {
+        self.used.push(1);
+        self.starts.push(0);
+    }
+
+    /// New `starts` word of `block` once an entry at `slot` is added.
+    pub fn starts_with(&self, block: u32, slot: u32) -> u64 {
+        self.starts[block as usize] | (1u64 << slot)
+    }
+
+    /// New `starts` word of `block` once the entry at `slot` is removed.
+    pub fn starts_without(&self, block: u32, slot: u32) -> u64 {
+        self.starts[block as usize] & !(1u64 << slot)
+    }
+
+    /// Apply an insert to DRAM (after its transaction committed).
+    pub fn insert(&mut self, name: &[u8], loc: DirEntryLoc) {
+        self.used[loc.block as usize] |= run_mask(loc.slot, loc.nslots);
+        self.starts[loc.block as usize] |= 1u64 << loc.slot;
+        self.names.insert(name.into(), loc);
+    }
+
+    /// Apply a remove to DRAM (after its transaction committed).
+    pub fn remove(&mut self, name: &[u8]) -> Option<DirEntryLoc> {
+        let loc = self.names.remove(name)?;
+        self.used[loc.block as usize] &= !run_mask(loc.slot, loc.nslots);
+        self.starts[loc.block as usize] &= !(1u64 << loc.slot);
+        self.roomy.insert(loc.block);
+        Some(loc)
+    }
+
+    /// Change where an existing name points (rename over an existing entry, exchange).
+    pub fn repoint(&mut self, name: &[u8], ino: u64, kind: FileKind) {
+        if let Some(l) = self.names.get_mut(name) {
+            l.ino = ino;
+            l.kind = kind;
+        }
+    }
+
+    /// Names in readdir order with positions > `after`.
+    pub fn entries_after(&self, after: u64) -> Vec<(u64, &[u8], DirEntryLoc)> {
+        let mut v: Vec<_> = self.names.iter().filter(|(_, l)| l.position() > after).map(|(n, l)| (l.position(), &n[..], *l)).collect();
+        v.sort_by_key(|e| e.0);
+        v
+    }
+
+    /// Parse one directory block read from media; `b` is the directory block index.
+    pub fn load_block(&mut self, dir_ino: u64, b: u32, blk: &[u8]) -> Result<()> {
+        if get_u32(blk, 0) != DIR_MAGIC {
+            return Err(corrupt!("directory {dir_ino}: block {b} has no directory magic"));
+        }
+        let starts = get_u64(blk, 8);
+        if starts & 1 != 0 {
+            return Err(corrupt!("directory {dir_ino}: block {b} marks its header slot as an entry"));
+        }
+        self.push_block();
+        let mut s = 1;
+        while s < DIR_SLOTS {
+            if starts & (1u64 << s) == 0 {
+                s += 1;
+                continue;
+            }
+            let (ino, kind, name) = decode_dentry(&blk[(s as u64 * DIR_SLOT) as usize..])
+                .map_err(|e| corrupt!("directory {dir_ino}, block {b}, slot {s}: {e}"))?;
+            let n = dentry_slots(name.len());
+            if self.used[b as usize] & run_mask(s, n) != 0 {
+                return Err(corrupt!("directory {dir_ino}, block {b}: entries overlap at slot {s}"));
+            }
+            if self.names.contains_key(&name[..]) {
+                return Err(corrupt!("directory {dir_ino}: duplicate name {:?}", String::from_utf8_lossy(&name)));
+            }
+            self.insert(&name, DirEntryLoc { ino, kind, block: b, slot: s, nslots: n });
+            s += n;
+        }
+        if self.used[b as usize] != u64::MAX {
+            self.roomy.insert(b);
+        }
+        Ok(())
+    }
+}
+
+/// Write an empty directory block header (the block is not yet reachable, so unjournaled).
+pub fn init_dir_block(pool: &Pool, phys: u64) -> Result<()> {
+    let off = phys * BLOCK_SIZE;
+    pool.zero_flush(off, BLOCK_SIZE, Category::Metadata)?;
+    pool.write_flush(off, &DIR_MAGIC.to_le_bytes(), Category::Metadata)?;
+    Ok(())
+}
+
+/// Pool offset of the `starts` word of the directory block at physical block `phys`.
+pub fn starts_offset(phys: u64) -> u64 {
+    phys * BLOCK_SIZE + 8
+}
+
+/// Pool offset of slot `slot` in the directory block at `phys`.
+pub fn slot_offset(phys: u64, slot: u32) -> u64 {
+    phys * BLOCK_SIZE + slot as u64 * DIR_SLOT
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::encode_dentry;
+
+    #[test]
+    fn space_search_reuses_removed_slots() {
+        let mut d = DirIndex::default();
+        assert_eq!(d.find_space(10), None);
+        d.push_block();
+        for i in 0..63u32 {
+            let (b, s) = d.find_space(10).unwrap();
+            assert_eq!((b, s), (0, i + 1));
+            d.insert(format!("n{i}").as_bytes(), DirEntryLoc { ino: 5, kind: FileKind::File, block: b, slot: s, nslots: 1 });
+        }
+        assert_eq!(d.find_space(10), None);
+        d.remove(b"n7");
+        assert_eq!(d.find_space(10), Some((0, 8)));
+        assert_eq!(d.find_space(100), None, "a 3-slot name does not fit a 1-slot gap");
+    }
+
+    #[test]
+    fn block_parsing_rejects_overlap_and_duplicates() {
+        let mut blk = vec![0u8; 4096];
+        blk[..4].copy_from_slice(&DIR_MAGIC.to_le_bytes());
+        let e = encode_dentry(9, FileKind::File, b"a");
+        blk[64..64 + e.len()].copy_from_slice(&e);
+        blk[128..128 + e.len()].copy_from_slice(&e);
+        blk[8] = 0b110;
+        let mut d = DirIndex::default();
+        assert!(d.load_block(1, 0, &blk).is_err(), "duplicate name");
+        blk[8] = 0b10;
+        let mut d = DirIndex::default();
+        d.load_block(1, 0, &blk).unwrap();
+        assert_eq!(d.get(b"a").unwrap().ino, 9);
+    }
+}

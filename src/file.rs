@@ -1,0 +1,597 @@
+//! The data path: read, write, append, truncate, fallocate, punch hole, seek, setattr, and the
+//! `File` handle.
+//!
+//! Writes are split at 2 MiB logical boundaries; each piece is one transaction, so a write is
+//! atomic per 2 MiB-aligned piece (and whole for any write inside one piece). In strict mode a
+//! piece that lands in an aligned 2 MiB extent is data-journaled in place (the layout, and so the
+//! hugepage mapping, is preserved); a piece in hole-backed blocks is written copy-on-write into
+//! newly allocated blocks. In relaxed mode existing blocks are written in place. Newly allocated
+//! blocks are always filled before the transaction that maps them.
+//!
+//! Invariant kept by every path: bytes of a mapped block beyond the file size read as zero.
+
+use crate::alloc::BlockRun;
+use crate::error::{Error, Result};
+use crate::fs::{Attr, Fs, Inner, Mode, Node, Reserved, SetAttr, TimeSet, now_ns, rlock, wlock};
+use crate::inode::MapUpdate;
+use crate::journal::Tx;
+use crate::layout::{BLOCK_SIZE, FileKind, HUGE_SIZE, InodeHeader};
+use crate::pool::Category;
+use std::sync::atomic::Ordering;
+
+/// Largest file: logical block numbers are 32-bit on media.
+pub const MAX_FILE_SIZE: u64 = u32::MAX as u64 * BLOCK_SIZE;
+/// Most existing extents one write transaction may touch (bounds its journal entries).
+const MAX_EXTENTS_PER_TX: usize = 128;
+
+fn file_kind_check(n: &Node) -> Result<()> {
+    match n.kind() {
+        FileKind::File => Ok(()),
+        FileKind::Dir => Err(Error::IsDir),
+        _ => Err(Error::Invalid("not a regular file".into())),
+    }
+}
+
+/// Read into `buf` from `off` (holding the inode lock).
+pub(crate) fn read_locked(inner: &Inner, n: &Node, off: u64, buf: &mut [u8]) -> Result<usize> {
+    let size = n.hdr.size;
+    if off >= size {
+        return Ok(0);
+    }
+    let len = (buf.len() as u64).min(size - off) as usize;
+    let mut done = 0usize;
+    while done < len {
+        let p = off + done as u64;
+        let lb = p / BLOCK_SIZE;
+        let inblk = p % BLOCK_SIZE;
+        match n.map.lookup(lb) {
+            Some((phys, cont)) => {
+                let k = ((cont * BLOCK_SIZE - inblk) as usize).min(len - done);
+                inner.pool.read(phys * BLOCK_SIZE + inblk, &mut buf[done..done + k])?;
+                done += k;
+            }
+            None => {
+                let next = n.map.next_mapped(lb).map(|l| l * BLOCK_SIZE).unwrap_or(u64::MAX);
+                let k = ((next - p) as usize).min(len - done);
+                buf[done..done + k].fill(0);
+                done += k;
+            }
+        }
+    }
+    Ok(len)
+}
+
+pub(crate) fn read(inner: &Inner, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+    inner.check_alive()?;
+    let n = inner.node(ino)?;
+    let g = rlock(&n);
+    file_kind_check(&g)?;
+    read_locked(inner, &g, off, buf)
+}
+
+/// Run `f`, which may change DRAM state before committing; on error poison the mount, since
+/// DRAM may have moved ahead of media.
+fn guarded<T>(inner: &Inner, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    f().inspect_err(|_| inner.poisoned.store(true, Ordering::Relaxed))
+}
+
+/// Commit `tx` plus the header change `old → new`. The timestamp group (bytes 64..96: atime,
+/// mtime, ctime, crtime, each an aligned 8-byte store) is written in place without the journal:
+/// a crash can leave new times on rolled-back content, never an invalid time, and it saves a
+/// journal entry on every data write.
+fn commit_header(inner: &Inner, ino: u64, old: &InodeHeader, new: &InodeHeader, mut tx: Tx<'_>) -> Result<()> {
+    let times = inner.inode_off(ino) + 64;
+    for (off, b) in crate::layout::header_diff(inner.inode_off(ino), old, new) {
+        if off == times {
+            inner.pool.write_flush(off, &b, Category::Metadata)?;
+        } else {
+            tx.write(off, b, Category::Metadata);
+        }
+    }
+    if tx.is_empty() {
+        inner.pool.fence();
+        return Ok(());
+    }
+    inner.commit(tx)
+}
+
+pub(crate) fn write(inner: &Inner, ino: u64, off: Option<u64>, data: &[u8]) -> Result<(usize, u64)> {
+    inner.check_alive()?;
+    let n = inner.node(ino)?;
+    let mut g = wlock(&n);
+    file_kind_check(&g)?;
+    let off = off.unwrap_or(g.hdr.size);
+    if data.is_empty() {
+        return Ok((0, off));
+    }
+    let end = off.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
+    if end > MAX_FILE_SIZE {
+        return Err(Error::FileTooBig);
+    }
+    let mut done = 0usize;
+    while done < data.len() {
+        let pos = off + done as u64;
+        let mut piece_end = end.min((pos / HUGE_SIZE + 1) * HUGE_SIZE);
+        let segs = g.map.segments(pos / BLOCK_SIZE, piece_end.div_ceil(BLOCK_SIZE));
+        if segs.len() > MAX_EXTENTS_PER_TX {
+            let s = segs[MAX_EXTENTS_PER_TX - 1];
+            piece_end = piece_end.min((s.0 + s.2) * BLOCK_SIZE).max(pos + 1);
+        }
+        let k = (piece_end - pos) as usize;
+        match write_piece(inner, &mut g, pos, &data[done..done + k]) {
+            Ok(()) => done += k,
+            Err(Error::NoSpace(_)) if done > 0 => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((done, off))
+}
+
+/// Write `buf` at `pos`; the range lies inside one 2 MiB logical unit.
+fn write_piece(inner: &Inner, g: &mut Node, pos: u64, buf: &[u8]) -> Result<()> {
+    let ino = g.ino;
+    let end = pos + buf.len() as u64;
+    let (lb0, lb1) = (pos / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
+    let strict = inner.mode == Mode::Strict;
+    let aligned = g.map.in_aligned_unit(lb0);
+    // Targets that need new blocks: gaps (None) and, in strict mode outside aligned extents,
+    // mapped blocks rewritten copy-on-write (Some(old phys)).
+    let mut targets: Vec<(u64, u64, Option<u64>)> = Vec::new();
+    let mut in_place: Vec<(u64, u64, u64)> = Vec::new();
+    let mut cur = lb0;
+    for (l, phys, len) in g.map.segments(lb0, lb1) {
+        if l > cur {
+            targets.push((cur, l - cur, None));
+        }
+        if strict && !aligned {
+            targets.push((l, len, Some(phys)));
+        } else {
+            in_place.push((l, phys, len));
+        }
+        cur = l + len;
+    }
+    if cur < lb1 {
+        targets.push((cur, lb1 - cur, None));
+    }
+    let need: u64 = targets.iter().map(|t| t.1).sum();
+    let mut res = Reserved::new(inner);
+    let runs = if need > 0 { res.alloc(need)? } else { Vec::new() };
+    // Lay the runs over the targets in order.
+    let mut placements: Vec<Vec<BlockRun>> = vec![Vec::new(); targets.len()];
+    let mut pieces = 0;
+    {
+        let mut ri = runs.iter().copied();
+        let mut left: Option<BlockRun> = None;
+        for (ti, t) in targets.iter().enumerate() {
+            let mut want = t.1;
+            while want > 0 {
+                let r = left.take().or_else(|| ri.next()).expect("allocated exactly the blocks needed");
+                let take = r.len.min(want);
+                placements[ti].push(BlockRun { start: r.start, len: take });
+                pieces += 1;
+                if take < r.len {
+                    left = Some(BlockRun { start: r.start + take, len: r.len - take });
+                }
+                want -= take;
+            }
+        }
+    }
+    let mut upd = MapUpdate::default();
+    inner.reserve_slots(&mut res, &mut g.map, ino, pieces + targets.len(), &mut upd)?;
+    // From here on DRAM changes before the commit: any failure poisons the mount.
+    guarded(inner, || {
+        let pool = &inner.pool;
+        // Fill new blocks: written bytes from `buf`, the rest zero (gap) or old content (CoW).
+        for (t, pl) in targets.iter().zip(&placements) {
+            let mut l = t.0;
+            for r in pl {
+                for i in 0..r.len {
+                    let fb = (l + i) * BLOCK_SIZE; // file offset of this block
+                    let dst = (r.start + i) * BLOCK_SIZE;
+                    let ws = pos.max(fb);
+                    let we = end.min(fb + BLOCK_SIZE);
+                    let old = t.2.map(|p| (p + (l + i - t.0)) * BLOCK_SIZE);
+                    let fill = |from: u64, to: u64| -> Result<()> {
+                        if to > from {
+                            match old {
+                                Some(o) => pool.copy_flush(o + (from - fb), dst + (from - fb), to - from, Category::Data),
+                                None => pool.zero_flush(dst + (from - fb), to - from, Category::Data),
+                            }?;
+                        }
+                        Ok(())
+                    };
+                    fill(fb, ws)?;
+                    pool.write_flush(dst + (ws - fb), &buf[(ws - pos) as usize..(we - pos) as usize], Category::Data)?;
+                    fill(we, fb + BLOCK_SIZE)?;
+                }
+                l += r.len;
+            }
+        }
+        let mut tx = Tx::new();
+        for &(l, phys, len) in &in_place {
+            let ws = pos.max(l * BLOCK_SIZE);
+            let we = end.min((l + len) * BLOCK_SIZE);
+            let dst = phys * BLOCK_SIZE + (ws - l * BLOCK_SIZE);
+            let src = &buf[(ws - pos) as usize..(we - pos) as usize];
+            if strict {
+                tx.write_ref(dst, src, Category::Data);
+            } else {
+                pool.write_flush(dst, src, Category::Data)?;
+            }
+        }
+        for (t, pl) in targets.iter().zip(&placements) {
+            g.map.remap(t.0, t.1, pl, &mut upd);
+        }
+        let mut hdr = g.hdr.clone();
+        let now = now_ns();
+        hdr.size = hdr.size.max(end);
+        hdr.map_end = hdr.map_end.max(lb1);
+        hdr.mtime = now;
+        hdr.ctime = now;
+        inner.map_tx(&mut tx, &g.map, ino, &upd, &mut hdr)?;
+        commit_header(inner, ino, &g.hdr, &hdr, tx)?;
+        g.hdr = hdr;
+        inner.finish_map_update(&g.map, ino, &upd)
+    })?;
+    res.keep();
+    Ok(())
+}
+
+pub(crate) fn truncate(inner: &Inner, ino: u64, size: u64) -> Result<()> {
+    inner.check_alive()?;
+    if size > MAX_FILE_SIZE {
+        return Err(Error::FileTooBig);
+    }
+    let n = inner.node(ino)?;
+    let mut g = wlock(&n);
+    file_kind_check(&g)?;
+    truncate_locked(inner, &mut g, size)
+}
+
+fn truncate_locked(inner: &Inner, g: &mut Node, size: u64) -> Result<()> {
+    let ino = g.ino;
+    let now = now_ns();
+    let mut hdr = g.hdr.clone();
+    hdr.size = size;
+    hdr.mtime = now;
+    hdr.ctime = now;
+    let mut tx = Tx::new();
+    let mut upd = MapUpdate::default();
+    let zeros = vec![0u8; BLOCK_SIZE as usize];
+    if size < g.hdr.size {
+        let inblk = size % BLOCK_SIZE;
+        if inblk != 0 {
+            if let Some((phys, _)) = g.map.lookup(size / BLOCK_SIZE) {
+                let off = phys * BLOCK_SIZE + inblk;
+                let z = &zeros[..(BLOCK_SIZE - inblk) as usize];
+                if inner.mode == Mode::Strict {
+                    tx.write_ref(off, z, Category::Data);
+                } else {
+                    inner.pool.write_flush(off, z, Category::Data)?;
+                }
+            }
+        }
+    }
+    let keep = size.div_ceil(BLOCK_SIZE);
+    guarded(inner, || {
+        if keep < g.hdr.map_end {
+            g.map.truncate(keep, &mut upd);
+            hdr.map_end = keep;
+        }
+        inner.map_tx(&mut tx, &g.map, ino, &upd, &mut hdr)?;
+        commit_header(inner, ino, &g.hdr, &hdr, tx)?;
+        g.hdr = hdr;
+        inner.finish_map_update(&g.map, ino, &upd)
+    })
+}
+
+/// Unmapped sub-ranges of logical blocks [a, b).
+fn gaps(n: &Node, a: u64, b: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut cur = a;
+    for (l, _, len) in n.map.segments(a, b) {
+        if l > cur {
+            out.push((cur, l - cur));
+        }
+        cur = l + len;
+    }
+    if cur < b {
+        out.push((cur, b - cur));
+    }
+    out
+}
+
+pub(crate) fn fallocate(inner: &Inner, ino: u64, off: u64, len: u64, keep_size: bool) -> Result<()> {
+    inner.check_alive()?;
+    if len == 0 {
+        return Err(Error::Invalid("fallocate length must be positive".into()));
+    }
+    let end = off.checked_add(len).ok_or(Error::FileTooBig)?;
+    if end > MAX_FILE_SIZE {
+        return Err(Error::FileTooBig);
+    }
+    let n = inner.node(ino)?;
+    let mut g = wlock(&n);
+    file_kind_check(&g)?;
+    let (lb0, lb1) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
+    let missing: u64 = gaps(&g, lb0, lb1).iter().map(|x| x.1).sum();
+    if missing > inner.alloc.free_blocks() {
+        return Err(Error::NoSpace(format!("fallocate needs {missing} blocks, {} free", inner.alloc.free_blocks())));
+    }
+    // One transaction per 2 MiB logical unit, so whole units get aligned extents.
+    let mut a = lb0;
+    while a < lb1 {
+        let b = lb1.min((a / 512 + 1) * 512);
+        let gs = gaps(&g, a, b);
+        if !gs.is_empty() {
+            let need: u64 = gs.iter().map(|x| x.1).sum();
+            let mut res = Reserved::new(inner);
+            let runs = res.alloc(need)?;
+            for r in &runs {
+                inner.pool.zero_flush(r.start * BLOCK_SIZE, r.len * BLOCK_SIZE, Category::Data)?;
+            }
+            let mut upd = MapUpdate::default();
+            inner.reserve_slots(&mut res, &mut g.map, ino, runs.len() + gs.len(), &mut upd)?;
+            guarded(inner, || {
+                let mut ri = runs.iter().copied();
+                let mut left: Option<BlockRun> = None;
+                for (gl, glen) in &gs {
+                    let mut pl = Vec::new();
+                    let mut want = *glen;
+                    while want > 0 {
+                        let r = left.take().or_else(|| ri.next()).expect("allocated exactly what the gaps need");
+                        let take = r.len.min(want);
+                        pl.push(BlockRun { start: r.start, len: take });
+                        if take < r.len {
+                            left = Some(BlockRun { start: r.start + take, len: r.len - take });
+                        }
+                        want -= take;
+                    }
+                    g.map.remap(*gl, *glen, &pl, &mut upd);
+                }
+                let mut hdr = g.hdr.clone();
+                hdr.map_end = hdr.map_end.max(b);
+                let mut tx = Tx::new();
+                inner.map_tx(&mut tx, &g.map, ino, &upd, &mut hdr)?;
+                commit_header(inner, ino, &g.hdr, &hdr, tx)?;
+                g.hdr = hdr;
+                Ok(())
+            })?;
+            res.keep();
+        }
+        a = b;
+    }
+    let mut hdr = g.hdr.clone();
+    let now = now_ns();
+    hdr.ctime = now;
+    if !keep_size && end > hdr.size {
+        hdr.size = end;
+        hdr.mtime = now;
+    }
+    commit_header(inner, ino, &g.hdr, &hdr, Tx::new())?;
+    g.hdr = hdr;
+    Ok(())
+}
+
+pub(crate) fn punch_hole(inner: &Inner, ino: u64, off: u64, len: u64) -> Result<()> {
+    inner.check_alive()?;
+    if len == 0 {
+        return Err(Error::Invalid("punch length must be positive".into()));
+    }
+    let n = inner.node(ino)?;
+    let mut g = wlock(&n);
+    file_kind_check(&g)?;
+    let end = off.saturating_add(len).min(g.hdr.map_end * BLOCK_SIZE);
+    if off >= end {
+        return Ok(());
+    }
+    let zeros = vec![0u8; BLOCK_SIZE as usize];
+    let first_full = off.div_ceil(BLOCK_SIZE);
+    let last_full = end / BLOCK_SIZE;
+    // Partial blocks at either end are zeroed in place (journaled in strict mode).
+    let mut partial = Vec::new();
+    if first_full > last_full {
+        partial.push((off, end));
+    } else {
+        if off % BLOCK_SIZE != 0 {
+            partial.push((off, first_full * BLOCK_SIZE));
+        }
+        if end % BLOCK_SIZE != 0 && last_full >= first_full {
+            partial.push((last_full * BLOCK_SIZE, end));
+        }
+    }
+    let mut tx = Tx::new();
+    for (s, e) in partial {
+        if let Some((phys, _)) = g.map.lookup(s / BLOCK_SIZE) {
+            let o = phys * BLOCK_SIZE + s % BLOCK_SIZE;
+            let z = &zeros[..(e - s) as usize];
+            if inner.mode == Mode::Strict {
+                tx.write_ref(o, z, Category::Data);
+            } else {
+                inner.pool.write_flush(o, z, Category::Data)?;
+            }
+        }
+    }
+    let mut a = first_full;
+    let mut first = true;
+    loop {
+        let b = last_full.min((a / 512 + 1) * 512).max(a);
+        let mut upd = MapUpdate::default();
+        let mut res = Reserved::new(inner);
+        inner.reserve_slots(&mut res, &mut g.map, ino, 1, &mut upd)?;
+        let piece_tx = if first { std::mem::take(&mut tx) } else { Tx::new() };
+        first = false;
+        guarded(inner, || {
+            let mut tx = piece_tx;
+            if b > a {
+                g.map.remap(a, b - a, &[], &mut upd);
+            }
+            let mut hdr = g.hdr.clone();
+            let now = now_ns();
+            hdr.mtime = now;
+            hdr.ctime = now;
+            inner.map_tx(&mut tx, &g.map, ino, &upd, &mut hdr)?;
+            commit_header(inner, ino, &g.hdr, &hdr, tx)?;
+            g.hdr = hdr;
+            inner.finish_map_update(&g.map, ino, &upd)
+        })?;
+        res.keep();
+        if b >= last_full {
+            break;
+        }
+        a = b;
+    }
+    Ok(())
+}
+
+pub(crate) fn seek_data_hole(inner: &Inner, ino: u64, off: u64, data: bool) -> Result<u64> {
+    inner.check_alive()?;
+    let n = inner.node(ino)?;
+    let g = rlock(&n);
+    let size = g.hdr.size;
+    if off >= size {
+        return Err(Error::NoSuchOffset);
+    }
+    let mut lb = off / BLOCK_SIZE;
+    if data {
+        match g.map.next_mapped(lb) {
+            Some(l) if l * BLOCK_SIZE < size => Ok(off.max(l * BLOCK_SIZE)),
+            _ => Err(Error::NoSuchOffset),
+        }
+    } else {
+        while let Some((_, cont)) = g.map.lookup(lb) {
+            lb += cont;
+        }
+        Ok(off.max(lb * BLOCK_SIZE).min(size))
+    }
+}
+
+pub(crate) fn setattr(inner: &Inner, ino: u64, set: &SetAttr) -> Result<Attr> {
+    inner.check_alive()?;
+    let n = inner.node(ino)?;
+    let mut g = wlock(&n);
+    if let Some(size) = set.size {
+        file_kind_check(&g)?;
+        if size > MAX_FILE_SIZE {
+            return Err(Error::FileTooBig);
+        }
+        truncate_locked(inner, &mut g, size)?;
+    }
+    let now = now_ns();
+    let mut hdr = g.hdr.clone();
+    if let Some(m) = set.mode {
+        hdr.mode = (hdr.mode & libc::S_IFMT) | (m & 0o7777);
+    }
+    if let Some(u) = set.uid {
+        hdr.uid = u;
+    }
+    if let Some(gid) = set.gid {
+        hdr.gid = gid;
+    }
+    let t = |ts: TimeSet| match ts {
+        TimeSet::Now => now,
+        TimeSet::At(x) => x,
+    };
+    if let Some(a) = set.atime {
+        hdr.atime = t(a);
+    }
+    if let Some(m) = set.mtime {
+        hdr.mtime = t(m);
+    }
+    if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() || set.atime.is_some() || set.mtime.is_some() {
+        hdr.ctime = now;
+        commit_header(inner, ino, &g.hdr, &hdr, Tx::new())?;
+        g.hdr = hdr;
+    }
+    Ok(inner.attr(&g))
+}
+
+/// An open file: a position plus a handle that keeps an unlinked file alive until dropped.
+pub struct File {
+    fs: Fs,
+    ino: u64,
+    pos: u64,
+}
+
+impl File {
+    pub(crate) fn open(fs: Fs, ino: u64) -> Result<File> {
+        fs.open(ino)?;
+        Ok(File { fs, ino, pos: 0 })
+    }
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+    pub fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<usize> {
+        self.fs.read(self.ino, off, buf)
+    }
+    pub fn write_at(&self, off: u64, data: &[u8]) -> Result<usize> {
+        self.fs.write(self.ino, off, data)
+    }
+    /// Append atomically at the end of file; returns the offset written at.
+    pub fn append(&mut self, data: &[u8]) -> Result<u64> {
+        let (n, at) = self.fs.append(self.ino, data)?;
+        self.pos = at + n as u64;
+        Ok(at)
+    }
+    pub fn set_len(&self, size: u64) -> Result<()> {
+        self.fs.truncate(self.ino, size)
+    }
+    pub fn fallocate(&self, off: u64, len: u64) -> Result<()> {
+        self.fs.fallocate(self.ino, off, len, false)
+    }
+    pub fn metadata(&self) -> Result<Attr> {
+        self.fs.getattr(self.ino)
+    }
+    pub fn fsync(&self) -> Result<()> {
+        self.fs.fsync(self.ino)
+    }
+    /// Read the whole file.
+    pub fn read_all(&self) -> Result<Vec<u8>> {
+        let size = self.metadata()?.size as usize;
+        let mut v = vec![0u8; size];
+        let n = self.read_at(0, &mut v)?;
+        v.truncate(n);
+        Ok(v)
+    }
+}
+
+fn to_io(e: Error) -> std::io::Error {
+    std::io::Error::from_raw_os_error(e.errno())
+}
+
+impl std::io::Read for File {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.read_at(self.pos, buf).map_err(to_io)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl std::io::Write for File {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.write_at(self.pos, buf).map_err(to_io)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl std::io::Seek for File {
+    fn seek(&mut self, p: std::io::SeekFrom) -> std::io::Result<u64> {
+        let base = match p {
+            std::io::SeekFrom::Start(o) => Some(o),
+            std::io::SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+            std::io::SeekFrom::End(d) => self.metadata().map_err(to_io)?.size.checked_add_signed(d),
+        };
+        self.pos = base.ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        Ok(self.pos)
+    }
+}
+
+impl Drop for File {
+    fn drop(&mut self) {
+        let _ = self.fs.release(self.ino);
+    }
+}

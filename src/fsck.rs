@@ -1,0 +1,219 @@
+//! Consistency checking: every invariant of a mounted file system, and of its media against its
+//! DRAM indexes. `fsck POOL` mounts the pool privately (recovery runs in this process only,
+//! nothing is written) and runs the same checks.
+
+use crate::alloc::BlockRun;
+use crate::dir::DirIndex;
+use crate::error::Result;
+use crate::fs::{Fs, Inner, MountOptions, rlock};
+use crate::inode::FileMap;
+use crate::layout::{BLOCK_SIZE, FileKind, INODE_SIZE, InodeHeader, ROOT_INO};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::Path;
+
+/// What fsck found.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Each problem, precisely. Empty means clean.
+    pub problems: Vec<String>,
+    pub inodes: u64,
+    pub directories: u64,
+    pub used_blocks: u64,
+    pub free_blocks: u64,
+}
+
+impl Report {
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Check a pool offline. The pool is mapped copy-on-write, so recovery happens in memory only.
+pub fn check_pool(path: &Path) -> Result<Report> {
+    let fs = Fs::mount(path, MountOptions { private: true, ..Default::default() })?;
+    Ok(fs.check())
+}
+
+pub(crate) fn check(inner: &Inner) -> Report {
+    let mut r = Report::default();
+    let _ns = inner.ns.write().unwrap_or_else(|e| e.into_inner());
+    let arcs: Vec<_> = inner.nodes.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+    let guards: Vec<_> = arcs.iter().map(rlock).collect();
+    let nodes: HashMap<u64, &crate::fs::Node> = guards.iter().map(|g| (g.ino, &**g)).collect();
+    let g = &inner.geo;
+    r.inodes = nodes.len() as u64;
+    let mut p = |s: String| r.problems.push(s);
+
+    // 1. Media agrees with DRAM: headers, extent maps, directory contents.
+    for n in nodes.values() {
+        let off = match g.inode_offset(n.ino) {
+            Ok(o) => o,
+            Err(e) => {
+                p(format!("inode {}: {e}", n.ino));
+                continue;
+            }
+        };
+        let mut raw = vec![0u8; INODE_SIZE as usize];
+        if let Err(e) = inner.pool.read(off, &mut raw) {
+            p(format!("inode {}: {e}", n.ino));
+            continue;
+        }
+        let media = InodeHeader::decode(&raw);
+        if media != n.hdr {
+            p(format!("inode {}: header on media {media:?} differs from memory {:?}", n.ino, n.hdr));
+            continue;
+        }
+        match FileMap::load(&inner.pool, g, n.ino, &raw, media.index_block, media.map_end) {
+            Ok((m, dead)) => {
+                if m.extents != n.map.extents {
+                    p(format!("inode {}: extent map on media differs from memory", n.ino));
+                }
+                if !dead.is_empty() {
+                    p(format!("inode {}: {} dead extent slots were not cleared", n.ino, dead.len()));
+                }
+            }
+            Err(e) => p(format!("inode {}: {e}", n.ino)),
+        }
+        if let Some(d) = &n.dir {
+            let mut fresh = DirIndex::default();
+            let mut b = vec![0u8; BLOCK_SIZE as usize];
+            for k in 0..n.hdr.size / BLOCK_SIZE {
+                match n.map.lookup(k) {
+                    Some((phys, _)) => {
+                        if let Err(e) = inner.pool.read(phys * BLOCK_SIZE, &mut b).and_then(|_| fresh.load_block(n.ino, k as u32, &b)) {
+                            p(format!("directory {}: {e}", n.ino));
+                        }
+                    }
+                    None => p(format!("directory {}: block {k} not mapped", n.ino)),
+                }
+            }
+            let a: HashMap<_, _> = fresh.names.iter().map(|(k, v)| (k.clone(), (v.ino, v.kind))).collect();
+            let b2: HashMap<_, _> = d.names.iter().map(|(k, v)| (k.clone(), (v.ino, v.kind))).collect();
+            if a != b2 {
+                p(format!("directory {}: entries on media differ from memory", n.ino));
+            }
+        }
+    }
+
+    // 2. Every data block is owned exactly once or free exactly once.
+    let mut owned: Vec<(BlockRun, u64)> = Vec::new();
+    for n in nodes.values() {
+        owned.extend(n.map.owned_runs().into_iter().map(|x| (x, n.ino)));
+        if n.hdr.xattr_block != 0 {
+            owned.push((BlockRun { start: n.hdr.xattr_block, len: 1 }, n.ino));
+        }
+    }
+    let free = inner.alloc.free_runs();
+    r.free_blocks = free.iter().map(|x| x.len).sum();
+    r.used_blocks = owned.iter().map(|x| x.0.len).sum();
+    let mut all: Vec<(u64, u64, String)> = owned.iter().map(|(x, i)| (x.start, x.len, format!("inode {i}"))).collect();
+    all.extend(free.iter().map(|x| (x.start, x.len, "the free lists".to_string())));
+    all.sort_by_key(|x| x.0);
+    let mut cur = g.data_start;
+    let mut last_owner = String::from("the start of the data area");
+    for (s, l, who) in &all {
+        if *s < g.data_start || s + l > g.data_start + g.data_blocks {
+            p(format!("blocks {s}..{} of {who} are outside the data area", s + l));
+        }
+        if *s < cur {
+            p(format!("block {s} is claimed by both {last_owner} and {who}"));
+        } else if *s > cur {
+            p(format!("blocks {cur}..{s} are leaked: neither free nor owned"));
+        }
+        if s + l > cur {
+            cur = s + l;
+            last_owner = who.clone();
+        }
+    }
+    if cur < g.data_start + g.data_blocks {
+        p(format!("blocks {cur}..{} are leaked: neither free nor owned", g.data_start + g.data_blocks));
+    }
+    if let Err(e) = inner.alloc.check_consistency() {
+        p(format!("allocator: {e}"));
+    }
+
+    // 3. Link counts and the directory tree.
+    let mut refs: HashMap<u64, u32> = HashMap::new();
+    let mut subdirs: HashMap<u64, u32> = HashMap::new();
+    for n in nodes.values() {
+        let Some(d) = &n.dir else { continue };
+        for (name, loc) in &d.names {
+            let nm = String::from_utf8_lossy(name);
+            match nodes.get(&loc.ino) {
+                None => p(format!("directory {}: entry {nm:?} points at free inode {}", n.ino, loc.ino)),
+                Some(c) => {
+                    *refs.entry(loc.ino).or_default() += 1;
+                    if c.kind() != loc.kind {
+                        p(format!("directory {}: entry {nm:?} says {:?} but inode {} is {:?}", n.ino, loc.kind, loc.ino, c.kind()));
+                    }
+                    if c.is_dir() {
+                        *subdirs.entry(n.ino).or_default() += 1;
+                        if c.hdr.parent != n.ino {
+                            p(format!("directory {}: parent field is {} but it is listed in {}", loc.ino, c.hdr.parent, n.ino));
+                        }
+                    }
+                }
+            }
+        }
+        if n.hdr.size != d.blocks() as u64 * BLOCK_SIZE {
+            p(format!("directory {}: size {} but {} blocks", n.ino, n.hdr.size, d.blocks()));
+        }
+    }
+    for n in nodes.values() {
+        let rc = refs.get(&n.ino).copied().unwrap_or(0);
+        if n.is_dir() {
+            r.directories += 1;
+            let want = 2 + subdirs.get(&n.ino).copied().unwrap_or(0);
+            if n.hdr.nlink != want {
+                p(format!("directory {}: link count {} but {} expected", n.ino, n.hdr.nlink, want));
+            }
+            let want_refs = if n.ino == ROOT_INO { 0 } else { 1 };
+            if rc != want_refs {
+                p(format!("directory {}: listed {rc} times (expected {want_refs})", n.ino));
+            }
+        } else if n.hdr.nlink != rc && !(n.hdr.nlink == 0 && n.open > 0) {
+            p(format!("inode {}: link count {} but {rc} directory entries", n.ino, n.hdr.nlink));
+        }
+        if n.kind() == FileKind::Symlink && (n.hdr.size == 0 || n.hdr.size > 4095) {
+            p(format!("symlink {}: target length {}", n.ino, n.hdr.size));
+        }
+    }
+    let mut seen = HashSet::new();
+    let mut q = VecDeque::from([ROOT_INO]);
+    while let Some(d) = q.pop_front() {
+        if !seen.insert(d) {
+            p(format!("directory {d} is reachable twice (a cycle)"));
+            continue;
+        }
+        if let Some(dx) = nodes.get(&d).and_then(|n| n.dir.as_ref()) {
+            for loc in dx.names.values() {
+                if nodes.get(&loc.ino).is_some_and(|c| c.is_dir()) {
+                    q.push_back(loc.ino);
+                } else {
+                    seen.insert(loc.ino);
+                }
+            }
+        }
+    }
+    for n in nodes.values() {
+        if !seen.contains(&n.ino) && !(n.hdr.nlink == 0 && n.open > 0) {
+            p(format!("inode {} ({:?}) is not reachable from the root", n.ino, n.kind()));
+        }
+    }
+
+    // 4. Inode free lists agree with the table.
+    let mut free_inodes = 0u64;
+    for (part, f) in inner.inode_free.iter().enumerate() {
+        let f = f.lock().unwrap_or_else(|e| e.into_inner());
+        free_inodes += f.len() as u64;
+        for i in f.iter() {
+            if nodes.contains_key(i) {
+                p(format!("inode {i} is in use but also on partition {part}'s free list"));
+            }
+        }
+    }
+    if free_inodes + nodes.len() as u64 != g.total_inodes() {
+        p(format!("{} inodes in use + {free_inodes} free != {} total", nodes.len(), g.total_inodes()));
+    }
+    r
+}

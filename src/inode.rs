@@ -1,0 +1,402 @@
+//! Inodes: the per-CPU inode tables on media and each file's extent map.
+//!
+//! A file indexes its data by extents. The records live in slots: eight inside the inode, more in
+//! a chain of extent-index blocks. The DRAM `FileMap` (a B-tree by logical block) is rebuilt from
+//! the slots at mount and keeps, for each extent, the slot that holds it, so an update writes only
+//! the records that changed. Records at logical blocks at or beyond the inode's `map_end` are dead.
+
+use crate::alloc::BlockRun;
+use crate::error::{Result, corrupt};
+use crate::layout::{
+    BLOCK_SIZE, EXTENT_SIZE, ExtentRecord, Geometry, INDEX_MAGIC, INDEX_SLOTS, INDEX_SLOTS_OFF, INLINE_SLOTS,
+    INODE_SLOTS_OFF, get_u32, get_u64,
+};
+use crate::pool::{Category, Pool};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A slot: 0..8 are inline in the inode; `8 + k*255 + s` is slot `s` of the k-th index block.
+pub type SlotId = u32;
+
+/// One extent of a file in DRAM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub phys: u64,
+    pub len: u64,
+    pub slot: SlotId,
+}
+
+/// A file's logical-to-physical map.
+#[derive(Clone, Debug, Default)]
+pub struct FileMap {
+    pub extents: BTreeMap<u64, Extent>,
+    free_slots: BTreeSet<SlotId>,
+    pub index_blocks: Vec<u64>,
+}
+
+/// The media changes an extent-map update needs, to be written in one transaction.
+#[derive(Debug, Default)]
+pub struct MapUpdate {
+    /// Slot contents to write (journaled).
+    pub slot_writes: BTreeMap<SlotId, ExtentRecord>,
+    /// Physical blocks no longer referenced: free them after the transaction commits.
+    pub freed: Vec<BlockRun>,
+    /// Index-block link writes (pool offset, new `next` value), journaled.
+    pub links: Vec<(u64, u64)>,
+    /// New value for the inode's `index_block` field, if the first index block was added.
+    pub first_index_block: Option<u64>,
+    /// Dead slots (beyond a lowered `map_end`): zero them after commit, unjournaled.
+    pub dead_slots: Vec<SlotId>,
+}
+
+impl FileMap {
+    /// An empty map with all inline slots free.
+    pub fn new() -> FileMap {
+        FileMap { extents: BTreeMap::new(), free_slots: (0..INLINE_SLOTS as u32).collect(), index_blocks: Vec::new() }
+    }
+
+    /// Pool offset of a slot for the inode at `inode_off`.
+    pub fn slot_offset(&self, inode_off: u64, slot: SlotId) -> u64 {
+        if (slot as usize) < INLINE_SLOTS {
+            inode_off + INODE_SLOTS_OFF + slot as u64 * EXTENT_SIZE
+        } else {
+            let i = slot as usize - INLINE_SLOTS;
+            let blk = self.index_blocks[i / INDEX_SLOTS];
+            blk * BLOCK_SIZE + INDEX_SLOTS_OFF + (i % INDEX_SLOTS) as u64 * EXTENT_SIZE
+        }
+    }
+
+    /// Number of blocks mapped.
+    pub fn mapped_blocks(&self) -> u64 {
+        self.extents.values().map(|e| e.len).sum()
+    }
+
+    /// Physical block of logical block `lb`, if mapped, and how many following blocks are
+    /// contiguous in the same extent (including `lb`).
+    pub fn lookup(&self, lb: u64) -> Option<(u64, u64)> {
+        let (&l, e) = self.extents.range(..=lb).next_back()?;
+        (lb < l + e.len).then(|| (e.phys + (lb - l), l + e.len - lb))
+    }
+
+    /// Next mapped logical block at or after `lb` (for SEEK_DATA and sparse reads).
+    pub fn next_mapped(&self, lb: u64) -> Option<u64> {
+        if self.lookup(lb).is_some() {
+            return Some(lb);
+        }
+        self.extents.range(lb..).next().map(|(&l, _)| l)
+    }
+
+    /// Extents overlapping logical blocks [a, b), clipped, as (logical, phys, len).
+    pub fn segments(&self, a: u64, b: u64) -> Vec<(u64, u64, u64)> {
+        let mut out = Vec::new();
+        let start = self.extents.range(..=a).next_back().map(|(&l, _)| l).unwrap_or(a);
+        for (&l, e) in self.extents.range(start..b) {
+            let s = l.max(a);
+            let t = (l + e.len).min(b);
+            if s < t {
+                out.push((s, e.phys + (s - l), t - s));
+            }
+        }
+        out
+    }
+
+    /// Whether logical block `lb` lies in a 2 MiB logical unit that is mapped onto one 2 MiB
+    /// aligned physical extent (and so is hugepage-mappable).
+    pub fn in_aligned_unit(&self, lb: u64) -> bool {
+        let unit = lb / 512 * 512;
+        match self.extents.range(..=unit).next_back() {
+            Some((&l, e)) => l + e.len >= unit + 512 && (e.phys + (unit - l)) % 512 == 0,
+            None => false,
+        }
+    }
+
+    /// Extents overlapping [a, b) in count.
+    pub fn extents_in(&self, a: u64, b: u64) -> usize {
+        self.segments(a, b).len()
+    }
+
+    /// Slots an update of `new_runs` pieces may need beyond what is free (each piece can take a
+    /// slot and one split can need one more).
+    pub fn index_blocks_needed(&self, new_runs: usize) -> usize {
+        let need = new_runs + 1;
+        need.saturating_sub(self.free_slots.len()).div_ceil(INDEX_SLOTS)
+    }
+
+    /// Add a fresh, initialised index block (already durable and zeroed) to the chain.
+    pub fn add_index_block(&mut self, inode_off: u64, block: u64, upd: &mut MapUpdate) {
+        match self.index_blocks.last() {
+            Some(&prev) => upd.links.push((prev * BLOCK_SIZE + 8, block)),
+            None => upd.first_index_block = Some(block),
+        }
+        let _ = inode_off;
+        let k = self.index_blocks.len();
+        self.index_blocks.push(block);
+        for s in 0..INDEX_SLOTS {
+            self.free_slots.insert((INLINE_SLOTS + k * INDEX_SLOTS + s) as SlotId);
+        }
+    }
+
+    fn take_slot(&mut self) -> SlotId {
+        // Callers reserve index blocks first (`index_blocks_needed`), so a slot is always free.
+        self.free_slots.pop_first().expect("caller reserved enough extent slots")
+    }
+
+    fn release_slot(&mut self, slot: SlotId, upd: &mut MapUpdate) {
+        self.free_slots.insert(slot);
+        upd.slot_writes.insert(slot, ExtentRecord::default());
+    }
+
+    /// Replace the mapping of logical blocks [l, l+n) with `runs` (laid end to end from `l`; their
+    /// total must be `n`, or zero to punch the range out). The caller must have reserved index
+    /// blocks (see `index_blocks_needed`), so this cannot fail.
+    pub fn remap(&mut self, l: u64, n: u64, runs: &[BlockRun], upd: &mut MapUpdate) {
+        let end = l + n;
+        let overlapping: Vec<u64> = {
+            let start = self.extents.range(..l).next_back().map(|(&k, _)| k).unwrap_or(l);
+            self.extents.range(start..end).filter(|(k, e)| **k + e.len > l).map(|(&k, _)| k).collect()
+        };
+        for k in overlapping {
+            let e = self.extents.remove(&k).expect("listed above");
+            let e_end = k + e.len;
+            let mid_s = k.max(l);
+            let mid_e = e_end.min(end);
+            upd.freed.push(BlockRun { start: e.phys + (mid_s - k), len: mid_e - mid_s });
+            let mut slot = Some(e.slot);
+            if k < l {
+                let head = Extent { phys: e.phys, len: l - k, slot: e.slot };
+                upd.slot_writes.insert(e.slot, record(k, &head));
+                self.extents.insert(k, head);
+                slot = None;
+            }
+            if e_end > end {
+                let s = slot.take().unwrap_or_else(|| self.take_slot());
+                let tail = Extent { phys: e.phys + (end - k), len: e_end - end, slot: s };
+                upd.slot_writes.insert(s, record(end, &tail));
+                self.extents.insert(end, tail);
+            }
+            if let Some(s) = slot {
+                self.release_slot(s, upd);
+            }
+        }
+        let mut cur = l;
+        for r in runs {
+            // Extend the previous extent when the new run continues it both logically and physically.
+            let prev = self.extents.range(..cur).next_back().map(|(&k, e)| (k, *e));
+            match prev {
+                Some((k, mut e)) if k + e.len == cur && e.phys + e.len == r.start && e.len + r.len <= u32::MAX as u64 => {
+                    e.len += r.len;
+                    upd.slot_writes.insert(e.slot, record(k, &e));
+                    self.extents.insert(k, e);
+                }
+                _ => {
+                    let s = self.take_slot();
+                    let e = Extent { phys: r.start, len: r.len, slot: s };
+                    upd.slot_writes.insert(s, record(cur, &e));
+                    self.extents.insert(cur, e);
+                }
+            }
+            cur += r.len;
+        }
+    }
+
+    /// Drop everything at or beyond logical block `end`. The extent straddling `end` is rewritten
+    /// (journaled); wholly dead extents' slots become free without a journaled write because the
+    /// inode's lowered `map_end` kills them; they are zeroed after commit (`dead_slots`).
+    pub fn truncate(&mut self, end: u64, upd: &mut MapUpdate) {
+        if let Some((&k, e)) = self.extents.range(..end).next_back() {
+            if k + e.len > end {
+                let mut e = *e;
+                upd.freed.push(BlockRun { start: e.phys + (end - k), len: k + e.len - end });
+                e.len = end - k;
+                upd.slot_writes.insert(e.slot, record(k, &e));
+                self.extents.insert(k, e);
+            }
+        }
+        let dead: Vec<u64> = self.extents.range(end..).map(|(&k, _)| k).collect();
+        for k in dead {
+            let e = self.extents.remove(&k).expect("listed above");
+            upd.freed.push(BlockRun { start: e.phys, len: e.len });
+            upd.dead_slots.push(e.slot);
+            self.free_slots.insert(e.slot);
+        }
+    }
+
+    /// Every physical block the map owns: data extents and index blocks.
+    pub fn owned_runs(&self) -> Vec<BlockRun> {
+        let mut v: Vec<BlockRun> = self.extents.values().map(|e| BlockRun { start: e.phys, len: e.len }).collect();
+        v.extend(self.index_blocks.iter().map(|&b| BlockRun { start: b, len: 1 }));
+        v
+    }
+
+    /// Rebuild from media. Validates every record; records at or beyond `map_end` and free slots
+    /// are returned as dead slots so mount can zero them.
+    pub fn load(pool: &Pool, g: &Geometry, ino: u64, inode: &[u8], index_block: u64, map_end: u64) -> Result<(FileMap, Vec<SlotId>)> {
+        let mut m = FileMap { extents: BTreeMap::new(), free_slots: BTreeSet::new(), index_blocks: Vec::new() };
+        let mut dead = Vec::new();
+        let mut add = |m: &mut FileMap, slot: SlotId, raw: &[u8]| -> Result<()> {
+            let r = ExtentRecord::decode(raw);
+            if r.len == 0 {
+                m.free_slots.insert(slot);
+                return Ok(());
+            }
+            if r.logical as u64 >= map_end {
+                m.free_slots.insert(slot);
+                dead.push(slot);
+                return Ok(());
+            }
+            let (l, len) = (r.logical as u64, r.len as u64);
+            if l + len > map_end {
+                return Err(corrupt!("inode {ino}: extent at logical block {l} (+{len}) runs past map end {map_end}"));
+            }
+            if !g.is_data_block(r.phys) || !g.is_data_block(r.phys + len - 1) {
+                return Err(corrupt!("inode {ino}: extent {l}+{len} points outside the data area (block {})", r.phys));
+            }
+            if let Some((&pl, pe)) = m.extents.range(..l + len).next_back() {
+                if pl + pe.len > l {
+                    return Err(corrupt!("inode {ino}: extents at logical blocks {pl} and {l} overlap"));
+                }
+            }
+            m.extents.insert(l, Extent { phys: r.phys, len, slot });
+            Ok(())
+        };
+        for s in 0..INLINE_SLOTS {
+            let o = INODE_SLOTS_OFF as usize + s * EXTENT_SIZE as usize;
+            add(&mut m, s as SlotId, &inode[o..o + 16])?;
+        }
+        let mut next = index_block;
+        let mut seen = BTreeSet::new();
+        while next != 0 {
+            if !g.is_data_block(next) || !seen.insert(next) {
+                return Err(corrupt!("inode {ino}: extent index chain points at block {next} (outside data area or a loop)"));
+            }
+            let mut blk = vec![0u8; BLOCK_SIZE as usize];
+            pool.read(next * BLOCK_SIZE, &mut blk)?;
+            if get_u32(&blk, 0) != INDEX_MAGIC {
+                return Err(corrupt!("inode {ino}: block {next} in its extent index chain has no index magic"));
+            }
+            let k = m.index_blocks.len();
+            m.index_blocks.push(next);
+            for s in 0..INDEX_SLOTS {
+                let o = INDEX_SLOTS_OFF as usize + s * EXTENT_SIZE as usize;
+                add(&mut m, (INLINE_SLOTS + k * INDEX_SLOTS + s) as SlotId, &blk[o..o + 16])?;
+            }
+            next = get_u64(&blk, 8);
+        }
+        Ok((m, dead))
+    }
+}
+
+fn record(logical: u64, e: &Extent) -> ExtentRecord {
+    ExtentRecord { logical: logical as u32, len: e.len as u32, phys: e.phys }
+}
+
+/// Encode a map update's slot writes as pool writes, merging the writes that land in one index
+/// block (or the inode) into one range so a transaction needs few journal entries.
+pub fn slot_pool_writes(pool: &Pool, map: &FileMap, inode_off: u64, upd: &MapUpdate) -> Result<Vec<(u64, Vec<u8>)>> {
+    let mut groups: BTreeMap<u64, Vec<(u64, [u8; 16])>> = BTreeMap::new();
+    for (&slot, rec) in &upd.slot_writes {
+        let off = map.slot_offset(inode_off, slot);
+        groups.entry(off / BLOCK_SIZE * 2 + ((slot as usize) < INLINE_SLOTS) as u64).or_default().push((off, rec.encode()));
+    }
+    let mut out = Vec::new();
+    for (_, mut ws) in groups {
+        ws.sort_by_key(|w| w.0);
+        if ws.len() == 1 {
+            out.push((ws[0].0, ws[0].1.to_vec()));
+            continue;
+        }
+        let lo = ws[0].0;
+        let hi = ws.last().expect("non-empty").0 + EXTENT_SIZE;
+        let mut buf = vec![0u8; (hi - lo) as usize];
+        pool.read(lo, &mut buf)?;
+        for (o, r) in ws {
+            let i = (o - lo) as usize;
+            buf[i..i + 16].copy_from_slice(&r);
+        }
+        out.push((lo, buf));
+    }
+    for &(off, v) in &upd.links {
+        out.push((off, v.to_le_bytes().to_vec()));
+    }
+    Ok(out)
+}
+
+/// Initialise a fresh index block (unreachable until linked, so no journaling is needed).
+pub fn init_index_block(pool: &Pool, block: u64) -> Result<()> {
+    let off = block * BLOCK_SIZE;
+    pool.zero_flush(off, BLOCK_SIZE, Category::Metadata)?;
+    pool.write_flush(off, &INDEX_MAGIC.to_le_bytes(), Category::Metadata)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(start: u64, len: u64) -> BlockRun {
+        BlockRun { start, len }
+    }
+
+    #[test]
+    fn remap_splits_and_frees_the_middle() {
+        let mut m = FileMap::new();
+        let mut u = MapUpdate::default();
+        m.remap(0, 10, &[run(1000, 10)], &mut u);
+        assert_eq!(m.extents.len(), 1);
+        let mut u = MapUpdate::default();
+        m.remap(4, 2, &[run(5000, 2)], &mut u);
+        assert_eq!(u.freed, vec![run(1004, 2)]);
+        assert_eq!(m.lookup(3), Some((1003, 1)));
+        assert_eq!(m.lookup(4), Some((5000, 2)));
+        assert_eq!(m.lookup(6), Some((1006, 4)));
+        assert_eq!(m.extents.len(), 3);
+        assert_eq!(m.mapped_blocks(), 10);
+        // Three slots written: the shortened head, the tail, the new extent.
+        assert_eq!(u.slot_writes.len(), 3);
+    }
+
+    #[test]
+    fn contiguous_appends_extend_one_extent() {
+        let mut m = FileMap::new();
+        for i in 0..20 {
+            let mut u = MapUpdate::default();
+            m.remap(i, 1, &[run(700 + i, 1)], &mut u);
+        }
+        assert_eq!(m.extents.len(), 1);
+        assert_eq!(m.lookup(0), Some((700, 20)));
+    }
+
+    #[test]
+    fn truncate_keeps_the_straddler_and_kills_the_rest() {
+        let mut m = FileMap::new();
+        let mut u = MapUpdate::default();
+        m.remap(0, 4, &[run(100, 4)], &mut u);
+        m.remap(10, 4, &[run(200, 4)], &mut u);
+        let mut u = MapUpdate::default();
+        m.truncate(2, &mut u);
+        assert_eq!(u.freed, vec![run(102, 2), run(200, 4)]);
+        assert_eq!(u.dead_slots.len(), 1);
+        assert_eq!(m.mapped_blocks(), 2);
+    }
+
+    #[test]
+    fn punch_frees_and_releases_slots() {
+        let mut m = FileMap::new();
+        let mut u = MapUpdate::default();
+        m.remap(0, 8, &[run(100, 8)], &mut u);
+        let mut u = MapUpdate::default();
+        m.remap(0, 8, &[], &mut u);
+        assert!(m.extents.is_empty());
+        assert_eq!(u.freed, vec![run(100, 8)]);
+        assert_eq!(u.slot_writes.values().next().unwrap().len, 0);
+    }
+
+    #[test]
+    fn aligned_unit_detection() {
+        let mut m = FileMap::new();
+        let mut u = MapUpdate::default();
+        m.remap(512, 512, &[run(4096, 512)], &mut u);
+        m.remap(0, 512, &[run(4097 + 512, 512)], &mut u);
+        assert!(m.in_aligned_unit(700));
+        assert!(!m.in_aligned_unit(3));
+    }
+}

@@ -1,0 +1,34 @@
+//! winefs: a hugepage-aware persistent-memory file system in user space, after WineFS (SOSP'21).
+//!
+//! Module map (one concept each; see docs/DESIGN.md):
+//! - [`pool`]: the mapped pool and persistence primitives (the only `unsafe` besides `fs::current_cpu`).
+//! - [`layout`]: the on-media format.
+//! - [`alloc`]: the alignment-aware allocator.
+//! - [`journal`]: per-CPU undo journals and their recovery.
+//! - [`inode`]: inode tables and extent maps.
+//! - [`dir`]: directory blocks and DRAM directory indexes.
+//! - [`file`]: the data path and the `File` handle.
+//! - [`xattr`]: extended attributes.
+//! - [`fs`]: namespace operations, locking and the `Fs` API.
+//! - [`recovery`]: mkfs, mount, unmount.
+//! - [`fsck`]: invariant checks.
+//! - [`bench`]: the system-call benchmark (a tool beside the core).
+
+pub mod alloc;
+pub mod bench;
+pub mod dir;
+pub mod error;
+pub mod file;
+pub mod fs;
+pub mod fsck;
+pub mod inode;
+pub mod journal;
+pub mod layout;
+pub mod pool;
+pub mod recovery;
+pub mod xattr;
+
+pub use error::{Error, Result};
+pub use file::File;
+pub use fs::{Attr, DirEntry, Fs, MkfsOptions, Mode, MountOptions, RenameFlags, SetAttr, StatFs, TimeSet, XattrSet};
+pub use layout::FileKind;

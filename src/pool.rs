@@ -1,0 +1,523 @@
+//! The pool: one 2 MiB-aligned shared mapping of the backing file or device, and the persistence
+//! primitives (cache-line write-back and store fence) with per-category counters.
+//!
+//! This is the only module that touches raw memory. Every access is bounds-checked against the
+//! mapping and copies bytes in or out; no reference into the mapping ever escapes, so concurrent
+//! writers to other ranges never alias a Rust reference.
+
+use crate::error::{Error, Result};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Cache-line size assumed by the flush loop and the journal entry size.
+pub const CACHE_LINE: u64 = 64;
+const HUGE: usize = 2 << 20;
+
+/// What a write or flush is for, so benchmarks can tell data from metadata from journal traffic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Category {
+    Data = 0,
+    Metadata = 1,
+    Journal = 2,
+}
+
+/// Bytes written and cache lines flushed per category, and fences issued, since the pool was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PersistStats {
+    pub bytes_written: [u64; 3],
+    pub lines_flushed: [u64; 3],
+    pub fences: u64,
+}
+
+/// Where `persist_from` takes its bytes.
+#[derive(Clone, Copy)]
+enum PersistSrc<'a> {
+    Bytes(&'a [u8]),
+    /// `len` bytes at a pool offset (bounds-checked, not overlapping the destination).
+    Pool(u64, u64),
+    Zero(u64),
+}
+
+impl PersistSrc<'_> {
+    fn len(&self) -> u64 {
+        match self {
+            PersistSrc::Bytes(b) => b.len() as u64,
+            PersistSrc::Pool(_, n) | PersistSrc::Zero(n) => *n,
+        }
+    }
+
+    /// Ordinary stores of source bytes `from..from+n` to `base + dst`.
+    fn copy_to(&self, base: *mut u8, dst: u64, from: u64, n: u64) {
+        // SAFETY: callers pass a destination inside the bounds-checked range and `from + n`
+        // within the source length; sources never overlap the destination.
+        unsafe {
+            let d = base.add(dst as usize);
+            match self {
+                PersistSrc::Bytes(b) => std::ptr::copy_nonoverlapping(b.as_ptr().add(from as usize), d, n as usize),
+                PersistSrc::Pool(s, _) => std::ptr::copy_nonoverlapping(base.add((s + from) as usize), d, n as usize),
+                PersistSrc::Zero(_) => std::ptr::write_bytes(d, 0, n as usize),
+            }
+        }
+    }
+}
+
+/// The cache-line write-back instruction chosen at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushKind {
+    Clwb,
+    ClflushOpt,
+    Clflush,
+    /// Not x86-64: stores are made durable with msync of the touched pages.
+    Msync,
+}
+
+#[derive(Default)]
+struct Counters {
+    bytes: [AtomicU64; 3],
+    lines: [AtomicU64; 3],
+    fences: AtomicU64,
+}
+
+/// A mapped pool.
+pub struct Pool {
+    base: *mut u8,
+    len: u64,
+    flush_kind: FlushKind,
+    counters: Counters,
+    path: PathBuf,
+    private: bool,
+    _file: File,
+}
+
+// SAFETY: the mapping is process-wide shared memory that lives as long as `Pool`; all access goes
+// through bounds-checked copies (no references into it escape), so sharing across threads is as
+// safe as sharing a file descriptor. Ordering between threads is the callers' locking.
+unsafe impl Send for Pool {}
+// SAFETY: see `Send` above; `&Pool` methods only copy bytes and issue flush instructions.
+unsafe impl Sync for Pool {}
+
+fn detect_flush() -> FlushKind {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // CPUID leaf 7 sub-leaf 0, EBX bit 24 = CLWB, bit 23 = CLFLUSHOPT.
+        let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
+        if leaf7.ebx & (1 << 24) != 0 {
+            FlushKind::Clwb
+        } else if leaf7.ebx & (1 << 23) != 0 {
+            FlushKind::ClflushOpt
+        } else {
+            FlushKind::Clflush
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        FlushKind::Msync
+    }
+}
+
+/// Size in bytes of a pool backing: a regular file's length, or a device-DAX character device's
+/// size from sysfs.
+fn backing_size(path: &Path, file: &File) -> Result<u64> {
+    let meta = file.metadata().map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
+    if meta.file_type().is_char_device() {
+        use std::os::unix::fs::MetadataExt;
+        let rdev = meta.rdev();
+        let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+        let sys = format!("/sys/dev/char/{major}:{minor}/size");
+        let text = std::fs::read_to_string(&sys).map_err(|e| Error::io(format!("read {sys}"), e))?;
+        return text.trim().parse::<u64>().map_err(|_| Error::Invalid(format!("{sys}: not a size: {text:?}")));
+    }
+    if meta.is_dir() {
+        return Err(Error::Invalid(format!("{} is a directory, not a pool file", path.display())));
+    }
+    Ok(meta.len())
+}
+
+impl Pool {
+    /// Create a pool file of `size` bytes (it must not exist yet, so nothing is ever overwritten
+    /// by accident) and map it.
+    pub fn create(path: &Path, size: u64) -> Result<Pool> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| Error::io(format!("create pool {}", path.display()), e))?;
+        file.set_len(size).map_err(|e| Error::io(format!("size pool {} to {size} bytes", path.display()), e))?;
+        Self::map(path, file, size, false)
+    }
+
+    /// Open an existing pool file or device. `private` maps it copy-on-write: every store stays in
+    /// this process and the media is never modified (used by fsck).
+    pub fn open(path: &Path, private: bool) -> Result<Pool> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(!private)
+            .open(path)
+            .map_err(|e| Error::io(format!("open pool {}", path.display()), e))?;
+        let size = backing_size(path, &file)?;
+        Self::map(path, file, size, private)
+    }
+
+    fn map(path: &Path, file: File, size: u64, private: bool) -> Result<Pool> {
+        let len = size & !4095;
+        if len == 0 {
+            return Err(Error::PoolTooSmall { size, min: 4096 });
+        }
+        let ulen = usize::try_from(len).map_err(|_| Error::Invalid("pool larger than address space".into()))?;
+        // SAFETY: an anonymous PROT_NONE reservation has no effect on existing memory; it only
+        // finds a free virtual range large enough to hold a 2 MiB-aligned window of `ulen` bytes.
+        let reserve = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                ulen + HUGE,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if reserve == libc::MAP_FAILED {
+            return Err(Error::io("reserve address space for the pool", std::io::Error::last_os_error()));
+        }
+        let aligned = ((reserve as usize + HUGE - 1) & !(HUGE - 1)) as *mut libc::c_void;
+        let flags = if private { libc::MAP_PRIVATE } else { libc::MAP_SHARED };
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: `aligned..aligned+ulen` lies inside the reservation made above, which this
+        // function owns, so MAP_FIXED replaces only our own PROT_NONE pages.
+        let base = unsafe { libc::mmap(aligned, ulen, prot, flags | libc::MAP_FIXED, file.as_raw_fd(), 0) };
+        if base == libc::MAP_FAILED {
+            let err = std::io::Error::last_os_error();
+            // SAFETY: unmapping our own reservation, which nothing else references.
+            unsafe { libc::munmap(reserve, ulen + HUGE) };
+            return Err(Error::io(format!("map pool {}", path.display()), err));
+        }
+        // Give back the unused head and tail of the reservation.
+        let head = aligned as usize - reserve as usize;
+        let tail = HUGE - head;
+        // SAFETY: both ranges are parts of our reservation outside the pool mapping.
+        unsafe {
+            if head > 0 {
+                libc::munmap(reserve, head);
+            }
+            if tail > 0 {
+                libc::munmap((aligned as usize + ulen) as *mut libc::c_void, tail);
+            }
+        }
+        Ok(Pool {
+            base: base as *mut u8,
+            len,
+            flush_kind: detect_flush(),
+            counters: Counters::default(),
+            path: path.to_path_buf(),
+            private,
+            _file: file,
+        })
+    }
+
+    /// Usable length in bytes (the backing size rounded down to 4 KiB).
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Always false: a pool has at least one block.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The backing path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// True when opened copy-on-write (nothing reaches the media).
+    pub fn is_private(&self) -> bool {
+        self.private
+    }
+
+    /// The flush instruction in use.
+    pub fn flush_kind(&self) -> FlushKind {
+        self.flush_kind
+    }
+
+    /// Virtual address of the mapping (2 MiB aligned); for the mmap layer and tests.
+    pub fn base_addr(&self) -> usize {
+        self.base as usize
+    }
+
+    fn check(&self, off: u64, len: u64) -> Result<()> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::Corrupted(format!(
+                "access to pool bytes {off}..{} beyond the pool end {}",
+                off.saturating_add(len),
+                self.len
+            ))),
+        }
+    }
+
+    /// Copy `buf.len()` bytes at `off` out of the pool.
+    pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        self.check(off, buf.len() as u64)?;
+        // SAFETY: the range was bounds-checked against the live mapping; `buf` is a distinct
+        // Rust allocation, so source and destination cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(self.base.add(off as usize), buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    /// Read a fixed-size array at `off`.
+    pub fn read_array<const N: usize>(&self, off: u64) -> Result<[u8; N]> {
+        let mut b = [0u8; N];
+        self.read(off, &mut b)?;
+        Ok(b)
+    }
+
+    /// CRC32C of `len` pool bytes at `off`. The caller must own the range (hold the locks that
+    /// keep other threads from writing it) for the result to mean anything.
+    pub fn crc32c(&self, off: u64, len: u64) -> Result<u32> {
+        self.check(off, len)?;
+        // SAFETY: bounds-checked; the shared slice lives only for this call, and the caller's
+        // locking keeps the range free of concurrent writers while it is read.
+        let s = unsafe { std::slice::from_raw_parts(self.base.add(off as usize), len as usize) };
+        Ok(crc32c::crc32c(s))
+    }
+
+    /// Store `data` at `off` (not yet durable: flush and fence make it so).
+    pub fn write(&self, off: u64, data: &[u8], cat: Category) -> Result<()> {
+        self.check(off, data.len() as u64)?;
+        // SAFETY: bounds-checked range of our writable mapping; `data` is a separate allocation.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(off as usize), data.len()) };
+        self.counters.bytes[cat as usize].fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Fill `len` bytes at `off` with zeros (not yet durable).
+    pub fn zero(&self, off: u64, len: u64, cat: Category) -> Result<()> {
+        self.check(off, len)?;
+        // SAFETY: bounds-checked range of our writable mapping.
+        unsafe { std::ptr::write_bytes(self.base.add(off as usize), 0, len as usize) };
+        self.counters.bytes[cat as usize].fetch_add(len, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Copy `len` bytes inside the pool from `src` to `dst` (ranges must not overlap).
+    pub fn copy_within(&self, src: u64, dst: u64, len: u64, cat: Category) -> Result<()> {
+        self.check(src, len)?;
+        self.check(dst, len)?;
+        if src < dst + len && dst < src + len {
+            return Err(Error::Invalid(format!("overlapping pool copy {src}->{dst} of {len} bytes")));
+        }
+        // SAFETY: both ranges are bounds-checked and, as just verified, disjoint.
+        unsafe { std::ptr::copy_nonoverlapping(self.base.add(src as usize), self.base.add(dst as usize), len as usize) };
+        self.counters.bytes[cat as usize].fetch_add(len, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Write back every cache line overlapping `off..off+len` (ordered by the next `fence`).
+    pub fn flush(&self, off: u64, len: u64, cat: Category) {
+        if len == 0 || self.check(off, len).is_err() {
+            return;
+        }
+        let first = off & !(CACHE_LINE - 1);
+        let end = off + len;
+        let lines = (end - first).div_ceil(CACHE_LINE);
+        self.counters.lines[cat as usize].fetch_add(lines, Ordering::Relaxed);
+        if self.private {
+            return; // nothing reaches media in a private mapping
+        }
+        match self.flush_kind {
+            #[cfg(target_arch = "x86_64")]
+            FlushKind::Clwb | FlushKind::ClflushOpt | FlushKind::Clflush => {
+                let mut line = first;
+                while line < end {
+                    // SAFETY: `line` lies within the mapping (bounds-checked above); the
+                    // instructions only write back a cache line and have no other effect on memory.
+                    unsafe {
+                        let p = self.base.add(line as usize);
+                        match self.flush_kind {
+                            FlushKind::Clwb => std::arch::asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags)),
+                            FlushKind::ClflushOpt => std::arch::asm!("clflushopt [{0}]", in(reg) p, options(nostack, preserves_flags)),
+                            _ => std::arch::x86_64::_mm_clflush(p),
+                        }
+                    }
+                    line += CACHE_LINE;
+                }
+            }
+            _ => {
+                let page = first & !4095;
+                // SAFETY: msync on a page range inside our mapping only schedules write-back.
+                unsafe { libc::msync(self.base.add(page as usize) as *mut _, (end - page) as usize, libc::MS_SYNC) };
+            }
+        }
+    }
+
+    /// Store fence: every flush issued before it is durable before any store after it.
+    pub fn fence(&self) {
+        self.counters.fences.fetch_add(1, Ordering::Relaxed);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: sfence has no memory operands.
+        unsafe {
+            std::arch::x86_64::_mm_sfence()
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// Store then flush (no fence). Large stores bypass the cache (see `persist_from`).
+    pub fn write_flush(&self, off: u64, data: &[u8], cat: Category) -> Result<()> {
+        self.check(off, data.len() as u64)?;
+        self.persist_from(off, PersistSrc::Bytes(data), cat);
+        Ok(())
+    }
+
+    /// Copy inside the pool so that the destination is durable after the next fence.
+    pub fn copy_flush(&self, src: u64, dst: u64, len: u64, cat: Category) -> Result<()> {
+        self.check(src, len)?;
+        self.check(dst, len)?;
+        if src < dst + len && dst < src + len {
+            return Err(Error::Invalid(format!("overlapping pool copy {src}->{dst} of {len} bytes")));
+        }
+        self.persist_from(dst, PersistSrc::Pool(src, len), cat);
+        Ok(())
+    }
+
+    /// Zero a range so that it is durable after the next fence.
+    pub fn zero_flush(&self, off: u64, len: u64, cat: Category) -> Result<()> {
+        self.check(off, len)?;
+        self.persist_from(off, PersistSrc::Zero(len), cat);
+        Ok(())
+    }
+
+    /// Store bytes at `off` (already bounds-checked) so that they are durable after the next
+    /// fence: whole cache lines with non-temporal stores, which go straight to memory (on this
+    /// class of machine a 4 KiB copy plus write-back costs twice as much through the cache),
+    /// partial lines with ordinary stores and a write-back.
+    fn persist_from(&self, off: u64, src: PersistSrc<'_>, cat: Category) {
+        let len = src.len();
+        if len == 0 {
+            return;
+        }
+        self.counters.bytes[cat as usize].fetch_add(len, Ordering::Relaxed);
+        let end = off + len;
+        let a = off.next_multiple_of(CACHE_LINE).min(end);
+        let b = (end & !(CACHE_LINE - 1)).max(a);
+        let nt = cfg!(target_arch = "x86_64") && !self.private && b > a && len >= 256;
+        if !nt {
+            src.copy_to(self.base, off, 0, len);
+            self.flush_uncounted(off, len, cat);
+            return;
+        }
+        // Head and tail partial lines through the cache.
+        if a > off {
+            src.copy_to(self.base, off, 0, a - off);
+            self.flush_uncounted(off, a - off, cat);
+        }
+        if end > b {
+            src.copy_to(self.base, b, b - off, end - b);
+            self.flush_uncounted(b, end - b, cat);
+        }
+        self.counters.lines[cat as usize].fetch_add((b - a) / CACHE_LINE, Ordering::Relaxed);
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_setzero_si128, _mm_stream_si128};
+            let mut o = a;
+            while o < b {
+                // SAFETY: `a..b` lies inside the checked range and is 64-byte aligned, so each
+                // 16-byte non-temporal store is aligned and inside the mapping; the source is a
+                // checked pool range or a slice of at least `len` bytes (see `PersistSrc`).
+                unsafe {
+                    let d = self.base.add(o as usize) as *mut __m128i;
+                    for k in 0..4 {
+                        let v = match src {
+                            PersistSrc::Zero(_) => _mm_setzero_si128(),
+                            PersistSrc::Bytes(s) => _mm_loadu_si128(s.as_ptr().add((o - off) as usize + 16 * k) as *const __m128i),
+                            PersistSrc::Pool(so, _) => _mm_loadu_si128(self.base.add((so + o - off) as usize + 16 * k) as *const __m128i),
+                        };
+                        _mm_stream_si128(d.add(k), v);
+                    }
+                }
+                o += CACHE_LINE;
+            }
+        }
+    }
+
+    fn flush_uncounted(&self, off: u64, len: u64, cat: Category) {
+        self.flush(off, len, cat);
+    }
+
+    /// Counters since open.
+    pub fn stats(&self) -> PersistStats {
+        let mut s = PersistStats::default();
+        for i in 0..3 {
+            s.bytes_written[i] = self.counters.bytes[i].load(Ordering::Relaxed);
+            s.lines_flushed[i] = self.counters.lines[i].load(Ordering::Relaxed);
+        }
+        s.fences = self.counters.fences.load(Ordering::Relaxed);
+        s
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the range mapped in `map`; no references into it exist.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len as usize) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mapping_is_2mib_aligned_and_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("pool");
+        let pool = Pool::create(&p, 8 << 20).unwrap();
+        assert_eq!(pool.base_addr() % HUGE, 0);
+        pool.write_flush(4096, b"hello", Category::Data).unwrap();
+        pool.fence();
+        let mut b = [0u8; 5];
+        pool.read(4096, &mut b).unwrap();
+        assert_eq!(&b, b"hello");
+        let s = pool.stats();
+        assert_eq!(s.bytes_written[0], 5);
+        assert_eq!(s.lines_flushed[0], 1);
+        assert_eq!(s.fences, 1);
+        drop(pool);
+        let reopened = Pool::open(&p, false).unwrap();
+        reopened.read(4096, &mut b).unwrap();
+        assert_eq!(&b, b"hello");
+    }
+
+    #[test]
+    fn out_of_bounds_is_an_error_not_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = Pool::create(&dir.path().join("pool"), 1 << 20).unwrap();
+        let mut b = [0u8; 8];
+        assert!(matches!(pool.read((1 << 20) - 4, &mut b), Err(Error::Corrupted(_))));
+        assert!(pool.write(u64::MAX - 2, &b, Category::Data).is_err());
+    }
+
+    #[test]
+    fn private_mapping_never_reaches_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("pool");
+        Pool::create(&p, 1 << 20).unwrap();
+        let private = Pool::open(&p, true).unwrap();
+        private.write(0, b"xyz", Category::Metadata).unwrap();
+        drop(private);
+        let shared = Pool::open(&p, false).unwrap();
+        assert_eq!(shared.read_array::<3>(0).unwrap(), [0, 0, 0]);
+    }
+
+    #[test]
+    fn create_refuses_to_overwrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("pool");
+        Pool::create(&p, 1 << 20).unwrap();
+        assert!(matches!(Pool::create(&p, 1 << 20), Err(Error::Io { .. })));
+    }
+}
