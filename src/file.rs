@@ -263,12 +263,9 @@ fn truncate_locked(inner: &Inner, g: &mut Node, size: u64) -> Result<()> {
         if inblk != 0 {
             if let Some((phys, _)) = g.map.lookup(size / BLOCK_SIZE) {
                 let off = phys * BLOCK_SIZE + inblk;
-                let z = &zeros[..(BLOCK_SIZE - inblk) as usize];
-                if inner.mode == Mode::Strict {
-                    tx.write_ref(off, z, Category::Data);
-                } else {
-                    inner.pool.write_flush(off, z, Category::Data)?;
-                }
+                // Journaled in both modes: truncate is a metadata operation, so a crash must
+                // not leave the old size with the tail already zeroed.
+                tx.write_ref(off, &zeros[..(BLOCK_SIZE - inblk) as usize], Category::Data);
             }
         }
     }
@@ -404,12 +401,8 @@ pub(crate) fn punch_hole(inner: &Inner, ino: u64, off: u64, len: u64) -> Result<
     for (s, e) in partial {
         if let Some((phys, _)) = g.map.lookup(s / BLOCK_SIZE) {
             let o = phys * BLOCK_SIZE + s % BLOCK_SIZE;
-            let z = &zeros[..(e - s) as usize];
-            if inner.mode == Mode::Strict {
-                tx.write_ref(o, z, Category::Data);
-            } else {
-                inner.pool.write_flush(o, z, Category::Data)?;
-            }
+            // Journaled in both modes, like truncate's tail: punching is a metadata operation.
+            tx.write_ref(o, &zeros[..(e - s) as usize], Category::Data);
         }
     }
     let mut a = first_full;

@@ -910,6 +910,14 @@ impl Fs {
         self.inner.recovery.clone()
     }
 
+    /// Fault injection for tests: the `n`-th transaction from now stops after its in-place
+    /// writes and before its COMMIT record, as a crash at that point would; the mount is then
+    /// poisoned and the next mount must roll the transaction back.
+    #[doc(hidden)]
+    pub fn inject_crash_before_commit(&self, n: u64) {
+        self.inner.journals.crash_countdown.store(n, Ordering::Relaxed);
+    }
+
     /// Geometry of the pool.
     pub fn geometry(&self) -> Geometry {
         self.inner.geo.clone()

@@ -99,6 +99,9 @@ pub struct Journals {
     next_txid: AtomicU64,
     /// Test-only switch: skip the fence between undo logging and in-place writes.
     pub(crate) broken_skip_undo_fence: std::sync::atomic::AtomicBool,
+    /// Fault injection: when it counts down to zero, a commit stops after its in-place writes
+    /// are durable and before its COMMIT record, as a crash there would.
+    pub(crate) crash_countdown: AtomicU64,
 }
 
 fn encode_entry(txid: u64, generation: u32, kind: u8, count: u16, target: u64, payload: &[u8], inline_len: u8) -> [u8; 64] {
@@ -164,6 +167,7 @@ impl Journals {
             staging_len: g.staging_blocks as u64 * layout::BLOCK_SIZE,
             next_txid: AtomicU64::new(1),
             broken_skip_undo_fence: std::sync::atomic::AtomicBool::new(false),
+            crash_countdown: AtomicU64::new(0),
         }
     }
 
@@ -246,6 +250,10 @@ impl Journals {
             pool.write_flush(w.off, &w.data, w.cat)?;
         }
         pool.fence();
+        if self.crash_countdown.load(Ordering::Relaxed) > 0 && self.crash_countdown.fetch_sub(1, Ordering::Relaxed) == 1 {
+            st.head += need as u32;
+            return Err(Error::Corrupted(format!("injected crash before COMMIT of transaction {txid}")));
+        }
         let commit_off = base + (need as u64 - 1) * JOURNAL_ENTRY_SIZE;
         pool.write_flush(commit_off, &encode_entry(txid, generation, KIND_COMMIT, count, 0, &[], 0), Category::Journal)?;
         pool.fence();
