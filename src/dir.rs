@@ -76,11 +76,10 @@ impl DirIndex {
     /// removed entries, so inserts stay O(1) amortised.
     pub fn find_space(&mut self, len: usize) -> Option<(u32, u32)> {
         let n = dentry_slots(len);
-        if let Some(last) = self.blocks().checked_sub(1) {
-            if let Some(s) = self.fit_in(last, n) {
+        if let Some(last) = self.blocks().checked_sub(1)
+            && let Some(s) = self.fit_in(last, n) {
                 return Some((last, s));
             }
-        }
         while let Some(&b) = self.roomy.first() {
             if let Some(s) = self.fit_in(b, n) {
                 return Some((b, s));

@@ -260,14 +260,13 @@ fn truncate_locked(inner: &Inner, g: &mut Node, size: u64) -> Result<()> {
     let zeros = vec![0u8; BLOCK_SIZE as usize];
     if size < g.hdr.size {
         let inblk = size % BLOCK_SIZE;
-        if inblk != 0 {
-            if let Some((phys, _)) = g.map.lookup(size / BLOCK_SIZE) {
+        if inblk != 0
+            && let Some((phys, _)) = g.map.lookup(size / BLOCK_SIZE) {
                 let off = phys * BLOCK_SIZE + inblk;
                 // Journaled in both modes: truncate is a metadata operation, so a crash must
                 // not leave the old size with the tail already zeroed.
                 tx.write_ref(off, &zeros[..(BLOCK_SIZE - inblk) as usize], Category::Data);
             }
-        }
     }
     let keep = size.div_ceil(BLOCK_SIZE);
     guarded(inner, || {
@@ -390,10 +389,10 @@ pub(crate) fn punch_hole(inner: &Inner, ino: u64, off: u64, len: u64) -> Result<
     if first_full > last_full {
         partial.push((off, end));
     } else {
-        if off % BLOCK_SIZE != 0 {
+        if !off.is_multiple_of(BLOCK_SIZE) {
             partial.push((off, first_full * BLOCK_SIZE));
         }
-        if end % BLOCK_SIZE != 0 && last_full >= first_full {
+        if !end.is_multiple_of(BLOCK_SIZE) && last_full >= first_full {
             partial.push((last_full * BLOCK_SIZE, end));
         }
     }

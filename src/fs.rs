@@ -294,13 +294,12 @@ impl Inner {
 
     pub fn free_runs(&self, runs: &[BlockRun]) {
         for r in runs {
-            if r.len > 0 {
-                if let Err(e) = self.alloc.free(*r) {
+            if r.len > 0
+                && let Err(e) = self.alloc.free(*r) {
                     // A double free means the DRAM indexes disagree with themselves.
                     self.poisoned.store(true, Ordering::Relaxed);
                     eprintln!("winefs: allocator refused a free: {e}");
                 }
-            }
         }
     }
 
@@ -387,6 +386,7 @@ impl Inner {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     /// Plan inserting `name → ino` into directory `d`: writes the entry bytes into free slots
     /// (or a fresh block) unjournaled and records the journaled `starts` change in `edit`.
     fn plan_insert(&self, d: &mut Node, name: &[u8], ino: u64, kind: FileKind, edit: &mut DirEdit, tx: &mut Tx<'_>, res: &mut Reserved<'_>) -> Result<()> {
@@ -719,22 +719,20 @@ impl Inner {
         if src.kind == FileKind::Dir && p1 != p2 && self.is_ancestor(src.ino, p2)? {
             return Err(Error::Invalid("cannot move a directory into itself".into()));
         }
-        if let Some(d) = dst {
-            if flags.exchange && d.kind == FileKind::Dir && p1 != p2 && self.is_ancestor(d.ino, p1)? {
+        if let Some(d) = dst
+            && flags.exchange && d.kind == FileKind::Dir && p1 != p2 && self.is_ancestor(d.ino, p1)? {
                 return Err(Error::Invalid("cannot move a directory into itself".into()));
             }
-        }
         let mut inos = vec![p1, p2, src.ino];
         if let Some(d) = dst {
             inos.push(d.ino);
         }
         let arcs = self.arcs(&inos)?;
         let mut g = self.lock_all(&arcs);
-        if let Some(d) = dst {
-            if !flags.exchange && d.kind == FileKind::Dir && !g[&d.ino].dir.as_ref().is_some_and(|x| x.is_empty()) {
+        if let Some(d) = dst
+            && !flags.exchange && d.kind == FileKind::Dir && !g[&d.ino].dir.as_ref().is_some_and(|x| x.is_empty()) {
                 return Err(Error::NotEmpty);
             }
-        }
         let now = now_ns();
         let mut tx = Tx::new();
         let mut edit = DirEdit::default();
@@ -916,6 +914,11 @@ impl Fs {
     #[doc(hidden)]
     pub fn inject_crash_before_commit(&self, n: u64) {
         self.inner.journals.crash_countdown.store(n, Ordering::Relaxed);
+    }
+
+    /// The pool's superblock (geometry, uuid, creation time).
+    pub fn superblock(&self) -> &Superblock {
+        &self.inner.sb
     }
 
     /// Geometry of the pool.

@@ -171,7 +171,7 @@ pub(crate) fn check(inner: &Inner) -> Report {
             if rc != want_refs {
                 p(format!("directory {}: listed {rc} times (expected {want_refs})", n.ino));
             }
-        } else if n.hdr.nlink != rc && !(n.hdr.nlink == 0 && n.open > 0) {
+        } else if n.hdr.nlink != rc && (n.hdr.nlink != 0 || n.open == 0) {
             p(format!("inode {}: link count {} but {rc} directory entries", n.ino, n.hdr.nlink));
         }
         if n.kind() == FileKind::Symlink && (n.hdr.size == 0 || n.hdr.size > 4095) {
@@ -196,7 +196,7 @@ pub(crate) fn check(inner: &Inner) -> Report {
         }
     }
     for n in nodes.values() {
-        if !seen.contains(&n.ino) && !(n.hdr.nlink == 0 && n.open > 0) {
+        if !seen.contains(&n.ino) && (n.hdr.nlink != 0 || n.open == 0) {
             p(format!("inode {} ({:?}) is not reachable from the root", n.ino, n.kind()));
         }
     }

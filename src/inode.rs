@@ -104,7 +104,7 @@ impl FileMap {
     pub fn in_aligned_unit(&self, lb: u64) -> bool {
         let unit = lb / 512 * 512;
         match self.extents.range(..=unit).next_back() {
-            Some((&l, e)) => l + e.len >= unit + 512 && (e.phys + (unit - l)) % 512 == 0,
+            Some((&l, e)) => l + e.len >= unit + 512 && (e.phys + (unit - l)).is_multiple_of(512),
             None => false,
         }
     }
@@ -202,15 +202,14 @@ impl FileMap {
     /// (journaled); wholly dead extents' slots become free without a journaled write because the
     /// inode's lowered `map_end` kills them; they are zeroed after commit (`dead_slots`).
     pub fn truncate(&mut self, end: u64, upd: &mut MapUpdate) {
-        if let Some((&k, e)) = self.extents.range(..end).next_back() {
-            if k + e.len > end {
+        if let Some((&k, e)) = self.extents.range(..end).next_back()
+            && k + e.len > end {
                 let mut e = *e;
                 upd.freed.push(BlockRun { start: e.phys + (end - k), len: k + e.len - end });
                 e.len = end - k;
                 upd.slot_writes.insert(e.slot, record(k, &e));
                 self.extents.insert(k, e);
             }
-        }
         let dead: Vec<u64> = self.extents.range(end..).map(|(&k, _)| k).collect();
         for k in dead {
             let e = self.extents.remove(&k).expect("listed above");
@@ -250,11 +249,10 @@ impl FileMap {
             if !g.is_data_block(r.phys) || !g.is_data_block(r.phys + len - 1) {
                 return Err(corrupt!("inode {ino}: extent {l}+{len} points outside the data area (block {})", r.phys));
             }
-            if let Some((&pl, pe)) = m.extents.range(..l + len).next_back() {
-                if pl + pe.len > l {
+            if let Some((&pl, pe)) = m.extents.range(..l + len).next_back()
+                && pl + pe.len > l {
                     return Err(corrupt!("inode {ino}: extents at logical blocks {pl} and {l} overlap"));
                 }
-            }
             m.extents.insert(l, Extent { phys: r.phys, len, slot });
             Ok(())
         };

@@ -318,9 +318,9 @@ impl Journals {
             }
         }
         let mut report = RecoveryReport::default();
-        uncommitted.sort_by(|a, b| b.0.cmp(&a.0));
+        uncommitted.sort_by_key(|u| std::cmp::Reverse(u.0));
         for (txid, p, mut undo) in uncommitted {
-            undo.sort_by(|a, b| b.pos.cmp(&a.pos));
+            undo.sort_by_key(|e| std::cmp::Reverse(e.pos));
             for e in &undo {
                 if e.kind == KIND_UNDO_INLINE {
                     let l = e.raw[entry::INLINE_LEN] as usize;
@@ -433,7 +433,7 @@ mod tests {
         pool.write(target, &[4u8; 8], Category::Data).unwrap();
         let inline = encode_entry(3, 1, KIND_UNDO_INLINE, 4, target, &[9u8; 8], 8);
         let mut p = [0u8; 8];
-        put_u32(&mut p, 0, (g.staging_blocks as u32) * 4096 - 10);
+        put_u32(&mut p, 0, g.staging_blocks * 4096 - 10);
         put_u32(&mut p, 4, 100);
         let staged = encode_entry(3, 1, KIND_UNDO_STAGED, 4, target, &p, 0);
         pool.write(g.journal_offset(0) + 64, &inline, Category::Journal).unwrap();

@@ -158,7 +158,7 @@ impl Geometry {
         if partitions == 0 || partitions > 256 {
             return Err(Error::Invalid(format!("partitions must be 1..=256, got {partitions}")));
         }
-        if inodes_per_partition < 16 || inodes_per_partition % 16 != 0 {
+        if inodes_per_partition < 16 || !inodes_per_partition.is_multiple_of(16) {
             return Err(Error::Invalid(format!(
                 "inodes per partition must be a positive multiple of 16, got {inodes_per_partition}"
             )));
@@ -583,7 +583,7 @@ const _: () = assert!(INDEX_SLOTS_OFF + INDEX_SLOTS as u64 * EXTENT_SIZE == BLOC
 const _: () = assert!(DIR_SLOT * DIR_SLOTS as u64 == BLOCK_SIZE);
 const _: () = assert!(ino::RDEV + 4 <= ino::HEADER);
 const _: () = assert!(sb::STATE_CHECKSUM + 4 <= 256);
-const _: () = assert!(BLOCK_SIZE % INODE_SIZE == 0);
+const _: () = assert!(BLOCK_SIZE.is_multiple_of(INODE_SIZE));
 const _: () = assert!(DENTRY_HEADER + NAME_MAX <= (DIR_SLOTS as usize - 1) * DIR_SLOT as usize);
 
 #[cfg(test)]

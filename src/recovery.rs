@@ -160,7 +160,7 @@ fn load_inodes(pool: &Pool, g: &Geometry) -> Result<(HashMap<u64, Node>, Vec<BTr
             let ioff = g.inode_offset(cur)?;
             dead_offs.extend(dead.iter().map(|&s| map.slot_offset(ioff, s)));
             let dir = if kind == FileKind::Dir {
-                if hdr.size % BLOCK_SIZE != 0 {
+                if !hdr.size.is_multiple_of(BLOCK_SIZE) {
                     return Err(corrupt!("directory {cur}: size {} is not a whole number of blocks", hdr.size));
                 }
                 if hdr.parent == 0 || hdr.parent > total {

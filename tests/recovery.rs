@@ -25,8 +25,7 @@ fn dump(fs: &Fs) -> Tree {
             };
             let mut x: Vec<_> = fs.listxattr(e.ino).unwrap().into_iter().map(|k| (k.clone(), fs.getxattr(e.ino, &k).unwrap())).collect();
             x.sort();
-            let nlink = if a.kind == FileKind::Dir { a.nlink } else { a.nlink };
-            t.insert(p.clone(), (a.kind, a.size, nlink, content, x));
+            t.insert(p.clone(), (a.kind, a.size, a.nlink, content, x));
             if a.kind == FileKind::Dir {
                 stack.push((e.ino, p));
             }
