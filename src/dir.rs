@@ -12,7 +12,7 @@
 use crate::error::{Result, corrupt};
 use crate::layout::{BLOCK_SIZE, DIR_MAGIC, DIR_SLOT, DIR_SLOTS, FileKind, decode_dentry, dentry_slots, get_u32, get_u64};
 use crate::pool::{Category, Pool};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Where a name lives and what it points to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +41,8 @@ pub struct DirIndex {
     pub starts: Vec<u64>,
     /// Blocks that had entries removed and may have room.
     roomy: BTreeSet<u32>,
+    /// Names by readdir position, so paged readdir resumes in O(log n).
+    by_pos: BTreeMap<u64, Box<[u8]>>,
 }
 
 fn run_mask(slot: u32, n: u32) -> u64 {
@@ -109,6 +111,7 @@ impl DirIndex {
     pub fn insert(&mut self, name: &[u8], loc: DirEntryLoc) {
         self.used[loc.block as usize] |= run_mask(loc.slot, loc.nslots);
         self.starts[loc.block as usize] |= 1u64 << loc.slot;
+        self.by_pos.insert(loc.position(), name.into());
         self.names.insert(name.into(), loc);
     }
 
@@ -117,6 +120,7 @@ impl DirIndex {
         let loc = self.names.remove(name)?;
         self.used[loc.block as usize] &= !run_mask(loc.slot, loc.nslots);
         self.starts[loc.block as usize] &= !(1u64 << loc.slot);
+        self.by_pos.remove(&loc.position());
         self.roomy.insert(loc.block);
         Some(loc)
     }
@@ -130,10 +134,8 @@ impl DirIndex {
     }
 
     /// Names in readdir order with positions > `after`.
-    pub fn entries_after(&self, after: u64) -> Vec<(u64, &[u8], DirEntryLoc)> {
-        let mut v: Vec<_> = self.names.iter().filter(|(_, l)| l.position() > after).map(|(n, l)| (l.position(), &n[..], *l)).collect();
-        v.sort_by_key(|e| e.0);
-        v
+    pub fn entries_after(&self, after: u64) -> impl Iterator<Item = (u64, &[u8], DirEntryLoc)> + '_ {
+        self.by_pos.range(after + 1..).map(|(&p, n)| (p, &n[..], self.names[n]))
     }
 
     /// Parse one directory block read from media; `b` is the directory block index.

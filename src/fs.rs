@@ -1084,6 +1084,11 @@ impl Fs {
 
     /// Entries after position `offset` (0 starts at "."), in a stable order.
     pub fn readdir(&self, ino: u64, offset: u64) -> Result<Vec<DirEntry>> {
+        self.readdir_page(ino, offset, usize::MAX)
+    }
+
+    /// At most `max` entries after position `offset` (for paged readers such as FUSE).
+    pub fn readdir_page(&self, ino: u64, offset: u64, max: usize) -> Result<Vec<DirEntry>> {
         self.inner.check_alive()?;
         let _ns = self.inner.ns.read().unwrap_or_else(|e| e.into_inner());
         let n = self.inner.node(ino)?;
@@ -1096,9 +1101,13 @@ impl Fs {
         if offset < 2 {
             out.push(DirEntry { ino: g.hdr.parent, kind: FileKind::Dir, name: b"..".to_vec(), offset: 2 });
         }
-        for (pos, name, loc) in d.entries_after(offset) {
+        for (pos, name, loc) in d.entries_after(offset.max(2)) {
+            if out.len() >= max {
+                break;
+            }
             out.push(DirEntry { ino: loc.ino, kind: loc.kind, name: name.to_vec(), offset: pos });
         }
+        out.truncate(max);
         Ok(out)
     }
 
