@@ -10,7 +10,10 @@
 //! and clearing it is the only journaled write of a remove.
 
 use crate::error::{Result, corrupt};
-use crate::layout::{BLOCK_SIZE, DIR_MAGIC, DIR_SLOT, DIR_SLOTS, FileKind, decode_dentry, dentry_slots, get_u32, get_u64};
+use crate::layout::{
+    BLOCK_SIZE, DIR_MAGIC, DIR_SLOT, DIR_SLOTS, FileKind, decode_dentry, dentry_slots, get_u32,
+    get_u64,
+};
 use crate::pool::{Category, Pool};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -79,9 +82,10 @@ impl DirIndex {
     pub fn find_space(&mut self, len: usize) -> Option<(u32, u32)> {
         let n = dentry_slots(len);
         if let Some(last) = self.blocks().checked_sub(1)
-            && let Some(s) = self.fit_in(last, n) {
-                return Some((last, s));
-            }
+            && let Some(s) = self.fit_in(last, n)
+        {
+            return Some((last, s));
+        }
         while let Some(&b) = self.roomy.first() {
             if let Some(s) = self.fit_in(b, n) {
                 return Some((b, s));
@@ -134,18 +138,27 @@ impl DirIndex {
     }
 
     /// Names in readdir order with positions > `after`.
-    pub fn entries_after(&self, after: u64) -> impl Iterator<Item = (u64, &[u8], DirEntryLoc)> + '_ {
-        self.by_pos.range(after + 1..).map(|(&p, n)| (p, &n[..], self.names[n]))
+    pub fn entries_after(
+        &self,
+        after: u64,
+    ) -> impl Iterator<Item = (u64, &[u8], DirEntryLoc)> + '_ {
+        self.by_pos
+            .range(after + 1..)
+            .map(|(&p, n)| (p, &n[..], self.names[n]))
     }
 
     /// Parse one directory block read from media; `b` is the directory block index.
     pub fn load_block(&mut self, dir_ino: u64, b: u32, blk: &[u8]) -> Result<()> {
         if get_u32(blk, 0) != DIR_MAGIC {
-            return Err(corrupt!("directory {dir_ino}: block {b} has no directory magic"));
+            return Err(corrupt!(
+                "directory {dir_ino}: block {b} has no directory magic"
+            ));
         }
         let starts = get_u64(blk, 8);
         if starts & 1 != 0 {
-            return Err(corrupt!("directory {dir_ino}: block {b} marks its header slot as an entry"));
+            return Err(corrupt!(
+                "directory {dir_ino}: block {b} marks its header slot as an entry"
+            ));
         }
         self.push_block();
         let mut s = 1;
@@ -158,12 +171,26 @@ impl DirIndex {
                 .map_err(|e| corrupt!("directory {dir_ino}, block {b}, slot {s}: {e}"))?;
             let n = dentry_slots(name.len());
             if self.used[b as usize] & run_mask(s, n) != 0 {
-                return Err(corrupt!("directory {dir_ino}, block {b}: entries overlap at slot {s}"));
+                return Err(corrupt!(
+                    "directory {dir_ino}, block {b}: entries overlap at slot {s}"
+                ));
             }
             if self.names.contains_key(&name[..]) {
-                return Err(corrupt!("directory {dir_ino}: duplicate name {:?}", String::from_utf8_lossy(&name)));
+                return Err(corrupt!(
+                    "directory {dir_ino}: duplicate name {:?}",
+                    String::from_utf8_lossy(&name)
+                ));
             }
-            self.insert(&name, DirEntryLoc { ino, kind, block: b, slot: s, nslots: n });
+            self.insert(
+                &name,
+                DirEntryLoc {
+                    ino,
+                    kind,
+                    block: b,
+                    slot: s,
+                    nslots: n,
+                },
+            );
             s += n;
         }
         if self.used[b as usize] != u64::MAX {
@@ -204,12 +231,25 @@ mod tests {
         for i in 0..63u32 {
             let (b, s) = d.find_space(10).unwrap();
             assert_eq!((b, s), (0, i + 1));
-            d.insert(format!("n{i}").as_bytes(), DirEntryLoc { ino: 5, kind: FileKind::File, block: b, slot: s, nslots: 1 });
+            d.insert(
+                format!("n{i}").as_bytes(),
+                DirEntryLoc {
+                    ino: 5,
+                    kind: FileKind::File,
+                    block: b,
+                    slot: s,
+                    nslots: 1,
+                },
+            );
         }
         assert_eq!(d.find_space(10), None);
         d.remove(b"n7");
         assert_eq!(d.find_space(10), Some((0, 8)));
-        assert_eq!(d.find_space(100), None, "a 3-slot name does not fit a 1-slot gap");
+        assert_eq!(
+            d.find_space(100),
+            None,
+            "a 3-slot name does not fit a 1-slot gap"
+        );
     }
 
     #[test]

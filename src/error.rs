@@ -62,7 +62,10 @@ pub enum Error {
 impl Error {
     /// Wrap an I/O error with what was being done.
     pub fn io(context: impl Into<String>, source: io::Error) -> Error {
-        Error::Io { context: context.into(), source }
+        Error::Io {
+            context: context.into(),
+            source,
+        }
     }
 
     /// The POSIX errno this error stands for (the single place this mapping lives).

@@ -47,11 +47,17 @@ pub(crate) fn read_locked(inner: &Inner, n: &Node, off: u64, buf: &mut [u8]) -> 
         match n.map.lookup(lb) {
             Some((phys, cont)) => {
                 let k = ((cont * BLOCK_SIZE - inblk) as usize).min(len - done);
-                inner.pool.read(phys * BLOCK_SIZE + inblk, &mut buf[done..done + k])?;
+                inner
+                    .pool
+                    .read(phys * BLOCK_SIZE + inblk, &mut buf[done..done + k])?;
                 done += k;
             }
             None => {
-                let next = n.map.next_mapped(lb).map(|l| l * BLOCK_SIZE).unwrap_or(u64::MAX);
+                let next = n
+                    .map
+                    .next_mapped(lb)
+                    .map(|l| l * BLOCK_SIZE)
+                    .unwrap_or(u64::MAX);
                 let k = ((next - p) as usize).min(len - done);
                 buf[done..done + k].fill(0);
                 done += k;
@@ -79,7 +85,13 @@ fn guarded<T>(inner: &Inner, f: impl FnOnce() -> Result<T>) -> Result<T> {
 /// mtime, ctime, crtime, each an aligned 8-byte store) is written in place without the journal:
 /// a crash can leave new times on rolled-back content, never an invalid time, and it saves a
 /// journal entry on every data write.
-fn commit_header(inner: &Inner, ino: u64, old: &InodeHeader, new: &InodeHeader, mut tx: Tx<'_>) -> Result<()> {
+fn commit_header(
+    inner: &Inner,
+    ino: u64,
+    old: &InodeHeader,
+    new: &InodeHeader,
+    mut tx: Tx<'_>,
+) -> Result<()> {
     let times = inner.inode_off(ino) + 64;
     for (off, b) in crate::layout::header_diff(inner.inode_off(ino), old, new) {
         if off == times {
@@ -95,7 +107,12 @@ fn commit_header(inner: &Inner, ino: u64, old: &InodeHeader, new: &InodeHeader, 
     inner.commit(tx)
 }
 
-pub(crate) fn write(inner: &Inner, ino: u64, off: Option<u64>, data: &[u8]) -> Result<(usize, u64)> {
+pub(crate) fn write(
+    inner: &Inner,
+    ino: u64,
+    off: Option<u64>,
+    data: &[u8],
+) -> Result<(usize, u64)> {
     inner.check_alive()?;
     let n = inner.node(ino)?;
     let mut g = wlock(&n);
@@ -104,7 +121,9 @@ pub(crate) fn write(inner: &Inner, ino: u64, off: Option<u64>, data: &[u8]) -> R
     if data.is_empty() {
         return Ok((0, off));
     }
-    let end = off.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
+    let end = off
+        .checked_add(data.len() as u64)
+        .ok_or(Error::FileTooBig)?;
     if end > MAX_FILE_SIZE {
         return Err(Error::FileTooBig);
     }
@@ -112,7 +131,9 @@ pub(crate) fn write(inner: &Inner, ino: u64, off: Option<u64>, data: &[u8]) -> R
     while done < data.len() {
         let pos = off + done as u64;
         let mut piece_end = end.min((pos / HUGE_SIZE + 1) * HUGE_SIZE);
-        let segs = g.map.segments(pos / BLOCK_SIZE, piece_end.div_ceil(BLOCK_SIZE));
+        let segs = g
+            .map
+            .segments(pos / BLOCK_SIZE, piece_end.div_ceil(BLOCK_SIZE));
         if segs.len() > MAX_EXTENTS_PER_TX {
             let s = segs[MAX_EXTENTS_PER_TX - 1];
             piece_end = piece_end.min((s.0 + s.2) * BLOCK_SIZE).max(pos + 1);
@@ -155,7 +176,11 @@ fn write_piece(inner: &Inner, g: &mut Node, pos: u64, buf: &[u8]) -> Result<()> 
     }
     let need: u64 = targets.iter().map(|t| t.1).sum();
     let mut res = Reserved::new(inner);
-    let runs = if need > 0 { res.alloc(need)? } else { Vec::new() };
+    let runs = if need > 0 {
+        res.alloc(need)?
+    } else {
+        Vec::new()
+    };
     // Lay the runs over the targets in order.
     let mut placements: Vec<Vec<BlockRun>> = vec![Vec::new(); targets.len()];
     let mut pieces = 0;
@@ -165,12 +190,21 @@ fn write_piece(inner: &Inner, g: &mut Node, pos: u64, buf: &[u8]) -> Result<()> 
         for (ti, t) in targets.iter().enumerate() {
             let mut want = t.1;
             while want > 0 {
-                let r = left.take().or_else(|| ri.next()).expect("allocated exactly the blocks needed");
+                let r = left
+                    .take()
+                    .or_else(|| ri.next())
+                    .expect("allocated exactly the blocks needed");
                 let take = r.len.min(want);
-                placements[ti].push(BlockRun { start: r.start, len: take });
+                placements[ti].push(BlockRun {
+                    start: r.start,
+                    len: take,
+                });
                 pieces += 1;
                 if take < r.len {
-                    left = Some(BlockRun { start: r.start + take, len: r.len - take });
+                    left = Some(BlockRun {
+                        start: r.start + take,
+                        len: r.len - take,
+                    });
                 }
                 want -= take;
             }
@@ -194,14 +228,25 @@ fn write_piece(inner: &Inner, g: &mut Node, pos: u64, buf: &[u8]) -> Result<()> 
                     let fill = |from: u64, to: u64| -> Result<()> {
                         if to > from {
                             match old {
-                                Some(o) => pool.copy_flush(o + (from - fb), dst + (from - fb), to - from, Category::Data),
-                                None => pool.zero_flush(dst + (from - fb), to - from, Category::Data),
+                                Some(o) => pool.copy_flush(
+                                    o + (from - fb),
+                                    dst + (from - fb),
+                                    to - from,
+                                    Category::Data,
+                                ),
+                                None => {
+                                    pool.zero_flush(dst + (from - fb), to - from, Category::Data)
+                                }
                             }?;
                         }
                         Ok(())
                     };
                     fill(fb, ws)?;
-                    pool.write_flush(dst + (ws - fb), &buf[(ws - pos) as usize..(we - pos) as usize], Category::Data)?;
+                    pool.write_flush(
+                        dst + (ws - fb),
+                        &buf[(ws - pos) as usize..(we - pos) as usize],
+                        Category::Data,
+                    )?;
                     fill(we, fb + BLOCK_SIZE)?;
                 }
                 l += r.len;
@@ -261,12 +306,13 @@ fn truncate_locked(inner: &Inner, g: &mut Node, size: u64) -> Result<()> {
     if size < g.hdr.size {
         let inblk = size % BLOCK_SIZE;
         if inblk != 0
-            && let Some((phys, _)) = g.map.lookup(size / BLOCK_SIZE) {
-                let off = phys * BLOCK_SIZE + inblk;
-                // Journaled in both modes: truncate is a metadata operation, so a crash must
-                // not leave the old size with the tail already zeroed.
-                tx.write_ref(off, &zeros[..(BLOCK_SIZE - inblk) as usize], Category::Data);
-            }
+            && let Some((phys, _)) = g.map.lookup(size / BLOCK_SIZE)
+        {
+            let off = phys * BLOCK_SIZE + inblk;
+            // Journaled in both modes: truncate is a metadata operation, so a crash must
+            // not leave the old size with the tail already zeroed.
+            tx.write_ref(off, &zeros[..(BLOCK_SIZE - inblk) as usize], Category::Data);
+        }
     }
     let keep = size.div_ceil(BLOCK_SIZE);
     guarded(inner, || {
@@ -297,7 +343,13 @@ fn gaps(n: &Node, a: u64, b: u64) -> Vec<(u64, u64)> {
     out
 }
 
-pub(crate) fn fallocate(inner: &Inner, ino: u64, off: u64, len: u64, keep_size: bool) -> Result<()> {
+pub(crate) fn fallocate(
+    inner: &Inner,
+    ino: u64,
+    off: u64,
+    len: u64,
+    keep_size: bool,
+) -> Result<()> {
     inner.check_alive()?;
     if len == 0 {
         return Err(Error::Invalid("fallocate length must be positive".into()));
@@ -312,7 +364,10 @@ pub(crate) fn fallocate(inner: &Inner, ino: u64, off: u64, len: u64, keep_size: 
     let (lb0, lb1) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
     let missing: u64 = gaps(&g, lb0, lb1).iter().map(|x| x.1).sum();
     if missing > inner.alloc.free_blocks() {
-        return Err(Error::NoSpace(format!("fallocate needs {missing} blocks, {} free", inner.alloc.free_blocks())));
+        return Err(Error::NoSpace(format!(
+            "fallocate needs {missing} blocks, {} free",
+            inner.alloc.free_blocks()
+        )));
     }
     // One transaction per 2 MiB logical unit, so whole units get aligned extents.
     let mut a = lb0;
@@ -324,7 +379,9 @@ pub(crate) fn fallocate(inner: &Inner, ino: u64, off: u64, len: u64, keep_size: 
             let mut res = Reserved::new(inner);
             let runs = res.alloc(need)?;
             for r in &runs {
-                inner.pool.zero_flush(r.start * BLOCK_SIZE, r.len * BLOCK_SIZE, Category::Data)?;
+                inner
+                    .pool
+                    .zero_flush(r.start * BLOCK_SIZE, r.len * BLOCK_SIZE, Category::Data)?;
             }
             let mut upd = MapUpdate::default();
             inner.reserve_slots(&mut res, &mut g.map, ino, runs.len() + gs.len(), &mut upd)?;
@@ -335,11 +392,20 @@ pub(crate) fn fallocate(inner: &Inner, ino: u64, off: u64, len: u64, keep_size: 
                     let mut pl = Vec::new();
                     let mut want = *glen;
                     while want > 0 {
-                        let r = left.take().or_else(|| ri.next()).expect("allocated exactly what the gaps need");
+                        let r = left
+                            .take()
+                            .or_else(|| ri.next())
+                            .expect("allocated exactly what the gaps need");
                         let take = r.len.min(want);
-                        pl.push(BlockRun { start: r.start, len: take });
+                        pl.push(BlockRun {
+                            start: r.start,
+                            len: take,
+                        });
                         if take < r.len {
-                            left = Some(BlockRun { start: r.start + take, len: r.len - take });
+                            left = Some(BlockRun {
+                                start: r.start + take,
+                                len: r.len - take,
+                            });
                         }
                         want -= take;
                     }
@@ -411,7 +477,11 @@ pub(crate) fn punch_hole(inner: &Inner, ino: u64, off: u64, len: u64) -> Result<
         let mut upd = MapUpdate::default();
         let mut res = Reserved::new(inner);
         inner.reserve_slots(&mut res, &mut g.map, ino, 1, &mut upd)?;
-        let piece_tx = if first { std::mem::take(&mut tx) } else { Tx::new() };
+        let piece_tx = if first {
+            std::mem::take(&mut tx)
+        } else {
+            Tx::new()
+        };
         first = false;
         guarded(inner, || {
             let mut tx = piece_tx;
@@ -490,7 +560,12 @@ pub(crate) fn setattr(inner: &Inner, ino: u64, set: &SetAttr) -> Result<Attr> {
     if let Some(m) = set.mtime {
         hdr.mtime = t(m);
     }
-    if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() || set.atime.is_some() || set.mtime.is_some() {
+    if set.mode.is_some()
+        || set.uid.is_some()
+        || set.gid.is_some()
+        || set.atime.is_some()
+        || set.mtime.is_some()
+    {
         hdr.ctime = now;
         commit_header(inner, ino, &g.hdr, &hdr, Tx::new())?;
         g.hdr = hdr;

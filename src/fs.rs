@@ -13,8 +13,8 @@ use crate::error::{Error, Result};
 use crate::inode::{self, FileMap, MapUpdate};
 use crate::journal::{Journals, Tx};
 use crate::layout::{
-    self, BLOCK_SIZE, FileKind, Geometry, INODE_IN_USE, INODE_SIZE, InodeHeader, NAME_MAX, ROOT_INO, SYMLINK_MAX,
-    Superblock,
+    self, BLOCK_SIZE, FileKind, Geometry, INODE_IN_USE, INODE_SIZE, InodeHeader, NAME_MAX,
+    ROOT_INO, SYMLINK_MAX, Superblock,
 };
 use crate::pool::{Category, PersistStats, Pool};
 use std::collections::{BTreeSet, HashMap};
@@ -176,7 +176,10 @@ pub struct Fs {
 }
 
 pub(crate) fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
 }
 
 pub(crate) fn current_cpu() -> usize {
@@ -206,7 +209,10 @@ pub fn check_name(name: &[u8]) -> Result<()> {
         return Err(Error::NameTooLong(name.len()));
     }
     if name.contains(&b'/') || name.contains(&0) {
-        return Err(Error::Invalid(format!("name {:?} contains '/' or NUL", String::from_utf8_lossy(name))));
+        return Err(Error::Invalid(format!(
+            "name {:?} contains '/' or NUL",
+            String::from_utf8_lossy(name)
+        )));
     }
     Ok(())
 }
@@ -224,7 +230,11 @@ pub(crate) struct Reserved<'a> {
 
 impl<'a> Reserved<'a> {
     pub fn new(inner: &'a Inner) -> Self {
-        Reserved { inner, runs: Vec::new(), inodes: Vec::new() }
+        Reserved {
+            inner,
+            runs: Vec::new(),
+            inodes: Vec::new(),
+        }
     }
     /// The operation committed: keep everything.
     pub fn keep(mut self) {
@@ -279,27 +289,37 @@ impl Inner {
     /// Commit a transaction on the current CPU's journal. A failure here means DRAM state may
     /// have moved ahead of media, so the mount is poisoned.
     pub fn commit(&self, tx: Tx<'_>) -> Result<()> {
-        self.journals.commit(&self.pool, tx, current_cpu()).inspect_err(|_| {
-            self.poisoned.store(true, Ordering::Relaxed);
-        })
+        self.journals
+            .commit(&self.pool, tx, current_cpu())
+            .inspect_err(|_| {
+                self.poisoned.store(true, Ordering::Relaxed);
+            })
     }
 
     pub fn node(&self, ino: u64) -> Result<NodeRef> {
-        self.nodes.read().unwrap_or_else(|e| e.into_inner()).get(&ino).cloned().ok_or(Error::Stale(ino))
+        self.nodes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&ino)
+            .cloned()
+            .ok_or(Error::Stale(ino))
     }
 
     pub fn alloc_blocks(&self, nblocks: u64) -> Result<Vec<BlockRun>> {
-        self.alloc.alloc(nblocks, current_cpu()).map_err(|e| Error::NoSpace(e.to_string()))
+        self.alloc
+            .alloc(nblocks, current_cpu())
+            .map_err(|e| Error::NoSpace(e.to_string()))
     }
 
     pub fn free_runs(&self, runs: &[BlockRun]) {
         for r in runs {
             if r.len > 0
-                && let Err(e) = self.alloc.free(*r) {
-                    // A double free means the DRAM indexes disagree with themselves.
-                    self.poisoned.store(true, Ordering::Relaxed);
-                    eprintln!("winefs: allocator refused a free: {e}");
-                }
+                && let Err(e) = self.alloc.free(*r)
+            {
+                // A double free means the DRAM indexes disagree with themselves.
+                self.poisoned.store(true, Ordering::Relaxed);
+                eprintln!("winefs: allocator refused a free: {e}");
+            }
         }
     }
 
@@ -309,8 +329,12 @@ impl Inner {
         if let Some(i) = lock(&self.inode_free[local]).pop_first() {
             return Ok(i);
         }
-        let best = (0..n).max_by_key(|&p| lock(&self.inode_free[p]).len()).unwrap_or(0);
-        lock(&self.inode_free[best]).pop_first().ok_or_else(|| Error::NoSpace("no free inodes".into()))
+        let best = (0..n)
+            .max_by_key(|&p| lock(&self.inode_free[p]).len())
+            .unwrap_or(0);
+        lock(&self.inode_free[best])
+            .pop_first()
+            .ok_or_else(|| Error::NoSpace("no free inodes".into()))
     }
 
     pub fn release_inode_number(&self, ino: u64) {
@@ -318,7 +342,9 @@ impl Inner {
     }
 
     pub fn inode_off(&self, ino: u64) -> u64 {
-        self.geo.inode_offset(ino).expect("inode numbers in DRAM are validated")
+        self.geo
+            .inode_offset(ino)
+            .expect("inode numbers in DRAM are validated")
     }
 
     /// Journaled writes turning `old` into `new` for inode `ino`.
@@ -329,9 +355,18 @@ impl Inner {
     }
 
     /// Reserve index blocks so `map` can take `pieces` more extents, recording the link writes.
-    pub fn reserve_slots(&self, res: &mut Reserved<'_>, map: &mut FileMap, ino: u64, pieces: usize, upd: &mut MapUpdate) -> Result<()> {
+    pub fn reserve_slots(
+        &self,
+        res: &mut Reserved<'_>,
+        map: &mut FileMap,
+        ino: u64,
+        pieces: usize,
+        upd: &mut MapUpdate,
+    ) -> Result<()> {
         // Allocate every block first so a failure leaves the map untouched.
-        let blocks = (0..map.index_blocks_needed(pieces)).map(|_| res.alloc_one()).collect::<Result<Vec<u64>>>()?;
+        let blocks = (0..map.index_blocks_needed(pieces))
+            .map(|_| res.alloc_one())
+            .collect::<Result<Vec<u64>>>()?;
         for b in blocks {
             inode::init_index_block(&self.pool, b)?;
             map.add_index_block(self.inode_off(ino), b, upd);
@@ -340,7 +375,14 @@ impl Inner {
     }
 
     /// Add a map update's slot and link writes to `tx`, and the first index block to `hdr`.
-    pub fn map_tx(&self, tx: &mut Tx<'_>, map: &FileMap, ino: u64, upd: &MapUpdate, hdr: &mut InodeHeader) -> Result<()> {
+    pub fn map_tx(
+        &self,
+        tx: &mut Tx<'_>,
+        map: &FileMap,
+        ino: u64,
+        upd: &MapUpdate,
+        hdr: &mut InodeHeader,
+    ) -> Result<()> {
         for (off, bytes) in inode::slot_pool_writes(&self.pool, map, self.inode_off(ino), upd)? {
             tx.write(off, bytes, Category::Metadata);
         }
@@ -356,8 +398,10 @@ impl Inner {
         if !upd.dead_slots.is_empty() {
             for &s in &upd.dead_slots {
                 let off = map.slot_offset(self.inode_off(ino), s);
-                self.pool.zero(off, layout::EXTENT_SIZE, Category::Metadata)?;
-                self.pool.flush(off, layout::EXTENT_SIZE, Category::Metadata);
+                self.pool
+                    .zero(off, layout::EXTENT_SIZE, Category::Metadata)?;
+                self.pool
+                    .flush(off, layout::EXTENT_SIZE, Category::Metadata);
             }
             self.pool.fence();
         }
@@ -389,20 +433,43 @@ impl Inner {
     #[allow(clippy::too_many_arguments)]
     /// Plan inserting `name → ino` into directory `d`: writes the entry bytes into free slots
     /// (or a fresh block) unjournaled and records the journaled `starts` change in `edit`.
-    fn plan_insert(&self, d: &mut Node, name: &[u8], ino: u64, kind: FileKind, edit: &mut DirEdit, tx: &mut Tx<'_>, res: &mut Reserved<'_>) -> Result<()> {
+    fn plan_insert(
+        &self,
+        d: &mut Node,
+        name: &[u8],
+        ino: u64,
+        kind: FileKind,
+        edit: &mut DirEdit,
+        tx: &mut Tx<'_>,
+        res: &mut Reserved<'_>,
+    ) -> Result<()> {
         let dino = d.ino;
         let n = layout::dentry_slots(name.len());
         // Slots claimed by earlier inserts of this same operation are not visible in the index
         // yet, so a second insert into one directory within one operation uses a fresh search
         // that skips them.
         let dirx = d.dir.as_mut().ok_or(Error::NotDir)?;
-        let pending: Vec<(u32, u32, u32)> = edit.inserts.iter().filter(|i| i.0 == dino).map(|i| (i.2.block, i.2.slot, i.2.nslots)).collect();
+        let pending: Vec<(u32, u32, u32)> = edit
+            .inserts
+            .iter()
+            .filter(|i| i.0 == dino)
+            .map(|i| (i.2.block, i.2.slot, i.2.nslots))
+            .collect();
         let mut found = None;
         if pending.is_empty() {
             found = dirx.find_space(name.len());
         }
         let (block, slot, phys) = match found {
-            Some((b, s)) => (b, s, d.map.lookup(b as u64).ok_or_else(|| Error::Corrupted(format!("directory {dino} block {b} unmapped")))?.0),
+            Some((b, s)) => (
+                b,
+                s,
+                d.map
+                    .lookup(b as u64)
+                    .ok_or_else(|| {
+                        Error::Corrupted(format!("directory {dino} block {b} unmapped"))
+                    })?
+                    .0,
+            ),
             None => {
                 let _ = pending;
                 let b = dirx.blocks() + edit.new_blocks.len() as u32;
@@ -410,7 +477,15 @@ impl Inner {
                 dir::init_dir_block(&self.pool, phys)?;
                 let mut upd = MapUpdate::default();
                 self.reserve_slots(res, &mut d.map, dino, 1, &mut upd)?;
-                d.map.remap(b as u64, 1, &[BlockRun { start: phys, len: 1 }], &mut upd);
+                d.map.remap(
+                    b as u64,
+                    1,
+                    &[BlockRun {
+                        start: phys,
+                        len: 1,
+                    }],
+                    &mut upd,
+                );
                 let mut hdr = d.hdr.clone();
                 self.map_tx(tx, &d.map, dino, &upd, &mut hdr)?;
                 hdr.size = (b as u64 + 1) * BLOCK_SIZE;
@@ -431,27 +506,65 @@ impl Inner {
             None => 0,
         };
         edit.starts.insert(so, cur | (1u64 << slot));
-        edit.inserts.push((dino, name.to_vec(), DirEntryLoc { ino, kind, block, slot, nslots: n }));
+        edit.inserts.push((
+            dino,
+            name.to_vec(),
+            DirEntryLoc {
+                ino,
+                kind,
+                block,
+                slot,
+                nslots: n,
+            },
+        ));
         Ok(())
     }
 
     fn plan_remove(&self, d: &Node, name: &[u8], edit: &mut DirEdit) -> Result<()> {
         let dirx = d.dir.as_ref().ok_or(Error::NotDir)?;
         let loc = *dirx.get(name).ok_or(Error::NotFound)?;
-        let phys = d.map.lookup(loc.block as u64).ok_or_else(|| Error::Corrupted(format!("directory {} block {} unmapped", d.ino, loc.block)))?.0;
+        let phys = d
+            .map
+            .lookup(loc.block as u64)
+            .ok_or_else(|| {
+                Error::Corrupted(format!("directory {} block {} unmapped", d.ino, loc.block))
+            })?
+            .0;
         let so = dir::starts_offset(phys);
-        let cur = edit.starts.get(&so).copied().unwrap_or(dirx.starts[loc.block as usize]);
+        let cur = edit
+            .starts
+            .get(&so)
+            .copied()
+            .unwrap_or(dirx.starts[loc.block as usize]);
         edit.starts.insert(so, cur & !(1u64 << loc.slot));
         edit.removes.push((d.ino, name.to_vec()));
         Ok(())
     }
 
-    fn plan_repoint(&self, d: &Node, name: &[u8], ino: u64, kind: FileKind, tx: &mut Tx<'_>, edit: &mut DirEdit) -> Result<()> {
+    fn plan_repoint(
+        &self,
+        d: &Node,
+        name: &[u8],
+        ino: u64,
+        kind: FileKind,
+        tx: &mut Tx<'_>,
+        edit: &mut DirEdit,
+    ) -> Result<()> {
         let dirx = d.dir.as_ref().ok_or(Error::NotDir)?;
         let loc = *dirx.get(name).ok_or(Error::NotFound)?;
-        let phys = d.map.lookup(loc.block as u64).ok_or_else(|| Error::Corrupted(format!("directory {} block {} unmapped", d.ino, loc.block)))?.0;
+        let phys = d
+            .map
+            .lookup(loc.block as u64)
+            .ok_or_else(|| {
+                Error::Corrupted(format!("directory {} block {} unmapped", d.ino, loc.block))
+            })?
+            .0;
         let bytes = layout::encode_dentry(ino, kind, name);
-        tx.write(dir::slot_offset(phys, loc.slot), bytes[..layout::DENTRY_HEADER].to_vec(), Category::Metadata);
+        tx.write(
+            dir::slot_offset(phys, loc.slot),
+            bytes[..layout::DENTRY_HEADER].to_vec(),
+            Category::Metadata,
+        );
         edit.repoints.push((d.ino, name.to_vec(), ino, kind));
         Ok(())
     }
@@ -498,10 +611,16 @@ impl Inner {
     fn forget_inode(&self, n: &Node) {
         let mut runs = n.map.owned_runs();
         if n.hdr.xattr_block != 0 {
-            runs.push(BlockRun { start: n.hdr.xattr_block, len: 1 });
+            runs.push(BlockRun {
+                start: n.hdr.xattr_block,
+                len: 1,
+            });
         }
         self.free_runs(&runs);
-        self.nodes.write().unwrap_or_else(|e| e.into_inner()).remove(&n.ino);
+        self.nodes
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&n.ino);
         self.release_inode_number(n.ino);
     }
 
@@ -525,7 +644,17 @@ impl Inner {
 
     /// Create an inode of `kind` named `name` in `parent`.
     #[allow(clippy::too_many_arguments)]
-    fn make_node(&self, parent: u64, name: &[u8], kind: FileKind, perm: u32, uid: u32, gid: u32, rdev: u32, target: Option<&[u8]>) -> Result<Attr> {
+    fn make_node(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: FileKind,
+        perm: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u32,
+        target: Option<&[u8]>,
+    ) -> Result<Attr> {
         self.check_alive()?;
         check_name(name)?;
         if is_dot(name) {
@@ -570,7 +699,11 @@ impl Inner {
             let b = res.alloc_one()?;
             let off = b * BLOCK_SIZE;
             self.pool.write_flush(off, t, Category::Data)?;
-            self.pool.zero_flush(off + t.len() as u64, BLOCK_SIZE - t.len() as u64, Category::Data)?;
+            self.pool.zero_flush(
+                off + t.len() as u64,
+                BLOCK_SIZE - t.len() as u64,
+                Category::Data,
+            )?;
             let mut upd = MapUpdate::default();
             map.remap(0, 1, &[BlockRun { start: b, len: 1 }], &mut upd);
             for (slot, rec) in &upd.slot_writes {
@@ -583,7 +716,8 @@ impl Inner {
         body[..128].copy_from_slice(&hdr.encode());
         // The inode slot is free, so everything but its first 32 bytes (which hold the in-use
         // flag) can be written without journaling.
-        self.pool.write_flush(ioff + 32, &body[32..], Category::Metadata)?;
+        self.pool
+            .write_flush(ioff + 32, &body[32..], Category::Metadata)?;
         let mut tx = Tx::new();
         tx.write(ioff, body[..32].to_vec(), Category::Metadata);
         let mut edit = DirEdit::default();
@@ -600,9 +734,18 @@ impl Inner {
         res.keep();
         pg.hdr = ph;
         let dir = (kind == FileKind::Dir).then(DirIndex::default);
-        let node = Node { ino, hdr, map, dir, open: 0 };
+        let node = Node {
+            ino,
+            hdr,
+            map,
+            dir,
+            open: 0,
+        };
         let attr = self.attr(&node);
-        self.nodes.write().unwrap_or_else(|e| e.into_inner()).insert(ino, Arc::new(RwLock::new(node)));
+        self.nodes
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(ino, Arc::new(RwLock::new(node)));
         let mut guards = HashMap::new();
         guards.insert(parent, pg);
         Self::apply_edit(edit, &mut guards);
@@ -613,10 +756,18 @@ impl Inner {
         self.check_alive()?;
         check_name(name)?;
         if name == b"." {
-            return Err(if want_dir { Error::Invalid("cannot remove '.'".into()) } else { Error::IsDir });
+            return Err(if want_dir {
+                Error::Invalid("cannot remove '.'".into())
+            } else {
+                Error::IsDir
+            });
         }
         if name == b".." {
-            return Err(if want_dir { Error::NotEmpty } else { Error::IsDir });
+            return Err(if want_dir {
+                Error::NotEmpty
+            } else {
+                Error::IsDir
+            });
         }
         let _ns = self.ns.write().unwrap_or_else(|e| e.into_inner());
         let loc = self.dir_lookup(parent, name)?;
@@ -643,7 +794,11 @@ impl Inner {
         }
         self.header_tx(&mut tx, parent, &g[&parent].hdr, &ph);
         let mut ch = child.hdr.clone();
-        ch.nlink = if want_dir { 0 } else { ch.nlink.saturating_sub(1) };
+        ch.nlink = if want_dir {
+            0
+        } else {
+            ch.nlink.saturating_sub(1)
+        };
         ch.ctime = now;
         let free_now = ch.nlink == 0 && (want_dir || child.open == 0);
         if free_now {
@@ -680,12 +835,21 @@ impl Inner {
         Err(Error::Corrupted("directory parent chain has a loop".into()))
     }
 
-    fn rename_impl(&self, p1: u64, n1: &[u8], p2: u64, n2: &[u8], flags: RenameFlags) -> Result<()> {
+    fn rename_impl(
+        &self,
+        p1: u64,
+        n1: &[u8],
+        p2: u64,
+        n2: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
         self.check_alive()?;
         check_name(n1)?;
         check_name(n2)?;
         if flags.noreplace && flags.exchange {
-            return Err(Error::Invalid("RENAME_NOREPLACE and RENAME_EXCHANGE together".into()));
+            return Err(Error::Invalid(
+                "RENAME_NOREPLACE and RENAME_EXCHANGE together".into(),
+            ));
         }
         if is_dot(n1) || is_dot(n2) {
             return Err(Error::Busy("cannot rename '.' or '..'".into()));
@@ -703,6 +867,24 @@ impl Inner {
         if flags.noreplace && dst.is_some() {
             return Err(Error::Exists);
         }
+        // Checks in Linux's order: the source may not be an ancestor of the target's directory
+        // (EINVAL), the target may not be an ancestor of the source's directory (ENOTEMPTY, or
+        // EINVAL for an exchange), then same-file, then the type rules.
+        if p1 != p2 {
+            if src.kind == FileKind::Dir && self.is_ancestor(src.ino, p2)? {
+                return Err(Error::Invalid("cannot move a directory into itself".into()));
+            }
+            if let Some(d) = dst
+                && d.kind == FileKind::Dir
+                && self.is_ancestor(d.ino, p1)?
+            {
+                return Err(if flags.exchange {
+                    Error::Invalid("cannot exchange a directory with its own descendant".into())
+                } else {
+                    Error::NotEmpty
+                });
+            }
+        }
         if let Some(d) = dst {
             if d.ino == src.ino {
                 return Ok(()); // same file under both names: POSIX says do nothing
@@ -715,14 +897,6 @@ impl Inner {
                 }
             }
         }
-        // A directory may not move below itself.
-        if src.kind == FileKind::Dir && p1 != p2 && self.is_ancestor(src.ino, p2)? {
-            return Err(Error::Invalid("cannot move a directory into itself".into()));
-        }
-        if let Some(d) = dst
-            && flags.exchange && d.kind == FileKind::Dir && p1 != p2 && self.is_ancestor(d.ino, p1)? {
-                return Err(Error::Invalid("cannot move a directory into itself".into()));
-            }
         let mut inos = vec![p1, p2, src.ino];
         if let Some(d) = dst {
             inos.push(d.ino);
@@ -730,14 +904,18 @@ impl Inner {
         let arcs = self.arcs(&inos)?;
         let mut g = self.lock_all(&arcs);
         if let Some(d) = dst
-            && !flags.exchange && d.kind == FileKind::Dir && !g[&d.ino].dir.as_ref().is_some_and(|x| x.is_empty()) {
-                return Err(Error::NotEmpty);
-            }
+            && !flags.exchange
+            && d.kind == FileKind::Dir
+            && !g[&d.ino].dir.as_ref().is_some_and(|x| x.is_empty())
+        {
+            return Err(Error::NotEmpty);
+        }
         let now = now_ns();
         let mut tx = Tx::new();
         let mut edit = DirEdit::default();
         let mut res = Reserved::new(self);
-        let mut new_hdr: HashMap<u64, InodeHeader> = inos.iter().map(|&i| (i, g[&i].hdr.clone())).collect();
+        let mut new_hdr: HashMap<u64, InodeHeader> =
+            inos.iter().map(|&i| (i, g[&i].hdr.clone())).collect();
         let mut victim_freed = None;
         let src_dir = src.kind == FileKind::Dir;
         if flags.exchange {
@@ -771,7 +949,9 @@ impl Inner {
                     } else {
                         v.nlink -= 1;
                     }
-                    if new_hdr[&d.ino].nlink == 0 && (d.kind == FileKind::Dir || g[&d.ino].open == 0) {
+                    if new_hdr[&d.ino].nlink == 0
+                        && (d.kind == FileKind::Dir || g[&d.ino].open == 0)
+                    {
                         victim_freed = Some(d.ino);
                     }
                 }
@@ -832,11 +1012,20 @@ impl Inner {
         let _ns = self.ns.write().unwrap_or_else(|e| e.into_inner());
         let arcs = self.arcs(&[ino, parent])?;
         let mut g = self.lock_all(&arcs);
-        if g[&ino].is_dir() {
-            return Err(Error::NotPermitted("hard links to directories are not allowed".into()));
-        }
-        if g[&parent].dir.as_ref().ok_or(Error::NotDir)?.get(name).is_some() {
+        // Linux checks the new name before the source's type.
+        if g[&parent]
+            .dir
+            .as_ref()
+            .ok_or(Error::NotDir)?
+            .get(name)
+            .is_some()
+        {
             return Err(Error::Exists);
+        }
+        if g[&ino].is_dir() {
+            return Err(Error::NotPermitted(
+                "hard links to directories are not allowed".into(),
+            ));
         }
         if g[&ino].hdr.nlink == 0 && g[&ino].open > 0 {
             return Err(Error::NotFound);
@@ -849,7 +1038,15 @@ impl Inner {
         let mut edit = DirEdit::default();
         let mut res = Reserved::new(self);
         let kind = g[&ino].kind();
-        self.plan_insert(g.get_mut(&parent).expect("locked"), name, ino, kind, &mut edit, &mut tx, &mut res)?;
+        self.plan_insert(
+            g.get_mut(&parent).expect("locked"),
+            name,
+            ino,
+            kind,
+            &mut edit,
+            &mut tx,
+            &mut res,
+        )?;
         let mut ph = g[&parent].hdr.clone();
         ph.mtime = now;
         ph.ctime = now;
@@ -913,7 +1110,10 @@ impl Fs {
     /// poisoned and the next mount must roll the transaction back.
     #[doc(hidden)]
     pub fn inject_crash_before_commit(&self, n: u64) {
-        self.inner.journals.crash_countdown.store(n, Ordering::Relaxed);
+        self.inner
+            .journals
+            .crash_countdown
+            .store(n, Ordering::Relaxed);
     }
 
     /// The pool's superblock (geometry, uuid, creation time).
@@ -956,30 +1156,60 @@ impl Fs {
     }
 
     pub fn create(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
-        self.inner.make_node(parent, name, FileKind::File, perm, uid, gid, 0, None)
+        self.inner
+            .make_node(parent, name, FileKind::File, perm, uid, gid, 0, None)
     }
 
     pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
-        self.inner.make_node(parent, name, FileKind::Dir, perm, uid, gid, 0, None)
+        self.inner
+            .make_node(parent, name, FileKind::Dir, perm, uid, gid, 0, None)
     }
 
     /// Create a special file (FIFO, socket, device) or a regular file.
     #[allow(clippy::too_many_arguments)]
-    pub fn mknod(&self, parent: u64, name: &[u8], kind: FileKind, perm: u32, uid: u32, gid: u32, rdev: u32) -> Result<Attr> {
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: FileKind,
+        perm: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u32,
+    ) -> Result<Attr> {
         if matches!(kind, FileKind::Dir | FileKind::Symlink) {
-            return Err(Error::Invalid("mknod cannot make directories or symlinks".into()));
+            return Err(Error::Invalid(
+                "mknod cannot make directories or symlinks".into(),
+            ));
         }
-        self.inner.make_node(parent, name, kind, perm, uid, gid, rdev, None)
+        self.inner
+            .make_node(parent, name, kind, perm, uid, gid, rdev, None)
     }
 
-    pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
         if target.is_empty() {
             return Err(Error::NotFound);
         }
         if target.len() > SYMLINK_MAX {
             return Err(Error::NameTooLong(target.len()));
         }
-        self.inner.make_node(parent, name, FileKind::Symlink, 0o777, uid, gid, 0, Some(target))
+        self.inner.make_node(
+            parent,
+            name,
+            FileKind::Symlink,
+            0o777,
+            uid,
+            gid,
+            0,
+            Some(target),
+        )
     }
 
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
@@ -1009,8 +1239,16 @@ impl Fs {
         self.inner.unlink_impl(parent, name, true)
     }
 
-    pub fn rename(&self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], flags: RenameFlags) -> Result<()> {
-        self.inner.rename_impl(parent, name, newparent, newname, flags)
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        self.inner
+            .rename_impl(parent, name, newparent, newname, flags)
     }
 
     /// Note an open handle: an unlinked inode lives until its last handle is released.
@@ -1096,16 +1334,31 @@ impl Fs {
         let d = g.dir.as_ref().ok_or(Error::NotDir)?;
         let mut out = Vec::new();
         if offset < 1 {
-            out.push(DirEntry { ino, kind: FileKind::Dir, name: b".".to_vec(), offset: 1 });
+            out.push(DirEntry {
+                ino,
+                kind: FileKind::Dir,
+                name: b".".to_vec(),
+                offset: 1,
+            });
         }
         if offset < 2 {
-            out.push(DirEntry { ino: g.hdr.parent, kind: FileKind::Dir, name: b"..".to_vec(), offset: 2 });
+            out.push(DirEntry {
+                ino: g.hdr.parent,
+                kind: FileKind::Dir,
+                name: b"..".to_vec(),
+                offset: 2,
+            });
         }
         for (pos, name, loc) in d.entries_after(offset.max(2)) {
             if out.len() >= max {
                 break;
             }
-            out.push(DirEntry { ino: loc.ino, kind: loc.kind, name: name.to_vec(), offset: pos });
+            out.push(DirEntry {
+                ino: loc.ino,
+                kind: loc.kind,
+                name: name.to_vec(),
+                offset: pos,
+            });
         }
         out.truncate(max);
         Ok(out)
@@ -1128,7 +1381,12 @@ impl Fs {
     }
 
     pub fn statfs(&self) -> StatFs {
-        let free_inodes = self.inner.inode_free.iter().map(|f| lock(f).len() as u64).sum();
+        let free_inodes = self
+            .inner
+            .inode_free
+            .iter()
+            .map(|f| lock(f).len() as u64)
+            .sum();
         StatFs {
             block_size: BLOCK_SIZE,
             blocks: self.inner.geo.data_blocks,
@@ -1136,7 +1394,13 @@ impl Fs {
             inodes: self.inner.geo.total_inodes(),
             free_inodes,
             name_max: NAME_MAX as u32,
-            free_aligned_extents: self.inner.alloc.stats().iter().map(|s| s.free_aligned_extents).sum(),
+            free_aligned_extents: self
+                .inner
+                .alloc
+                .stats()
+                .iter()
+                .map(|s| s.free_aligned_extents)
+                .sum(),
         }
     }
 
@@ -1149,7 +1413,11 @@ impl Fs {
     pub fn extents(&self, ino: u64) -> Result<Vec<(u64, u64, u64)>> {
         let n = self.inner.node(ino)?;
         let g = rlock(&n);
-        Ok(g.map.extents.iter().map(|(&l, e)| (l, e.phys, e.len)).collect())
+        Ok(g.map
+            .extents
+            .iter()
+            .map(|(&l, e)| (l, e.phys, e.len))
+            .collect())
     }
 
     // ----- path helpers -----
@@ -1162,8 +1430,15 @@ impl Fs {
     }
 
     fn resolve_from(&self, start: u64, path: &[u8], follow: bool, budget: &mut u32) -> Result<u64> {
-        let mut cur = if path.first() == Some(&b'/') { ROOT_INO } else { start };
-        let comps: Vec<&[u8]> = path.split(|&c| c == b'/').filter(|c| !c.is_empty()).collect();
+        let mut cur = if path.first() == Some(&b'/') {
+            ROOT_INO
+        } else {
+            start
+        };
+        let comps: Vec<&[u8]> = path
+            .split(|&c| c == b'/')
+            .filter(|c| !c.is_empty())
+            .collect();
         for (i, c) in comps.iter().enumerate() {
             let last = i + 1 == comps.len();
             let a = self.lookup(cur, c)?;
@@ -1192,9 +1467,15 @@ impl Fs {
             None => ("", t),
         };
         if name.is_empty() {
-            return Err(Error::Invalid(format!("path {path:?} has no final component")));
+            return Err(Error::Invalid(format!(
+                "path {path:?} has no final component"
+            )));
         }
-        Ok((self.resolve(dirpart, true)?, name.as_bytes().to_vec()))
+        let parent = self.resolve(dirpart, true)?;
+        if self.getattr(parent)?.kind != FileKind::Dir {
+            return Err(Error::NotDir);
+        }
+        Ok((parent, name.as_bytes().to_vec()))
     }
 
     /// Attributes of the file at `path` (following a final symlink).

@@ -30,14 +30,26 @@ impl Report {
 
 /// Check a pool offline. The pool is mapped copy-on-write, so recovery happens in memory only.
 pub fn check_pool(path: &Path) -> Result<Report> {
-    let fs = Fs::mount(path, MountOptions { private: true, ..Default::default() })?;
+    let fs = Fs::mount(
+        path,
+        MountOptions {
+            private: true,
+            ..Default::default()
+        },
+    )?;
     Ok(fs.check())
 }
 
 pub(crate) fn check(inner: &Inner) -> Report {
     let mut r = Report::default();
     let _ns = inner.ns.write().unwrap_or_else(|e| e.into_inner());
-    let arcs: Vec<_> = inner.nodes.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+    let arcs: Vec<_> = inner
+        .nodes
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+        .cloned()
+        .collect();
     let guards: Vec<_> = arcs.iter().map(rlock).collect();
     let nodes: HashMap<u64, &crate::fs::Node> = guards.iter().map(|g| (g.ino, &**g)).collect();
     let g = &inner.geo;
@@ -60,16 +72,33 @@ pub(crate) fn check(inner: &Inner) -> Report {
         }
         let media = InodeHeader::decode(&raw);
         if media != n.hdr {
-            p(format!("inode {}: header on media {media:?} differs from memory {:?}", n.ino, n.hdr));
+            p(format!(
+                "inode {}: header on media {media:?} differs from memory {:?}",
+                n.ino, n.hdr
+            ));
             continue;
         }
-        match FileMap::load(&inner.pool, g, n.ino, &raw, media.index_block, media.map_end) {
+        match FileMap::load(
+            &inner.pool,
+            g,
+            n.ino,
+            &raw,
+            media.index_block,
+            media.map_end,
+        ) {
             Ok((m, dead)) => {
                 if m.extents != n.map.extents {
-                    p(format!("inode {}: extent map on media differs from memory", n.ino));
+                    p(format!(
+                        "inode {}: extent map on media differs from memory",
+                        n.ino
+                    ));
                 }
                 if !dead.is_empty() {
-                    p(format!("inode {}: {} dead extent slots were not cleared", n.ino, dead.len()));
+                    p(format!(
+                        "inode {}: {} dead extent slots were not cleared",
+                        n.ino,
+                        dead.len()
+                    ));
                 }
             }
             Err(e) => p(format!("inode {}: {e}", n.ino)),
@@ -80,17 +109,32 @@ pub(crate) fn check(inner: &Inner) -> Report {
             for k in 0..n.hdr.size / BLOCK_SIZE {
                 match n.map.lookup(k) {
                     Some((phys, _)) => {
-                        if let Err(e) = inner.pool.read(phys * BLOCK_SIZE, &mut b).and_then(|_| fresh.load_block(n.ino, k as u32, &b)) {
+                        if let Err(e) = inner
+                            .pool
+                            .read(phys * BLOCK_SIZE, &mut b)
+                            .and_then(|_| fresh.load_block(n.ino, k as u32, &b))
+                        {
                             p(format!("directory {}: {e}", n.ino));
                         }
                     }
                     None => p(format!("directory {}: block {k} not mapped", n.ino)),
                 }
             }
-            let a: HashMap<_, _> = fresh.names.iter().map(|(k, v)| (k.clone(), (v.ino, v.kind))).collect();
-            let b2: HashMap<_, _> = d.names.iter().map(|(k, v)| (k.clone(), (v.ino, v.kind))).collect();
+            let a: HashMap<_, _> = fresh
+                .names
+                .iter()
+                .map(|(k, v)| (k.clone(), (v.ino, v.kind)))
+                .collect();
+            let b2: HashMap<_, _> = d
+                .names
+                .iter()
+                .map(|(k, v)| (k.clone(), (v.ino, v.kind)))
+                .collect();
             if a != b2 {
-                p(format!("directory {}: entries on media differ from memory", n.ino));
+                p(format!(
+                    "directory {}: entries on media differ from memory",
+                    n.ino
+                ));
             }
         }
     }
@@ -100,25 +144,44 @@ pub(crate) fn check(inner: &Inner) -> Report {
     for n in nodes.values() {
         owned.extend(n.map.owned_runs().into_iter().map(|x| (x, n.ino)));
         if n.hdr.xattr_block != 0 {
-            owned.push((BlockRun { start: n.hdr.xattr_block, len: 1 }, n.ino));
+            owned.push((
+                BlockRun {
+                    start: n.hdr.xattr_block,
+                    len: 1,
+                },
+                n.ino,
+            ));
         }
     }
     let free = inner.alloc.free_runs();
     r.free_blocks = free.iter().map(|x| x.len).sum();
     r.used_blocks = owned.iter().map(|x| x.0.len).sum();
-    let mut all: Vec<(u64, u64, String)> = owned.iter().map(|(x, i)| (x.start, x.len, format!("inode {i}"))).collect();
-    all.extend(free.iter().map(|x| (x.start, x.len, "the free lists".to_string())));
+    let mut all: Vec<(u64, u64, String)> = owned
+        .iter()
+        .map(|(x, i)| (x.start, x.len, format!("inode {i}")))
+        .collect();
+    all.extend(
+        free.iter()
+            .map(|x| (x.start, x.len, "the free lists".to_string())),
+    );
     all.sort_by_key(|x| x.0);
     let mut cur = g.data_start;
     let mut last_owner = String::from("the start of the data area");
     for (s, l, who) in &all {
         if *s < g.data_start || s + l > g.data_start + g.data_blocks {
-            p(format!("blocks {s}..{} of {who} are outside the data area", s + l));
+            p(format!(
+                "blocks {s}..{} of {who} are outside the data area",
+                s + l
+            ));
         }
         if *s < cur {
-            p(format!("block {s} is claimed by both {last_owner} and {who}"));
+            p(format!(
+                "block {s} is claimed by both {last_owner} and {who}"
+            ));
         } else if *s > cur {
-            p(format!("blocks {cur}..{s} are leaked: neither free nor owned"));
+            p(format!(
+                "blocks {cur}..{s} are leaked: neither free nor owned"
+            ));
         }
         if s + l > cur {
             cur = s + l;
@@ -126,7 +189,10 @@ pub(crate) fn check(inner: &Inner) -> Report {
         }
     }
     if cur < g.data_start + g.data_blocks {
-        p(format!("blocks {cur}..{} are leaked: neither free nor owned", g.data_start + g.data_blocks));
+        p(format!(
+            "blocks {cur}..{} are leaked: neither free nor owned",
+            g.data_start + g.data_blocks
+        ));
     }
     if let Err(e) = inner.alloc.check_consistency() {
         p(format!("allocator: {e}"));
@@ -140,23 +206,40 @@ pub(crate) fn check(inner: &Inner) -> Report {
         for (name, loc) in &d.names {
             let nm = String::from_utf8_lossy(name);
             match nodes.get(&loc.ino) {
-                None => p(format!("directory {}: entry {nm:?} points at free inode {}", n.ino, loc.ino)),
+                None => p(format!(
+                    "directory {}: entry {nm:?} points at free inode {}",
+                    n.ino, loc.ino
+                )),
                 Some(c) => {
                     *refs.entry(loc.ino).or_default() += 1;
                     if c.kind() != loc.kind {
-                        p(format!("directory {}: entry {nm:?} says {:?} but inode {} is {:?}", n.ino, loc.kind, loc.ino, c.kind()));
+                        p(format!(
+                            "directory {}: entry {nm:?} says {:?} but inode {} is {:?}",
+                            n.ino,
+                            loc.kind,
+                            loc.ino,
+                            c.kind()
+                        ));
                     }
                     if c.is_dir() {
                         *subdirs.entry(n.ino).or_default() += 1;
                         if c.hdr.parent != n.ino {
-                            p(format!("directory {}: parent field is {} but it is listed in {}", loc.ino, c.hdr.parent, n.ino));
+                            p(format!(
+                                "directory {}: parent field is {} but it is listed in {}",
+                                loc.ino, c.hdr.parent, n.ino
+                            ));
                         }
                     }
                 }
             }
         }
         if n.hdr.size != d.blocks() as u64 * BLOCK_SIZE {
-            p(format!("directory {}: size {} but {} blocks", n.ino, n.hdr.size, d.blocks()));
+            p(format!(
+                "directory {}: size {} but {} blocks",
+                n.ino,
+                n.hdr.size,
+                d.blocks()
+            ));
         }
     }
     for n in nodes.values() {
@@ -165,14 +248,23 @@ pub(crate) fn check(inner: &Inner) -> Report {
             r.directories += 1;
             let want = 2 + subdirs.get(&n.ino).copied().unwrap_or(0);
             if n.hdr.nlink != want {
-                p(format!("directory {}: link count {} but {} expected", n.ino, n.hdr.nlink, want));
+                p(format!(
+                    "directory {}: link count {} but {} expected",
+                    n.ino, n.hdr.nlink, want
+                ));
             }
             let want_refs = if n.ino == ROOT_INO { 0 } else { 1 };
             if rc != want_refs {
-                p(format!("directory {}: listed {rc} times (expected {want_refs})", n.ino));
+                p(format!(
+                    "directory {}: listed {rc} times (expected {want_refs})",
+                    n.ino
+                ));
             }
         } else if n.hdr.nlink != rc && (n.hdr.nlink != 0 || n.open == 0) {
-            p(format!("inode {}: link count {} but {rc} directory entries", n.ino, n.hdr.nlink));
+            p(format!(
+                "inode {}: link count {} but {rc} directory entries",
+                n.ino, n.hdr.nlink
+            ));
         }
         if n.kind() == FileKind::Symlink && (n.hdr.size == 0 || n.hdr.size > 4095) {
             p(format!("symlink {}: target length {}", n.ino, n.hdr.size));
@@ -197,7 +289,11 @@ pub(crate) fn check(inner: &Inner) -> Report {
     }
     for n in nodes.values() {
         if !seen.contains(&n.ino) && (n.hdr.nlink != 0 || n.open == 0) {
-            p(format!("inode {} ({:?}) is not reachable from the root", n.ino, n.kind()));
+            p(format!(
+                "inode {} ({:?}) is not reachable from the root",
+                n.ino,
+                n.kind()
+            ));
         }
     }
 
@@ -208,12 +304,18 @@ pub(crate) fn check(inner: &Inner) -> Report {
         free_inodes += f.len() as u64;
         for i in f.iter() {
             if nodes.contains_key(i) {
-                p(format!("inode {i} is in use but also on partition {part}'s free list"));
+                p(format!(
+                    "inode {i} is in use but also on partition {part}'s free list"
+                ));
             }
         }
     }
     if free_inodes + nodes.len() as u64 != g.total_inodes() {
-        p(format!("{} inodes in use + {free_inodes} free != {} total", nodes.len(), g.total_inodes()));
+        p(format!(
+            "{} inodes in use + {free_inodes} free != {} total",
+            nodes.len(),
+            g.total_inodes()
+        ));
     }
     r
 }

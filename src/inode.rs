@@ -8,8 +8,8 @@
 use crate::alloc::BlockRun;
 use crate::error::{Result, corrupt};
 use crate::layout::{
-    BLOCK_SIZE, EXTENT_SIZE, ExtentRecord, Geometry, INDEX_MAGIC, INDEX_SLOTS, INDEX_SLOTS_OFF, INLINE_SLOTS,
-    INODE_SLOTS_OFF, get_u32, get_u64,
+    BLOCK_SIZE, EXTENT_SIZE, ExtentRecord, Geometry, INDEX_MAGIC, INDEX_SLOTS, INDEX_SLOTS_OFF,
+    INLINE_SLOTS, INODE_SLOTS_OFF, get_u32, get_u64,
 };
 use crate::pool::{Category, Pool};
 use std::collections::{BTreeMap, BTreeSet};
@@ -51,7 +51,11 @@ pub struct MapUpdate {
 impl FileMap {
     /// An empty map with all inline slots free.
     pub fn new() -> FileMap {
-        FileMap { extents: BTreeMap::new(), free_slots: (0..INLINE_SLOTS as u32).collect(), index_blocks: Vec::new() }
+        FileMap {
+            extents: BTreeMap::new(),
+            free_slots: (0..INLINE_SLOTS as u32).collect(),
+            index_blocks: Vec::new(),
+        }
     }
 
     /// Pool offset of a slot for the inode at `inode_off`.
@@ -88,7 +92,12 @@ impl FileMap {
     /// Extents overlapping logical blocks [a, b), clipped, as (logical, phys, len).
     pub fn segments(&self, a: u64, b: u64) -> Vec<(u64, u64, u64)> {
         let mut out = Vec::new();
-        let start = self.extents.range(..=a).next_back().map(|(&l, _)| l).unwrap_or(a);
+        let start = self
+            .extents
+            .range(..=a)
+            .next_back()
+            .map(|(&l, _)| l)
+            .unwrap_or(a);
         for (&l, e) in self.extents.range(start..b) {
             let s = l.max(a);
             let t = (l + e.len).min(b);
@@ -118,7 +127,8 @@ impl FileMap {
     /// slot and one split can need one more).
     pub fn index_blocks_needed(&self, new_runs: usize) -> usize {
         let need = new_runs + 1;
-        need.saturating_sub(self.free_slots.len()).div_ceil(INDEX_SLOTS)
+        need.saturating_sub(self.free_slots.len())
+            .div_ceil(INDEX_SLOTS)
     }
 
     /// Add a fresh, initialised index block (already durable and zeroed) to the chain.
@@ -131,13 +141,16 @@ impl FileMap {
         let k = self.index_blocks.len();
         self.index_blocks.push(block);
         for s in 0..INDEX_SLOTS {
-            self.free_slots.insert((INLINE_SLOTS + k * INDEX_SLOTS + s) as SlotId);
+            self.free_slots
+                .insert((INLINE_SLOTS + k * INDEX_SLOTS + s) as SlotId);
         }
     }
 
     fn take_slot(&mut self) -> SlotId {
         // Callers reserve index blocks first (`index_blocks_needed`), so a slot is always free.
-        self.free_slots.pop_first().expect("caller reserved enough extent slots")
+        self.free_slots
+            .pop_first()
+            .expect("caller reserved enough extent slots")
     }
 
     fn release_slot(&mut self, slot: SlotId, upd: &mut MapUpdate) {
@@ -151,25 +164,45 @@ impl FileMap {
     pub fn remap(&mut self, l: u64, n: u64, runs: &[BlockRun], upd: &mut MapUpdate) {
         let end = l + n;
         let overlapping: Vec<u64> = {
-            let start = self.extents.range(..l).next_back().map(|(&k, _)| k).unwrap_or(l);
-            self.extents.range(start..end).filter(|(k, e)| **k + e.len > l).map(|(&k, _)| k).collect()
+            let start = self
+                .extents
+                .range(..l)
+                .next_back()
+                .map(|(&k, _)| k)
+                .unwrap_or(l);
+            self.extents
+                .range(start..end)
+                .filter(|(k, e)| **k + e.len > l)
+                .map(|(&k, _)| k)
+                .collect()
         };
         for k in overlapping {
             let e = self.extents.remove(&k).expect("listed above");
             let e_end = k + e.len;
             let mid_s = k.max(l);
             let mid_e = e_end.min(end);
-            upd.freed.push(BlockRun { start: e.phys + (mid_s - k), len: mid_e - mid_s });
+            upd.freed.push(BlockRun {
+                start: e.phys + (mid_s - k),
+                len: mid_e - mid_s,
+            });
             let mut slot = Some(e.slot);
             if k < l {
-                let head = Extent { phys: e.phys, len: l - k, slot: e.slot };
+                let head = Extent {
+                    phys: e.phys,
+                    len: l - k,
+                    slot: e.slot,
+                };
                 upd.slot_writes.insert(e.slot, record(k, &head));
                 self.extents.insert(k, head);
                 slot = None;
             }
             if e_end > end {
                 let s = slot.take().unwrap_or_else(|| self.take_slot());
-                let tail = Extent { phys: e.phys + (end - k), len: e_end - end, slot: s };
+                let tail = Extent {
+                    phys: e.phys + (end - k),
+                    len: e_end - end,
+                    slot: s,
+                };
                 upd.slot_writes.insert(s, record(end, &tail));
                 self.extents.insert(end, tail);
             }
@@ -182,14 +215,22 @@ impl FileMap {
             // Extend the previous extent when the new run continues it both logically and physically.
             let prev = self.extents.range(..cur).next_back().map(|(&k, e)| (k, *e));
             match prev {
-                Some((k, mut e)) if k + e.len == cur && e.phys + e.len == r.start && e.len + r.len <= u32::MAX as u64 => {
+                Some((k, mut e))
+                    if k + e.len == cur
+                        && e.phys + e.len == r.start
+                        && e.len + r.len <= u32::MAX as u64 =>
+                {
                     e.len += r.len;
                     upd.slot_writes.insert(e.slot, record(k, &e));
                     self.extents.insert(k, e);
                 }
                 _ => {
                     let s = self.take_slot();
-                    let e = Extent { phys: r.start, len: r.len, slot: s };
+                    let e = Extent {
+                        phys: r.start,
+                        len: r.len,
+                        slot: s,
+                    };
                     upd.slot_writes.insert(s, record(cur, &e));
                     self.extents.insert(cur, e);
                 }
@@ -203,17 +244,24 @@ impl FileMap {
     /// inode's lowered `map_end` kills them; they are zeroed after commit (`dead_slots`).
     pub fn truncate(&mut self, end: u64, upd: &mut MapUpdate) {
         if let Some((&k, e)) = self.extents.range(..end).next_back()
-            && k + e.len > end {
-                let mut e = *e;
-                upd.freed.push(BlockRun { start: e.phys + (end - k), len: k + e.len - end });
-                e.len = end - k;
-                upd.slot_writes.insert(e.slot, record(k, &e));
-                self.extents.insert(k, e);
-            }
+            && k + e.len > end
+        {
+            let mut e = *e;
+            upd.freed.push(BlockRun {
+                start: e.phys + (end - k),
+                len: k + e.len - end,
+            });
+            e.len = end - k;
+            upd.slot_writes.insert(e.slot, record(k, &e));
+            self.extents.insert(k, e);
+        }
         let dead: Vec<u64> = self.extents.range(end..).map(|(&k, _)| k).collect();
         for k in dead {
             let e = self.extents.remove(&k).expect("listed above");
-            upd.freed.push(BlockRun { start: e.phys, len: e.len });
+            upd.freed.push(BlockRun {
+                start: e.phys,
+                len: e.len,
+            });
             upd.dead_slots.push(e.slot);
             self.free_slots.insert(e.slot);
         }
@@ -221,15 +269,37 @@ impl FileMap {
 
     /// Every physical block the map owns: data extents and index blocks.
     pub fn owned_runs(&self) -> Vec<BlockRun> {
-        let mut v: Vec<BlockRun> = self.extents.values().map(|e| BlockRun { start: e.phys, len: e.len }).collect();
-        v.extend(self.index_blocks.iter().map(|&b| BlockRun { start: b, len: 1 }));
+        let mut v: Vec<BlockRun> = self
+            .extents
+            .values()
+            .map(|e| BlockRun {
+                start: e.phys,
+                len: e.len,
+            })
+            .collect();
+        v.extend(
+            self.index_blocks
+                .iter()
+                .map(|&b| BlockRun { start: b, len: 1 }),
+        );
         v
     }
 
     /// Rebuild from media. Validates every record; records at or beyond `map_end` and free slots
     /// are returned as dead slots so mount can zero them.
-    pub fn load(pool: &Pool, g: &Geometry, ino: u64, inode: &[u8], index_block: u64, map_end: u64) -> Result<(FileMap, Vec<SlotId>)> {
-        let mut m = FileMap { extents: BTreeMap::new(), free_slots: BTreeSet::new(), index_blocks: Vec::new() };
+    pub fn load(
+        pool: &Pool,
+        g: &Geometry,
+        ino: u64,
+        inode: &[u8],
+        index_block: u64,
+        map_end: u64,
+    ) -> Result<(FileMap, Vec<SlotId>)> {
+        let mut m = FileMap {
+            extents: BTreeMap::new(),
+            free_slots: BTreeSet::new(),
+            index_blocks: Vec::new(),
+        };
         let mut dead = Vec::new();
         let mut add = |m: &mut FileMap, slot: SlotId, raw: &[u8]| -> Result<()> {
             let r = ExtentRecord::decode(raw);
@@ -244,16 +314,31 @@ impl FileMap {
             }
             let (l, len) = (r.logical as u64, r.len as u64);
             if l + len > map_end {
-                return Err(corrupt!("inode {ino}: extent at logical block {l} (+{len}) runs past map end {map_end}"));
+                return Err(corrupt!(
+                    "inode {ino}: extent at logical block {l} (+{len}) runs past map end {map_end}"
+                ));
             }
             if !g.is_data_block(r.phys) || !g.is_data_block(r.phys + len - 1) {
-                return Err(corrupt!("inode {ino}: extent {l}+{len} points outside the data area (block {})", r.phys));
+                return Err(corrupt!(
+                    "inode {ino}: extent {l}+{len} points outside the data area (block {})",
+                    r.phys
+                ));
             }
             if let Some((&pl, pe)) = m.extents.range(..l + len).next_back()
-                && pl + pe.len > l {
-                    return Err(corrupt!("inode {ino}: extents at logical blocks {pl} and {l} overlap"));
-                }
-            m.extents.insert(l, Extent { phys: r.phys, len, slot });
+                && pl + pe.len > l
+            {
+                return Err(corrupt!(
+                    "inode {ino}: extents at logical blocks {pl} and {l} overlap"
+                ));
+            }
+            m.extents.insert(
+                l,
+                Extent {
+                    phys: r.phys,
+                    len,
+                    slot,
+                },
+            );
             Ok(())
         };
         for s in 0..INLINE_SLOTS {
@@ -264,18 +349,26 @@ impl FileMap {
         let mut seen = BTreeSet::new();
         while next != 0 {
             if !g.is_data_block(next) || !seen.insert(next) {
-                return Err(corrupt!("inode {ino}: extent index chain points at block {next} (outside data area or a loop)"));
+                return Err(corrupt!(
+                    "inode {ino}: extent index chain points at block {next} (outside data area or a loop)"
+                ));
             }
             let mut blk = vec![0u8; BLOCK_SIZE as usize];
             pool.read(next * BLOCK_SIZE, &mut blk)?;
             if get_u32(&blk, 0) != INDEX_MAGIC {
-                return Err(corrupt!("inode {ino}: block {next} in its extent index chain has no index magic"));
+                return Err(corrupt!(
+                    "inode {ino}: block {next} in its extent index chain has no index magic"
+                ));
             }
             let k = m.index_blocks.len();
             m.index_blocks.push(next);
             for s in 0..INDEX_SLOTS {
                 let o = INDEX_SLOTS_OFF as usize + s * EXTENT_SIZE as usize;
-                add(&mut m, (INLINE_SLOTS + k * INDEX_SLOTS + s) as SlotId, &blk[o..o + 16])?;
+                add(
+                    &mut m,
+                    (INLINE_SLOTS + k * INDEX_SLOTS + s) as SlotId,
+                    &blk[o..o + 16],
+                )?;
             }
             next = get_u64(&blk, 8);
         }
@@ -284,16 +377,28 @@ impl FileMap {
 }
 
 fn record(logical: u64, e: &Extent) -> ExtentRecord {
-    ExtentRecord { logical: logical as u32, len: e.len as u32, phys: e.phys }
+    ExtentRecord {
+        logical: logical as u32,
+        len: e.len as u32,
+        phys: e.phys,
+    }
 }
 
 /// Encode a map update's slot writes as pool writes, merging the writes that land in one index
 /// block (or the inode) into one range so a transaction needs few journal entries.
-pub fn slot_pool_writes(pool: &Pool, map: &FileMap, inode_off: u64, upd: &MapUpdate) -> Result<Vec<(u64, Vec<u8>)>> {
+pub fn slot_pool_writes(
+    pool: &Pool,
+    map: &FileMap,
+    inode_off: u64,
+    upd: &MapUpdate,
+) -> Result<Vec<(u64, Vec<u8>)>> {
     let mut groups: BTreeMap<u64, Vec<(u64, [u8; 16])>> = BTreeMap::new();
     for (&slot, rec) in &upd.slot_writes {
         let off = map.slot_offset(inode_off, slot);
-        groups.entry(off / BLOCK_SIZE * 2 + ((slot as usize) < INLINE_SLOTS) as u64).or_default().push((off, rec.encode()));
+        groups
+            .entry(off / BLOCK_SIZE * 2 + ((slot as usize) < INLINE_SLOTS) as u64)
+            .or_default()
+            .push((off, rec.encode()));
     }
     let mut out = Vec::new();
     for (_, mut ws) in groups {

@@ -9,7 +9,9 @@
 //! 3. COMMIT entry; flush; fence. The operation is durable when this fence returns.
 
 use crate::error::{Error, Result, corrupt};
-use crate::layout::{self, Geometry, JOURNAL_ENTRY_SIZE, get_u16, get_u32, get_u64, put_u16, put_u32, put_u64};
+use crate::layout::{
+    self, Geometry, JOURNAL_ENTRY_SIZE, get_u16, get_u32, get_u64, put_u16, put_u32, put_u64,
+};
 use crate::pool::{Category, Pool};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -58,13 +60,21 @@ impl<'a> Tx<'a> {
     /// Add a write of owned bytes.
     pub fn write(&mut self, off: u64, data: Vec<u8>, cat: Category) {
         if !data.is_empty() {
-            self.writes.push(TxWrite { off, data: Cow::Owned(data), cat });
+            self.writes.push(TxWrite {
+                off,
+                data: Cow::Owned(data),
+                cat,
+            });
         }
     }
     /// Add a write of borrowed bytes (file data: no copy until it lands in the pool).
     pub fn write_ref(&mut self, off: u64, data: &'a [u8], cat: Category) {
         if !data.is_empty() {
-            self.writes.push(TxWrite { off, data: Cow::Borrowed(data), cat });
+            self.writes.push(TxWrite {
+                off,
+                data: Cow::Borrowed(data),
+                cat,
+            });
         }
     }
     pub fn is_empty(&self) -> bool {
@@ -76,7 +86,11 @@ impl<'a> Tx<'a> {
     }
     /// Bytes of undo staging this transaction needs.
     pub fn staged_bytes(&self) -> u64 {
-        self.writes.iter().filter(|w| w.data.len() > INLINE_MAX).map(|w| (w.data.len() as u64).next_multiple_of(64)).sum()
+        self.writes
+            .iter()
+            .filter(|w| w.data.len() > INLINE_MAX)
+            .map(|w| (w.data.len() as u64).next_multiple_of(64))
+            .sum()
     }
 }
 
@@ -104,7 +118,15 @@ pub struct Journals {
     pub(crate) crash_countdown: AtomicU64,
 }
 
-fn encode_entry(txid: u64, generation: u32, kind: u8, count: u16, target: u64, payload: &[u8], inline_len: u8) -> [u8; 64] {
+fn encode_entry(
+    txid: u64,
+    generation: u32,
+    kind: u8,
+    count: u16,
+    target: u64,
+    payload: &[u8],
+    inline_len: u8,
+) -> [u8; 64] {
     let mut b = [0u8; 64];
     put_u64(&mut b, entry::TXID, txid);
     put_u32(&mut b, entry::GEN, generation);
@@ -160,7 +182,10 @@ impl Journals {
                 .map(|p| Journal {
                     entries_off: g.journal_offset(p),
                     staging_off: g.staging_offset(p),
-                    state: Mutex::new(JournalState { head: 0, generation: 1 }),
+                    state: Mutex::new(JournalState {
+                        head: 0,
+                        generation: 1,
+                    }),
                 })
                 .collect(),
             capacity: g.journal_entries,
@@ -188,7 +213,10 @@ impl Journals {
         }
         let need = tx.entries_needed();
         if need > self.capacity as usize || need > u16::MAX as usize {
-            return Err(Error::Invalid(format!("transaction needs {need} journal entries; the limit is {}", self.capacity)));
+            return Err(Error::Invalid(format!(
+                "transaction needs {need} journal entries; the limit is {}",
+                self.capacity
+            )));
         }
         if tx.staged_bytes() > self.staging_len {
             return Err(Error::Invalid(format!(
@@ -198,8 +226,15 @@ impl Journals {
             )));
         }
         for w in &tx.writes {
-            if w.off.checked_add(w.data.len() as u64).is_none_or(|e| e > pool.len()) {
-                return Err(corrupt!("transaction write at {}+{} is outside the pool", w.off, w.data.len()));
+            if w.off
+                .checked_add(w.data.len() as u64)
+                .is_none_or(|e| e > pool.len())
+            {
+                return Err(corrupt!(
+                    "transaction write at {}+{} is outside the pool",
+                    w.off,
+                    w.data.len()
+                ));
             }
         }
         let j = &self.journals[cpu % self.journals.len()];
@@ -223,7 +258,15 @@ impl Journals {
             if len <= INLINE_MAX {
                 let mut old = [0u8; INLINE_MAX];
                 pool.read(w.off, &mut old[..len])?;
-                entries.push(encode_entry(txid, generation, KIND_UNDO_INLINE, count, w.off, &old[..len], len as u8));
+                entries.push(encode_entry(
+                    txid,
+                    generation,
+                    KIND_UNDO_INLINE,
+                    count,
+                    w.off,
+                    &old[..len],
+                    len as u8,
+                ));
             } else {
                 let dst = j.staging_off + staged;
                 pool.copy_flush(w.off, dst, len as u64, Category::Journal)?;
@@ -231,7 +274,15 @@ impl Journals {
                 put_u32(&mut p, 0, staged as u32);
                 put_u32(&mut p, 4, len as u32);
                 staged += (len as u64).next_multiple_of(64);
-                entries.push(encode_entry(txid, generation, KIND_UNDO_STAGED, count, w.off, &p, 0));
+                entries.push(encode_entry(
+                    txid,
+                    generation,
+                    KIND_UNDO_STAGED,
+                    count,
+                    w.off,
+                    &p,
+                    0,
+                ));
             }
         }
         if staged > 0 {
@@ -250,12 +301,20 @@ impl Journals {
             pool.write_flush(w.off, &w.data, w.cat)?;
         }
         pool.fence();
-        if self.crash_countdown.load(Ordering::Relaxed) > 0 && self.crash_countdown.fetch_sub(1, Ordering::Relaxed) == 1 {
+        if self.crash_countdown.load(Ordering::Relaxed) > 0
+            && self.crash_countdown.fetch_sub(1, Ordering::Relaxed) == 1
+        {
             st.head += need as u32;
-            return Err(Error::Corrupted(format!("injected crash before COMMIT of transaction {txid}")));
+            return Err(Error::Corrupted(format!(
+                "injected crash before COMMIT of transaction {txid}"
+            )));
         }
         let commit_off = base + (need as u64 - 1) * JOURNAL_ENTRY_SIZE;
-        pool.write_flush(commit_off, &encode_entry(txid, generation, KIND_COMMIT, count, 0, &[], 0), Category::Journal)?;
+        pool.write_flush(
+            commit_off,
+            &encode_entry(txid, generation, KIND_COMMIT, count, 0, &[], 0),
+            Category::Journal,
+        )?;
         pool.fence();
         st.head += need as u32;
         Ok(())
@@ -278,7 +337,9 @@ impl Journals {
                 }
             }
             any_valid |= !valid.is_empty();
-            let Some(cur_gen) = valid.iter().map(|e| e.generation).max() else { continue };
+            let Some(cur_gen) = valid.iter().map(|e| e.generation).max() else {
+                continue;
+            };
             let mut txs: BTreeMap<u64, (bool, Vec<Entry>)> = BTreeMap::new();
             for e in valid.into_iter().filter(|e| e.generation == cur_gen) {
                 let t = txs.entry(e.txid).or_default();
@@ -301,19 +362,28 @@ impl Journals {
                 let len = if e.kind == KIND_UNDO_INLINE {
                     let l = e.raw[entry::INLINE_LEN] as u64;
                     if l as usize > INLINE_MAX {
-                        return Err(corrupt!("journal {p} tx {txid}: inline undo length {l} > {INLINE_MAX}"));
+                        return Err(corrupt!(
+                            "journal {p} tx {txid}: inline undo length {l} > {INLINE_MAX}"
+                        ));
                     }
                     l
                 } else {
                     let soff = get_u32(&e.raw, entry::STAGED_OFF) as u64;
                     let slen = get_u32(&e.raw, entry::STAGED_LEN) as u64;
                     if soff + slen > g.staging_blocks as u64 * layout::BLOCK_SIZE {
-                        return Err(corrupt!("journal {p} tx {txid}: staged undo {soff}+{slen} outside staging"));
+                        return Err(corrupt!(
+                            "journal {p} tx {txid}: staged undo {soff}+{slen} outside staging"
+                        ));
                     }
                     slen
                 };
-                if e.target < journal_end || e.target.checked_add(len).is_none_or(|end| end > pool.len()) {
-                    return Err(corrupt!("journal {p} tx {txid}: undo target {}+{len} is not in the pool's metadata or data", e.target));
+                if e.target < journal_end
+                    || e.target.checked_add(len).is_none_or(|end| end > pool.len())
+                {
+                    return Err(corrupt!(
+                        "journal {p} tx {txid}: undo target {}+{len} is not in the pool's metadata or data",
+                        e.target
+                    ));
                 }
             }
         }
@@ -324,11 +394,20 @@ impl Journals {
             for e in &undo {
                 if e.kind == KIND_UNDO_INLINE {
                     let l = e.raw[entry::INLINE_LEN] as usize;
-                    pool.write_flush(e.target, &e.raw[entry::PAYLOAD..entry::PAYLOAD + l], Category::Metadata)?;
+                    pool.write_flush(
+                        e.target,
+                        &e.raw[entry::PAYLOAD..entry::PAYLOAD + l],
+                        Category::Metadata,
+                    )?;
                 } else {
                     let soff = get_u32(&e.raw, entry::STAGED_OFF) as u64;
                     let slen = get_u32(&e.raw, entry::STAGED_LEN) as u64;
-                    pool.copy_flush(g.staging_offset(p) + soff, e.target, slen, Category::Metadata)?;
+                    pool.copy_flush(
+                        g.staging_offset(p) + soff,
+                        e.target,
+                        slen,
+                        Category::Metadata,
+                    )?;
                 }
                 report.undo_records += 1;
             }
@@ -383,7 +462,10 @@ mod tests {
         let r = Journals::recover(&pool, &g).unwrap();
         assert!(r.rolled_back.is_empty());
         assert_eq!(pool.read_array::<8>(target).unwrap(), [1u8; 8]);
-        assert_eq!(pool.read_array::<4>(target + 4096 + 4996).unwrap(), [2u8; 4]);
+        assert_eq!(
+            pool.read_array::<4>(target + 4096 + 4996).unwrap(),
+            [2u8; 4]
+        );
     }
 
     /// Simulate a crash after step 2 (in-place writes done) but before COMMIT by writing the
@@ -397,8 +479,10 @@ mod tests {
         // original 9s, tx 7 (later) saw tx 5's 5s. Undo must restore 9s.
         let e5 = encode_entry(5, 1, KIND_UNDO_INLINE, 3, target, &[9u8; 16], 16);
         let e7 = encode_entry(7, 1, KIND_UNDO_INLINE, 3, target, &[5u8; 16], 16);
-        pool.write(g.journal_offset(0) + 64, &e5, Category::Journal).unwrap();
-        pool.write(g.journal_offset(1) + 64, &e7, Category::Journal).unwrap();
+        pool.write(g.journal_offset(0) + 64, &e5, Category::Journal)
+            .unwrap();
+        pool.write(g.journal_offset(1) + 64, &e7, Category::Journal)
+            .unwrap();
         pool.write(target, &[7u8; 16], Category::Data).unwrap();
         let r = Journals::recover(&pool, &g).unwrap();
         assert_eq!(r.rolled_back, vec![7, 5]);
@@ -436,10 +520,18 @@ mod tests {
         put_u32(&mut p, 0, g.staging_blocks * 4096 - 10);
         put_u32(&mut p, 4, 100);
         let staged = encode_entry(3, 1, KIND_UNDO_STAGED, 4, target, &p, 0);
-        pool.write(g.journal_offset(0) + 64, &inline, Category::Journal).unwrap();
-        pool.write(g.journal_offset(0) + 128, &staged, Category::Journal).unwrap();
-        assert!(matches!(Journals::recover(&pool, &g), Err(Error::Corrupted(m)) if m.contains("outside staging")));
-        assert_eq!(pool.read_array::<8>(target).unwrap(), [4u8; 8], "nothing undone");
+        pool.write(g.journal_offset(0) + 64, &inline, Category::Journal)
+            .unwrap();
+        pool.write(g.journal_offset(0) + 128, &staged, Category::Journal)
+            .unwrap();
+        assert!(
+            matches!(Journals::recover(&pool, &g), Err(Error::Corrupted(m)) if m.contains("outside staging"))
+        );
+        assert_eq!(
+            pool.read_array::<8>(target).unwrap(),
+            [4u8; 8],
+            "nothing undone"
+        );
     }
 
     #[test]

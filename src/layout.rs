@@ -156,7 +156,9 @@ impl Geometry {
     /// Lay out a pool. Errors name what does not fit.
     pub fn compute(pool_size: u64, partitions: u32, inodes_per_partition: u32) -> Result<Geometry> {
         if partitions == 0 || partitions > 256 {
-            return Err(Error::Invalid(format!("partitions must be 1..=256, got {partitions}")));
+            return Err(Error::Invalid(format!(
+                "partitions must be 1..=256, got {partitions}"
+            )));
         }
         if inodes_per_partition < 16 || !inodes_per_partition.is_multiple_of(16) {
             return Err(Error::Invalid(format!(
@@ -173,7 +175,10 @@ impl Geometry {
         let data_start = (bitmap_start + bitmap_blocks).next_multiple_of(BLOCKS_PER_HUGE);
         let min_blocks = data_start + partitions as u64 * BLOCKS_PER_HUGE;
         if blocks < min_blocks {
-            return Err(Error::PoolTooSmall { size: pool_size, min: min_blocks * BLOCK_SIZE });
+            return Err(Error::PoolTooSmall {
+                size: pool_size,
+                min: min_blocks * BLOCK_SIZE,
+            });
         }
         Ok(Geometry {
             pool_size: blocks * BLOCK_SIZE,
@@ -197,12 +202,15 @@ impl Geometry {
 
     /// Byte offset of partition `p`'s journal entry ring.
     pub fn journal_offset(&self, p: u32) -> u64 {
-        (self.journal_start + p as u64 * Self::journal_blocks_each(self.journal_entries, self.staging_blocks)) * BLOCK_SIZE
+        (self.journal_start
+            + p as u64 * Self::journal_blocks_each(self.journal_entries, self.staging_blocks))
+            * BLOCK_SIZE
     }
 
     /// Byte offset of partition `p`'s undo staging area.
     pub fn staging_offset(&self, p: u32) -> u64 {
-        self.journal_offset(p) + (self.journal_entries as u64 * JOURNAL_ENTRY_SIZE).next_multiple_of(BLOCK_SIZE)
+        self.journal_offset(p)
+            + (self.journal_entries as u64 * JOURNAL_ENTRY_SIZE).next_multiple_of(BLOCK_SIZE)
     }
 
     /// Total inodes.
@@ -213,7 +221,10 @@ impl Geometry {
     /// Byte offset of inode `ino` (1-based), or an error if out of range.
     pub fn inode_offset(&self, ino: u64) -> Result<u64> {
         if ino == 0 || ino > self.total_inodes() {
-            return Err(corrupt!("inode number {ino} out of range 1..={}", self.total_inodes()));
+            return Err(corrupt!(
+                "inode number {ino} out of range 1..={}",
+                self.total_inodes()
+            ));
         }
         Ok(self.inode_table_start * BLOCK_SIZE + (ino - 1) * INODE_SIZE)
     }
@@ -232,7 +243,11 @@ impl Geometry {
         (0..self.partitions as u64)
             .map(|i| {
                 let s = self.data_start + i * per;
-                let e = if i + 1 == self.partitions as u64 { end } else { s + per };
+                let e = if i + 1 == self.partitions as u64 {
+                    end
+                } else {
+                    s + per
+                };
                 (s, e)
             })
             .collect()
@@ -294,20 +309,29 @@ impl Superblock {
         }
         let version = get_u32(b, sb::VERSION);
         if version != FORMAT_VERSION {
-            return Err(Error::Version { found: version, supported: FORMAT_VERSION });
+            return Err(Error::Version {
+                found: version,
+                supported: FORMAT_VERSION,
+            });
         }
         let stored = get_u32(b, sb::CHECKSUM);
         let crc = crc32c::crc32c(&b[..sb::CHECKSUMMED]);
         if stored != crc {
-            return Err(corrupt!("superblock checksum mismatch: stored {stored:#010x}, computed {crc:#010x}"));
+            return Err(corrupt!(
+                "superblock checksum mismatch: stored {stored:#010x}, computed {crc:#010x}"
+            ));
         }
         let bs = get_u32(b, sb::BLOCK_SIZE);
         if bs as u64 != BLOCK_SIZE {
-            return Err(corrupt!("superblock block size {bs}, only {BLOCK_SIZE} is supported"));
+            return Err(corrupt!(
+                "superblock block size {bs}, only {BLOCK_SIZE} is supported"
+            ));
         }
         let incompat = get_u32(b, sb::INCOMPAT);
         if incompat != 0 {
-            return Err(corrupt!("superblock has unknown incompatible features {incompat:#x}"));
+            return Err(corrupt!(
+                "superblock has unknown incompatible features {incompat:#x}"
+            ));
         }
         let pool_size = get_u64(b, sb::POOL_SIZE);
         if pool_size > actual_size {
@@ -333,11 +357,17 @@ impl Superblock {
             data_blocks: get_u64(b, sb::DATA_BLOCKS),
         };
         if stored_geom != expect {
-            return Err(corrupt!("superblock region offsets {stored_geom:?} disagree with the geometry {expect:?}"));
+            return Err(corrupt!(
+                "superblock region offsets {stored_geom:?} disagree with the geometry {expect:?}"
+            ));
         }
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&b[sb::UUID..sb::UUID + 16]);
-        Ok(Superblock { geometry: expect, uuid, created_ns: get_i64(b, sb::CREATED_NS) })
+        Ok(Superblock {
+            geometry: expect,
+            uuid,
+            created_ns: get_i64(b, sb::CREATED_NS),
+        })
     }
 }
 
@@ -362,9 +392,15 @@ impl SbState {
     pub fn decode(b: &[u8]) -> SbState {
         let crc = crc32c::crc32c(&b[..sb::STATE_CHECKSUMMED]);
         if crc != get_u32(b, sb::STATE_CHECKSUM - sb::STATE) {
-            return SbState { clean: false, mount_count: 0 };
+            return SbState {
+                clean: false,
+                mount_count: 0,
+            };
         }
-        SbState { clean: get_u32(b, 0) == 1, mount_count: get_u64(b, sb::STATE_MOUNT_COUNT - sb::STATE) }
+        SbState {
+            clean: get_u32(b, 0) == 1,
+            mount_count: get_u64(b, sb::STATE_MOUNT_COUNT - sb::STATE),
+        }
     }
 }
 
@@ -386,7 +422,11 @@ impl ExtentRecord {
         b
     }
     pub fn decode(b: &[u8]) -> ExtentRecord {
-        ExtentRecord { logical: get_u32(b, 0), len: get_u32(b, 4), phys: get_u64(b, 8) }
+        ExtentRecord {
+            logical: get_u32(b, 0),
+            len: get_u32(b, 4),
+            phys: get_u64(b, 8),
+        }
     }
 }
 
@@ -562,16 +602,22 @@ pub fn decode_dentry(b: &[u8]) -> Result<(u64, FileKind, Vec<u8>)> {
     let ino = get_u64(b, 0);
     let len = b[8] as usize;
     if len == 0 || DENTRY_HEADER + len > b.len() {
-        return Err(corrupt!("directory entry name length {len} does not fit its block"));
+        return Err(corrupt!(
+            "directory entry name length {len} does not fit its block"
+        ));
     }
-    let kind = FileKind::from_code(b[9]).ok_or_else(|| corrupt!("directory entry has unknown type code {}", b[9]))?;
+    let kind = FileKind::from_code(b[9])
+        .ok_or_else(|| corrupt!("directory entry has unknown type code {}", b[9]))?;
     let rec = &b[..DENTRY_HEADER + len];
     if dentry_crc(rec) != get_u32(b, 12) {
         return Err(corrupt!("directory entry checksum mismatch (ino {ino})"));
     }
     let name = rec[DENTRY_HEADER..].to_vec();
     if name.contains(&b'/') || name.contains(&0) {
-        return Err(corrupt!("directory entry name {:?} contains '/' or NUL", String::from_utf8_lossy(&name)));
+        return Err(corrupt!(
+            "directory entry name {:?} contains '/' or NUL",
+            String::from_utf8_lossy(&name)
+        ));
     }
     Ok((ino, kind, name))
 }
@@ -593,19 +639,35 @@ mod tests {
     #[test]
     fn superblock_round_trips_and_rejects_damage() {
         let g = Geometry::compute(64 << 20, 2, 1024).unwrap();
-        let s = Superblock { geometry: g, uuid: [7; 16], created_ns: 42 };
+        let s = Superblock {
+            geometry: g,
+            uuid: [7; 16],
+            created_ns: 42,
+        };
         let b = s.encode();
         assert_eq!(Superblock::decode(&b, 64 << 20).unwrap(), s);
         let mut bad = b;
         bad[sb::PARTITIONS] ^= 1;
-        assert!(matches!(Superblock::decode(&bad, 64 << 20), Err(Error::Corrupted(m)) if m.contains("checksum")));
+        assert!(
+            matches!(Superblock::decode(&bad, 64 << 20), Err(Error::Corrupted(m)) if m.contains("checksum"))
+        );
         let mut foreign = b;
         foreign[0] = b'X';
-        assert!(matches!(Superblock::decode(&foreign, 64 << 20), Err(Error::Foreign(m)) if m.contains("magic")));
+        assert!(
+            matches!(Superblock::decode(&foreign, 64 << 20), Err(Error::Foreign(m)) if m.contains("magic"))
+        );
         let mut v2 = b;
         put_u32(&mut v2, sb::VERSION, 2);
-        assert!(matches!(Superblock::decode(&v2, 64 << 20), Err(Error::Version { found: 2, supported: 1 })));
-        assert!(matches!(Superblock::decode(&b, 32 << 20), Err(Error::Corrupted(m)) if m.contains("truncated")));
+        assert!(matches!(
+            Superblock::decode(&v2, 64 << 20),
+            Err(Error::Version {
+                found: 2,
+                supported: 1
+            })
+        ));
+        assert!(
+            matches!(Superblock::decode(&b, 32 << 20), Err(Error::Corrupted(m)) if m.contains("truncated"))
+        );
     }
 
     #[test]
@@ -613,7 +675,10 @@ mod tests {
         let g = Geometry::compute(256 << 20, 4, 2048).unwrap();
         assert_eq!(g.data_start % BLOCKS_PER_HUGE, 0);
         assert!(g.bitmap_start + g.bitmap_blocks <= g.data_start);
-        assert!(g.journal_offset(3) / BLOCK_SIZE + Geometry::journal_blocks_each(1024, 1024) <= g.inode_table_start);
+        assert!(
+            g.journal_offset(3) / BLOCK_SIZE + Geometry::journal_blocks_each(1024, 1024)
+                <= g.inode_table_start
+        );
         let r = g.partition_ranges();
         assert_eq!(r.len(), 4);
         assert_eq!(r[0].0, g.data_start);
@@ -622,12 +687,18 @@ mod tests {
             assert_eq!(w[0].1, w[1].0);
             assert_eq!(w[0].0 % BLOCKS_PER_HUGE, 0);
         }
-        assert!(matches!(Geometry::compute(4 << 20, 1, 16), Err(Error::PoolTooSmall { .. })));
+        assert!(matches!(
+            Geometry::compute(4 << 20, 1, 16),
+            Err(Error::PoolTooSmall { .. })
+        ));
     }
 
     #[test]
     fn state_record_detects_tearing() {
-        let s = SbState { clean: true, mount_count: 9 };
+        let s = SbState {
+            clean: true,
+            mount_count: 9,
+        };
         let mut b = s.encode();
         assert_eq!(SbState::decode(&b), s);
         b[8] ^= 0xff;
@@ -639,7 +710,10 @@ mod tests {
         let e = encode_dentry(77, FileKind::Symlink, b"name");
         let mut blk = e.clone();
         blk.resize(128, 0);
-        assert_eq!(decode_dentry(&blk).unwrap(), (77, FileKind::Symlink, b"name".to_vec()));
+        assert_eq!(
+            decode_dentry(&blk).unwrap(),
+            (77, FileKind::Symlink, b"name".to_vec())
+        );
         blk[17] ^= 1;
         assert!(decode_dentry(&blk).is_err());
         assert_eq!(dentry_slots(48), 1);
@@ -649,7 +723,10 @@ mod tests {
 
     #[test]
     fn header_diff_touches_only_changed_chunks() {
-        let a = InodeHeader { size: 1, ..Default::default() };
+        let a = InodeHeader {
+            size: 1,
+            ..Default::default()
+        };
         let mut b = a.clone();
         b.mtime = 5;
         let w = header_diff(1000, &a, &b);

@@ -30,5 +30,8 @@ pub mod xattr;
 
 pub use error::{Error, Result};
 pub use file::File;
-pub use fs::{Attr, DirEntry, Fs, MkfsOptions, Mode, MountOptions, RenameFlags, SetAttr, StatFs, TimeSet, XattrSet};
+pub use fs::{
+    Attr, DirEntry, Fs, MkfsOptions, Mode, MountOptions, RenameFlags, SetAttr, StatFs, TimeSet,
+    XattrSet,
+};
 pub use layout::FileKind;

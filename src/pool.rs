@@ -56,8 +56,12 @@ impl PersistSrc<'_> {
         unsafe {
             let d = base.add(dst as usize);
             match self {
-                PersistSrc::Bytes(b) => std::ptr::copy_nonoverlapping(b.as_ptr().add(from as usize), d, n as usize),
-                PersistSrc::Pool(s, _) => std::ptr::copy_nonoverlapping(base.add((s + from) as usize), d, n as usize),
+                PersistSrc::Bytes(b) => {
+                    std::ptr::copy_nonoverlapping(b.as_ptr().add(from as usize), d, n as usize)
+                }
+                PersistSrc::Pool(s, _) => {
+                    std::ptr::copy_nonoverlapping(base.add((s + from) as usize), d, n as usize)
+                }
                 PersistSrc::Zero(_) => std::ptr::write_bytes(d, 0, n as usize),
             }
         }
@@ -121,17 +125,26 @@ fn detect_flush() -> FlushKind {
 /// Size in bytes of a pool backing: a regular file's length, or a device-DAX character device's
 /// size from sysfs.
 fn backing_size(path: &Path, file: &File) -> Result<u64> {
-    let meta = file.metadata().map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
     if meta.file_type().is_char_device() {
         use std::os::unix::fs::MetadataExt;
         let rdev = meta.rdev();
         let (major, minor) = (libc::major(rdev), libc::minor(rdev));
         let sys = format!("/sys/dev/char/{major}:{minor}/size");
-        let text = std::fs::read_to_string(&sys).map_err(|e| Error::io(format!("read {sys}"), e))?;
-        return text.trim().parse::<u64>().map_err(|_| Error::Invalid(format!("{sys}: not a size: {text:?}")));
+        let text =
+            std::fs::read_to_string(&sys).map_err(|e| Error::io(format!("read {sys}"), e))?;
+        return text
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| Error::Invalid(format!("{sys}: not a size: {text:?}")));
     }
     if meta.is_dir() {
-        return Err(Error::Invalid(format!("{} is a directory, not a pool file", path.display())));
+        return Err(Error::Invalid(format!(
+            "{} is a directory, not a pool file",
+            path.display()
+        )));
     }
     Ok(meta.len())
 }
@@ -146,7 +159,8 @@ impl Pool {
             .create_new(true)
             .open(path)
             .map_err(|e| Error::io(format!("create pool {}", path.display()), e))?;
-        file.set_len(size).map_err(|e| Error::io(format!("size pool {} to {size} bytes", path.display()), e))?;
+        file.set_len(size)
+            .map_err(|e| Error::io(format!("size pool {} to {size} bytes", path.display()), e))?;
         Self::map(path, file, size, false)
     }
 
@@ -167,7 +181,8 @@ impl Pool {
         if len == 0 {
             return Err(Error::PoolTooSmall { size, min: 4096 });
         }
-        let ulen = usize::try_from(len).map_err(|_| Error::Invalid("pool larger than address space".into()))?;
+        let ulen = usize::try_from(len)
+            .map_err(|_| Error::Invalid("pool larger than address space".into()))?;
         // SAFETY: an anonymous PROT_NONE reservation has no effect on existing memory; it only
         // finds a free virtual range large enough to hold a 2 MiB-aligned window of `ulen` bytes.
         let reserve = unsafe {
@@ -181,14 +196,30 @@ impl Pool {
             )
         };
         if reserve == libc::MAP_FAILED {
-            return Err(Error::io("reserve address space for the pool", std::io::Error::last_os_error()));
+            return Err(Error::io(
+                "reserve address space for the pool",
+                std::io::Error::last_os_error(),
+            ));
         }
         let aligned = ((reserve as usize + HUGE - 1) & !(HUGE - 1)) as *mut libc::c_void;
-        let flags = if private { libc::MAP_PRIVATE } else { libc::MAP_SHARED };
+        let flags = if private {
+            libc::MAP_PRIVATE
+        } else {
+            libc::MAP_SHARED
+        };
         let prot = libc::PROT_READ | libc::PROT_WRITE;
         // SAFETY: `aligned..aligned+ulen` lies inside the reservation made above, which this
         // function owns, so MAP_FIXED replaces only our own PROT_NONE pages.
-        let base = unsafe { libc::mmap(aligned, ulen, prot, flags | libc::MAP_FIXED, file.as_raw_fd(), 0) };
+        let base = unsafe {
+            libc::mmap(
+                aligned,
+                ulen,
+                prot,
+                flags | libc::MAP_FIXED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
         if base == libc::MAP_FAILED {
             let err = std::io::Error::last_os_error();
             // SAFETY: unmapping our own reservation, which nothing else references.
@@ -264,7 +295,9 @@ impl Pool {
         self.check(off, buf.len() as u64)?;
         // SAFETY: the range was bounds-checked against the live mapping; `buf` is a distinct
         // Rust allocation, so source and destination cannot overlap.
-        unsafe { std::ptr::copy_nonoverlapping(self.base.add(off as usize), buf.as_mut_ptr(), buf.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.base.add(off as usize), buf.as_mut_ptr(), buf.len())
+        };
         Ok(())
     }
 
@@ -289,7 +322,9 @@ impl Pool {
     pub fn write(&self, off: u64, data: &[u8], cat: Category) -> Result<()> {
         self.check(off, data.len() as u64)?;
         // SAFETY: bounds-checked range of our writable mapping; `data` is a separate allocation.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(off as usize), data.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(off as usize), data.len())
+        };
         self.counters.bytes[cat as usize].fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(())
     }
@@ -308,10 +343,18 @@ impl Pool {
         self.check(src, len)?;
         self.check(dst, len)?;
         if src < dst + len && dst < src + len {
-            return Err(Error::Invalid(format!("overlapping pool copy {src}->{dst} of {len} bytes")));
+            return Err(Error::Invalid(format!(
+                "overlapping pool copy {src}->{dst} of {len} bytes"
+            )));
         }
         // SAFETY: both ranges are bounds-checked and, as just verified, disjoint.
-        unsafe { std::ptr::copy_nonoverlapping(self.base.add(src as usize), self.base.add(dst as usize), len as usize) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.base.add(src as usize),
+                self.base.add(dst as usize),
+                len as usize,
+            )
+        };
         self.counters.bytes[cat as usize].fetch_add(len, Ordering::Relaxed);
         Ok(())
     }
@@ -338,8 +381,12 @@ impl Pool {
                     unsafe {
                         let p = self.base.add(line as usize);
                         match self.flush_kind {
-                            FlushKind::Clwb => std::arch::asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags)),
-                            FlushKind::ClflushOpt => std::arch::asm!("clflushopt [{0}]", in(reg) p, options(nostack, preserves_flags)),
+                            FlushKind::Clwb => {
+                                std::arch::asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags))
+                            }
+                            FlushKind::ClflushOpt => {
+                                std::arch::asm!("clflushopt [{0}]", in(reg) p, options(nostack, preserves_flags))
+                            }
                             _ => std::arch::x86_64::_mm_clflush(p),
                         }
                     }
@@ -349,7 +396,13 @@ impl Pool {
             _ => {
                 let page = first & !4095;
                 // SAFETY: msync on a page range inside our mapping only schedules write-back.
-                unsafe { libc::msync(self.base.add(page as usize) as *mut _, (end - page) as usize, libc::MS_SYNC) };
+                unsafe {
+                    libc::msync(
+                        self.base.add(page as usize) as *mut _,
+                        (end - page) as usize,
+                        libc::MS_SYNC,
+                    )
+                };
             }
         }
     }
@@ -378,7 +431,9 @@ impl Pool {
         self.check(src, len)?;
         self.check(dst, len)?;
         if src < dst + len && dst < src + len {
-            return Err(Error::Invalid(format!("overlapping pool copy {src}->{dst} of {len} bytes")));
+            return Err(Error::Invalid(format!(
+                "overlapping pool copy {src}->{dst} of {len} bytes"
+            )));
         }
         self.persist_from(dst, PersistSrc::Pool(src, len), cat);
         Ok(())
@@ -422,7 +477,9 @@ impl Pool {
         self.counters.lines[cat as usize].fetch_add((b - a) / CACHE_LINE, Ordering::Relaxed);
         #[cfg(target_arch = "x86_64")]
         {
-            use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_setzero_si128, _mm_stream_si128};
+            use std::arch::x86_64::{
+                __m128i, _mm_loadu_si128, _mm_setzero_si128, _mm_stream_si128,
+            };
             let mut o = a;
             while o < b {
                 // SAFETY: `a..b` lies inside the checked range and is 64-byte aligned, so each
@@ -433,8 +490,13 @@ impl Pool {
                     for k in 0..4 {
                         let v = match src {
                             PersistSrc::Zero(_) => _mm_setzero_si128(),
-                            PersistSrc::Bytes(s) => _mm_loadu_si128(s.as_ptr().add((o - off) as usize + 16 * k) as *const __m128i),
-                            PersistSrc::Pool(so, _) => _mm_loadu_si128(self.base.add((so + o - off) as usize + 16 * k) as *const __m128i),
+                            PersistSrc::Bytes(s) => _mm_loadu_si128(
+                                s.as_ptr().add((o - off) as usize + 16 * k) as *const __m128i,
+                            ),
+                            PersistSrc::Pool(so, _) => {
+                                _mm_loadu_si128(self.base.add((so + o - off) as usize + 16 * k)
+                                    as *const __m128i)
+                            }
                         };
                         _mm_stream_si128(d.add(k), v);
                     }
@@ -497,7 +559,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pool = Pool::create(&dir.path().join("pool"), 1 << 20).unwrap();
         let mut b = [0u8; 8];
-        assert!(matches!(pool.read((1 << 20) - 4, &mut b), Err(Error::Corrupted(_))));
+        assert!(matches!(
+            pool.read((1 << 20) - 4, &mut b),
+            Err(Error::Corrupted(_))
+        ));
         assert!(pool.write(u64::MAX - 2, &b, Category::Data).is_err());
     }
 

@@ -8,8 +8,8 @@ use crate::fs::{Fs, Inner, MkfsOptions, MountOptions, Node, now_ns};
 use crate::inode::FileMap;
 use crate::journal::{Journals, Tx};
 use crate::layout::{
-    self, BLOCK_SIZE, FileKind, Geometry, INODE_IN_USE, INODE_SIZE, InodeHeader, JOURNAL_ENTRY_SIZE, ROOT_INO, SbState,
-    Superblock, sb,
+    self, BLOCK_SIZE, FileKind, Geometry, INODE_IN_USE, INODE_SIZE, InodeHeader,
+    JOURNAL_ENTRY_SIZE, ROOT_INO, SbState, Superblock, sb,
 };
 use crate::pool::{Category, Pool};
 use std::collections::{BTreeSet, HashMap};
@@ -20,10 +20,16 @@ use std::sync::{Arc, Mutex, RwLock};
 /// Default partition count for a pool of `size` bytes: one per CPU, fewer when journals would
 /// take more than a quarter of the pool or a partition would get fewer than four 2 MiB units.
 pub fn default_partitions(size: u64) -> u32 {
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 64) as u32;
-    let journal = Geometry::journal_blocks_each(layout::JOURNAL_ENTRIES, layout::STAGING_BLOCKS) * BLOCK_SIZE;
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 64) as u32;
+    let journal =
+        Geometry::journal_blocks_each(layout::JOURNAL_ENTRIES, layout::STAGING_BLOCKS) * BLOCK_SIZE;
     let mut p = cpus;
-    while p > 1 && (p as u64 * journal > size / 4 || size / (p as u64) < 4 * layout::HUGE_SIZE + journal) {
+    while p > 1
+        && (p as u64 * journal > size / 4 || size / (p as u64) < 4 * layout::HUGE_SIZE + journal)
+    {
         p -= 1;
     }
     p
@@ -50,7 +56,10 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
     let pool = if std::fs::symlink_metadata(path).is_ok() {
         if !opts.force {
             let what = match Pool::open(path, true) {
-                Ok(p) => match p.read_array::<128>(0).and_then(|b| Superblock::decode(&b, p.len())) {
+                Ok(p) => match p
+                    .read_array::<128>(0)
+                    .and_then(|b| Superblock::decode(&b, p.len()))
+                {
                     Ok(_) => "already holds a winefs pool",
                     Err(_) => "already exists",
                 },
@@ -62,31 +71,59 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
             )));
         }
         if let Some(size) = opts.size {
-            let meta = std::fs::metadata(path).map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
+            let meta = std::fs::metadata(path)
+                .map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
             if meta.is_file() {
-                let f = std::fs::OpenOptions::new().write(true).open(path).map_err(|e| Error::io(format!("open {}", path.display()), e))?;
-                f.set_len(size).map_err(|e| Error::io(format!("resize {}", path.display()), e))?;
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+                f.set_len(size)
+                    .map_err(|e| Error::io(format!("resize {}", path.display()), e))?;
             }
         }
         Pool::open(path, false)?
     } else {
-        let size = opts.size.ok_or_else(|| Error::Invalid(format!("{} does not exist; give a size to create it", path.display())))?;
+        let size = opts.size.ok_or_else(|| {
+            Error::Invalid(format!(
+                "{} does not exist; give a size to create it",
+                path.display()
+            ))
+        })?;
         Pool::create(path, size)?
     };
     let size = pool.len();
     let partitions = opts.partitions.unwrap_or_else(|| default_partitions(size));
-    let total_inodes = opts.inodes.unwrap_or(size / 16384).max(64 * partitions as u64);
-    let ipp = total_inodes.div_ceil(partitions as u64).next_multiple_of(16);
-    let ipp = u32::try_from(ipp).map_err(|_| Error::Invalid(format!("too many inodes per partition: {ipp}")))?;
+    let total_inodes = opts
+        .inodes
+        .unwrap_or(size / 16384)
+        .max(64 * partitions as u64);
+    let ipp = total_inodes
+        .div_ceil(partitions as u64)
+        .next_multiple_of(16);
+    let ipp = u32::try_from(ipp)
+        .map_err(|_| Error::Invalid(format!("too many inodes per partition: {ipp}")))?;
     let g = Geometry::compute(size, partitions, ipp)?;
     // Superblock block first (so a crashed mkfs leaves no mountable pool), then every region.
     zero_region(&pool, 0, BLOCK_SIZE)?;
     pool.fence();
     for p in 0..g.partitions {
-        zero_region(&pool, g.journal_offset(p), g.journal_entries as u64 * JOURNAL_ENTRY_SIZE)?;
+        zero_region(
+            &pool,
+            g.journal_offset(p),
+            g.journal_entries as u64 * JOURNAL_ENTRY_SIZE,
+        )?;
     }
-    zero_region(&pool, g.inode_table_start * BLOCK_SIZE, g.total_inodes() * INODE_SIZE)?;
-    zero_region(&pool, g.bitmap_start * BLOCK_SIZE, g.bitmap_blocks * BLOCK_SIZE)?;
+    zero_region(
+        &pool,
+        g.inode_table_start * BLOCK_SIZE,
+        g.total_inodes() * INODE_SIZE,
+    )?;
+    zero_region(
+        &pool,
+        g.bitmap_start * BLOCK_SIZE,
+        g.bitmap_blocks * BLOCK_SIZE,
+    )?;
     let now = now_ns();
     let (uid, gid) = unsafe_ids();
     let root = InodeHeader {
@@ -109,10 +146,20 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
     let mut uuid = [0u8; 16];
     uuid[..8].copy_from_slice(&now.to_le_bytes());
     uuid[8..].copy_from_slice(&(std::process::id() as u64 ^ size).to_le_bytes());
-    let sbk = Superblock { geometry: g, uuid, created_ns: now };
+    let sbk = Superblock {
+        geometry: g,
+        uuid,
+        created_ns: now,
+    };
     pool.write_flush(0, &sbk.encode(), Category::Metadata)?;
     pool.fence();
-    write_state(&pool, SbState { clean: true, mount_count: 0 })
+    write_state(
+        &pool,
+        SbState {
+            clean: true,
+            mount_count: 0,
+        },
+    )
 }
 
 fn unsafe_ids() -> (u32, u32) {
@@ -123,7 +170,9 @@ fn unsafe_ids() -> (u32, u32) {
 /// Read and validate the superblock of the pool at `path` without mounting it.
 pub fn read_superblock(path: &Path) -> Result<(Superblock, SbState)> {
     let pool = Pool::open(path, true)?;
-    let raw: [u8; 256] = pool.read_array(0).map_err(|_| Error::Foreign("shorter than a superblock".into()))?;
+    let raw: [u8; 256] = pool
+        .read_array(0)
+        .map_err(|_| Error::Foreign("shorter than a superblock".into()))?;
     let sbk = Superblock::decode(&raw, pool.len())?;
     Ok((sbk, SbState::decode(&raw[sb::STATE..sb::STATE + 32])))
 }
@@ -131,7 +180,10 @@ pub fn read_superblock(path: &Path) -> Result<(Superblock, SbState)> {
 /// Load every in-use inode; returns nodes, free inode numbers per partition, and pool offsets of
 /// dead extent slots to zero.
 #[allow(clippy::type_complexity)]
-fn load_inodes(pool: &Pool, g: &Geometry) -> Result<(HashMap<u64, Node>, Vec<BTreeSet<u64>>, Vec<u64>)> {
+fn load_inodes(
+    pool: &Pool,
+    g: &Geometry,
+) -> Result<(HashMap<u64, Node>, Vec<BTreeSet<u64>>, Vec<u64>)> {
     let mut nodes = HashMap::new();
     let mut free = vec![BTreeSet::new(); g.partitions as usize];
     let mut dead_offs = Vec::new();
@@ -149,27 +201,44 @@ fn load_inodes(pool: &Pool, g: &Geometry) -> Result<(HashMap<u64, Node>, Vec<BTr
                 free[g.inode_partition(cur) as usize].insert(cur);
                 continue;
             }
-            let kind = hdr.kind().ok_or_else(|| corrupt!("inode {cur}: unknown file type in mode {:o}", hdr.mode))?;
+            let kind = hdr
+                .kind()
+                .ok_or_else(|| corrupt!("inode {cur}: unknown file type in mode {:o}", hdr.mode))?;
             if hdr.size > crate::file::MAX_FILE_SIZE || hdr.map_end > u32::MAX as u64 {
-                return Err(corrupt!("inode {cur}: size {} / map end {} out of range", hdr.size, hdr.map_end));
+                return Err(corrupt!(
+                    "inode {cur}: size {} / map end {} out of range",
+                    hdr.size,
+                    hdr.map_end
+                ));
             }
             if hdr.index_block != 0 && !g.is_data_block(hdr.index_block) {
-                return Err(corrupt!("inode {cur}: extent index block {} outside the data area", hdr.index_block));
+                return Err(corrupt!(
+                    "inode {cur}: extent index block {} outside the data area",
+                    hdr.index_block
+                ));
             }
             let (map, dead) = FileMap::load(pool, g, cur, raw, hdr.index_block, hdr.map_end)?;
             let ioff = g.inode_offset(cur)?;
             dead_offs.extend(dead.iter().map(|&s| map.slot_offset(ioff, s)));
             let dir = if kind == FileKind::Dir {
                 if !hdr.size.is_multiple_of(BLOCK_SIZE) {
-                    return Err(corrupt!("directory {cur}: size {} is not a whole number of blocks", hdr.size));
+                    return Err(corrupt!(
+                        "directory {cur}: size {} is not a whole number of blocks",
+                        hdr.size
+                    ));
                 }
                 if hdr.parent == 0 || hdr.parent > total {
-                    return Err(corrupt!("directory {cur}: parent {} out of range", hdr.parent));
+                    return Err(corrupt!(
+                        "directory {cur}: parent {} out of range",
+                        hdr.parent
+                    ));
                 }
                 let mut d = DirIndex::default();
                 let mut b = vec![0u8; BLOCK_SIZE as usize];
                 for k in 0..hdr.size / BLOCK_SIZE {
-                    let (phys, _) = map.lookup(k).ok_or_else(|| corrupt!("directory {cur}: block {k} is not mapped"))?;
+                    let (phys, _) = map
+                        .lookup(k)
+                        .ok_or_else(|| corrupt!("directory {cur}: block {k} is not mapped"))?;
                     pool.read(phys * BLOCK_SIZE, &mut b)?;
                     d.load_block(cur, k as u32, &b)?;
                 }
@@ -177,7 +246,16 @@ fn load_inodes(pool: &Pool, g: &Geometry) -> Result<(HashMap<u64, Node>, Vec<BTr
             } else {
                 None
             };
-            nodes.insert(cur, Node { ino: cur, hdr, map, dir, open: 0 });
+            nodes.insert(
+                cur,
+                Node {
+                    ino: cur,
+                    hdr,
+                    map,
+                    dir,
+                    open: 0,
+                },
+            );
         }
         ino += per_block as u64;
     }
@@ -190,13 +268,24 @@ pub(crate) fn owned_runs(nodes: &HashMap<u64, Node>) -> Result<Vec<(BlockRun, u6
     for n in nodes.values() {
         v.extend(n.map.owned_runs().into_iter().map(|r| (r, n.ino)));
         if n.hdr.xattr_block != 0 {
-            v.push((BlockRun { start: n.hdr.xattr_block, len: 1 }, n.ino));
+            v.push((
+                BlockRun {
+                    start: n.hdr.xattr_block,
+                    len: 1,
+                },
+                n.ino,
+            ));
         }
     }
     v.sort_by_key(|x| x.0.start);
     for w in v.windows(2) {
         if w[0].0.start + w[0].0.len > w[1].0.start {
-            return Err(corrupt!("block {} is owned by both inode {} and inode {}", w[1].0.start, w[0].1, w[1].1));
+            return Err(corrupt!(
+                "block {} is owned by both inode {} and inode {}",
+                w[1].0.start,
+                w[0].1,
+                w[1].1
+            ));
         }
     }
     Ok(v)
@@ -208,13 +297,19 @@ pub(crate) fn complement(g: &Geometry, owned: &[(BlockRun, u64)]) -> Vec<BlockRu
     let mut cur = g.data_start;
     for (r, _) in owned {
         if r.start > cur {
-            free.push(BlockRun { start: cur, len: r.start - cur });
+            free.push(BlockRun {
+                start: cur,
+                len: r.start - cur,
+            });
         }
         cur = cur.max(r.start + r.len);
     }
     let end = g.data_start + g.data_blocks;
     if cur < end {
-        free.push(BlockRun { start: cur, len: end - cur });
+        free.push(BlockRun {
+            start: cur,
+            len: end - cur,
+        });
     }
     free
 }
@@ -230,26 +325,40 @@ pub(crate) fn bitmap_free_runs(pool: &Pool, g: &Geometry) -> Result<Vec<BlockRun
         match (used, run) {
             (false, None) => run = Some(i),
             (true, Some(s)) => {
-                free.push(BlockRun { start: g.data_start + s, len: i - s });
+                free.push(BlockRun {
+                    start: g.data_start + s,
+                    len: i - s,
+                });
                 run = None;
             }
             _ => {}
         }
     }
     if let Some(s) = run {
-        free.push(BlockRun { start: g.data_start + s, len: g.data_blocks - s });
+        free.push(BlockRun {
+            start: g.data_start + s,
+            len: g.data_blocks - s,
+        });
     }
     Ok(free)
 }
 
 pub fn mount(path: &Path, opts: MountOptions) -> Result<Fs> {
     let pool = Pool::open(path, opts.private)?;
-    let raw: [u8; 256] = pool.read_array(0).map_err(|_| Error::Foreign("shorter than a superblock".into()))?;
+    let raw: [u8; 256] = pool
+        .read_array(0)
+        .map_err(|_| Error::Foreign("shorter than a superblock".into()))?;
     let sbk = Superblock::decode(&raw, pool.len())?;
     let g = sbk.geometry.clone();
     let state = SbState::decode(&raw[sb::STATE..sb::STATE + 32]);
     let mount_count = state.mount_count + 1;
-    write_state(&pool, SbState { clean: false, mount_count })?;
+    write_state(
+        &pool,
+        SbState {
+            clean: false,
+            mount_count,
+        },
+    )?;
     let recovery = Journals::recover(&pool, &g)?;
     let (nodes, free_inodes, dead_offs) = load_inodes(&pool, &g)?;
     match nodes.get(&ROOT_INO) {
@@ -262,18 +371,28 @@ pub fn mount(path: &Path, opts: MountOptions) -> Result<Fs> {
     } else {
         complement(&g, &owned_runs(&nodes)?)
     };
-    let alloc = Allocator::from_free_runs(&g.partition_ranges(), free).map_err(|e| corrupt!("saved allocator state: {e}"))?;
+    let alloc = Allocator::from_free_runs(&g.partition_ranges(), free)
+        .map_err(|e| corrupt!("saved allocator state: {e}"))?;
     for off in dead_offs {
         pool.zero(off, layout::EXTENT_SIZE, Category::Metadata)?;
         pool.flush(off, layout::EXTENT_SIZE, Category::Metadata);
     }
     pool.fence();
-    let orphans: Vec<u64> = nodes.values().filter(|n| n.hdr.nlink == 0).map(|n| n.ino).collect();
+    let orphans: Vec<u64> = nodes
+        .values()
+        .filter(|n| n.hdr.nlink == 0)
+        .map(|n| n.ino)
+        .collect();
     let inner = Inner {
         journals: Journals::new(&g),
         alloc,
         inode_free: free_inodes.into_iter().map(Mutex::new).collect(),
-        nodes: RwLock::new(nodes.into_iter().map(|(k, v)| (k, Arc::new(RwLock::new(v)))).collect()),
+        nodes: RwLock::new(
+            nodes
+                .into_iter()
+                .map(|(k, v)| (k, Arc::new(RwLock::new(v))))
+                .collect(),
+        ),
         ns: RwLock::new(()),
         mode: opts.mode,
         poisoned: AtomicBool::new(false),
@@ -296,14 +415,23 @@ pub fn mount(path: &Path, opts: MountOptions) -> Result<Fs> {
         inner.commit(tx)?;
         let mut runs = g.map.owned_runs();
         if g.hdr.xattr_block != 0 {
-            runs.push(BlockRun { start: g.hdr.xattr_block, len: 1 });
+            runs.push(BlockRun {
+                start: g.hdr.xattr_block,
+                len: 1,
+            });
         }
         inner.free_runs(&runs);
         drop(g);
-        inner.nodes.write().unwrap_or_else(|e| e.into_inner()).remove(&ino);
+        inner
+            .nodes
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&ino);
         inner.release_inode_number(ino);
     }
-    Ok(Fs { inner: Arc::new(inner) })
+    Ok(Fs {
+        inner: Arc::new(inner),
+    })
 }
 
 pub(crate) fn unmount(inner: &Inner) -> Result<()> {
@@ -311,7 +439,9 @@ pub(crate) fn unmount(inner: &Inner) -> Result<()> {
         return Ok(());
     }
     if inner.poisoned.load(Ordering::SeqCst) {
-        return Err(corrupt!("not marking the pool clean: an internal failure poisoned this mount; the next mount recovers"));
+        return Err(corrupt!(
+            "not marking the pool clean: an internal failure poisoned this mount; the next mount recovers"
+        ));
     }
     if inner.pool.is_private() {
         return Ok(());
@@ -323,7 +453,15 @@ pub(crate) fn unmount(inner: &Inner) -> Result<()> {
             bits[(b / 8) as usize] &= !(1 << (b % 8));
         }
     }
-    inner.pool.write_flush(g.bitmap_start * BLOCK_SIZE, &bits, Category::Metadata)?;
+    inner
+        .pool
+        .write_flush(g.bitmap_start * BLOCK_SIZE, &bits, Category::Metadata)?;
     inner.pool.fence();
-    write_state(&inner.pool, SbState { clean: true, mount_count: inner.mount_count })
+    write_state(
+        &inner.pool,
+        SbState {
+            clean: true,
+            mount_count: inner.mount_count,
+        },
+    )
 }

@@ -34,14 +34,21 @@ fn decode(b: &[u8], ino: u64) -> Result<Attrs> {
     let mut p = 16;
     for _ in 0..count {
         if p + 4 > 16 + used {
-            return Err(corrupt!("inode {ino}: xattr entry header past the used bytes"));
+            return Err(corrupt!(
+                "inode {ino}: xattr entry header past the used bytes"
+            ));
         }
         let nl = b[p] as usize;
         let vl = get_u16(b, p + 2) as usize;
         if nl == 0 || p + 4 + nl + vl > 16 + used {
-            return Err(corrupt!("inode {ino}: xattr entry of {nl}+{vl} bytes does not fit"));
+            return Err(corrupt!(
+                "inode {ino}: xattr entry of {nl}+{vl} bytes does not fit"
+            ));
         }
-        out.push((b[p + 4..p + 4 + nl].to_vec(), b[p + 4 + nl..p + 4 + nl + vl].to_vec()));
+        out.push((
+            b[p + 4..p + 4 + nl].to_vec(),
+            b[p + 4 + nl..p + 4 + nl + vl].to_vec(),
+        ));
         p += 4 + nl + vl;
     }
     Ok(out)
@@ -50,7 +57,9 @@ fn decode(b: &[u8], ino: u64) -> Result<Attrs> {
 fn encode(attrs: &Attrs) -> Result<Vec<u8>> {
     let used: usize = attrs.iter().map(|(n, v)| 4 + n.len() + v.len()).sum();
     if used > XATTR_SPACE {
-        return Err(Error::NoSpace(format!("extended attributes need {used} bytes; an inode holds {XATTR_SPACE}")));
+        return Err(Error::NoSpace(format!(
+            "extended attributes need {used} bytes; an inode holds {XATTR_SPACE}"
+        )));
     }
     let mut b = vec![0u8; BLOCK_SIZE as usize];
     put_u32(&mut b, 0, XATTR_MAGIC);
@@ -75,7 +84,9 @@ pub(crate) fn load(inner: &Inner, ino: u64, block: u64) -> Result<Attrs> {
         return Ok(Vec::new());
     }
     if !inner.geo.is_data_block(block) {
-        return Err(corrupt!("inode {ino}: xattr block {block} outside the data area"));
+        return Err(corrupt!(
+            "inode {ino}: xattr block {block} outside the data area"
+        ));
     }
     let mut b = vec![0u8; BLOCK_SIZE as usize];
     inner.pool.read(block * BLOCK_SIZE, &mut b)?;
@@ -97,18 +108,31 @@ pub(crate) fn get(inner: &Inner, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
     check_name(name)?;
     let n = inner.node(ino)?;
     let g = rlock(&n);
-    load(inner, ino, g.hdr.xattr_block)?.into_iter().find(|(k, _)| k == name).map(|(_, v)| v).ok_or(Error::NoAttr)
+    load(inner, ino, g.hdr.xattr_block)?
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+        .ok_or(Error::NoAttr)
 }
 
 pub(crate) fn list(inner: &Inner, ino: u64) -> Result<Vec<Vec<u8>>> {
     inner.check_alive()?;
     let n = inner.node(ino)?;
     let g = rlock(&n);
-    Ok(load(inner, ino, g.hdr.xattr_block)?.into_iter().map(|(k, _)| k).collect())
+    Ok(load(inner, ino, g.hdr.xattr_block)?
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect())
 }
 
 /// Set (`Some`) or remove (`None`) an attribute.
-pub(crate) fn set(inner: &Inner, ino: u64, name: &[u8], value: Option<&[u8]>, how: XattrSet) -> Result<()> {
+pub(crate) fn set(
+    inner: &Inner,
+    ino: u64,
+    name: &[u8],
+    value: Option<&[u8]>,
+    how: XattrSet,
+) -> Result<()> {
     inner.check_alive()?;
     check_name(name)?;
     if value.is_some_and(|v| v.len() > 65536) {
@@ -133,7 +157,9 @@ pub(crate) fn set(inner: &Inner, ino: u64, name: &[u8], value: Option<&[u8]>, ho
     } else {
         let bytes = encode(&attrs)?;
         let b = res.alloc_one()?;
-        inner.pool.write_flush(b * BLOCK_SIZE, &bytes, Category::Metadata)?;
+        inner
+            .pool
+            .write_flush(b * BLOCK_SIZE, &bytes, Category::Metadata)?;
         b
     };
     let mut hdr = g.hdr.clone();
@@ -157,11 +183,17 @@ mod tests {
 
     #[test]
     fn block_round_trip_and_checksum() {
-        let a = vec![(b"user.a".to_vec(), b"1".to_vec()), (b"user.b".to_vec(), vec![7u8; 300])];
+        let a = vec![
+            (b"user.a".to_vec(), b"1".to_vec()),
+            (b"user.b".to_vec(), vec![7u8; 300]),
+        ];
         let mut b = encode(&a).unwrap();
         assert_eq!(decode(&b, 1).unwrap(), a);
         b[30] ^= 1;
         assert!(matches!(decode(&b, 1), Err(Error::Corrupted(_))));
-        assert!(matches!(encode(&vec![(b"n".to_vec(), vec![0u8; 5000])]), Err(Error::NoSpace(_))));
+        assert!(matches!(
+            encode(&vec![(b"n".to_vec(), vec![0u8; 5000])]),
+            Err(Error::NoSpace(_))
+        ));
     }
 }

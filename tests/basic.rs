@@ -5,7 +5,15 @@ use winefs::{Error, FileKind, Fs, MkfsOptions, MountOptions, RenameFlags};
 fn fresh(size: u64) -> (tempfile::TempDir, std::path::PathBuf) {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("pool");
-    Fs::mkfs(&p, &MkfsOptions { size: Some(size), partitions: Some(2), ..Default::default() }).unwrap();
+    Fs::mkfs(
+        &p,
+        &MkfsOptions {
+            size: Some(size),
+            partitions: Some(2),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     (d, p)
 }
 
@@ -25,8 +33,10 @@ fn files_dirs_and_data_survive_remount() {
     drop(f);
     let s = fs.create(fs.root(), b"link-target", 0o600, 1, 2).unwrap();
     fs.symlink(fs.root(), b"sym", b"/a/f", 0, 0).unwrap();
-    fs.link(s.ino, fs.resolve("/a", true).unwrap(), b"hard").unwrap();
-    fs.setxattr(s.ino, b"user.k", b"v", Default::default()).unwrap();
+    fs.link(s.ino, fs.resolve("/a", true).unwrap(), b"hard")
+        .unwrap();
+    fs.setxattr(s.ino, b"user.k", b"v", Default::default())
+        .unwrap();
     let r = fs.check();
     assert!(r.is_clean(), "{:?}", r.problems);
     fs.unmount().unwrap();
@@ -45,7 +55,10 @@ fn files_dirs_and_data_survive_remount() {
         assert_eq!((a.uid, a.gid, a.perm), (1, 2, 0o600));
         assert_eq!(fs.getxattr(a.ino, b"user.k").unwrap(), b"v");
         assert_eq!(fs.stat_path("/a").unwrap().nlink, 2);
-        assert_eq!(fs.lookup(fs.root(), b"sym").unwrap().kind, FileKind::Symlink);
+        assert_eq!(
+            fs.lookup(fs.root(), b"sym").unwrap().kind,
+            FileKind::Symlink
+        );
         if round == 0 {
             drop(fs); // Drop unmounts cleanly too
         } else {
@@ -61,17 +74,42 @@ fn posix_errors() {
     let root = fs.root();
     fs.mkdir(root, b"d", 0o755, 0, 0).unwrap();
     fs.create(root, b"f", 0o644, 0, 0).unwrap();
-    assert!(matches!(fs.create(root, b"f", 0o644, 0, 0), Err(Error::Exists)));
+    assert!(matches!(
+        fs.create(root, b"f", 0o644, 0, 0),
+        Err(Error::Exists)
+    ));
     assert!(matches!(fs.lookup(root, b"nope"), Err(Error::NotFound)));
-    assert!(matches!(fs.lookup(root, &[b'x'; 256]), Err(Error::NameTooLong(256))));
+    assert!(matches!(
+        fs.lookup(root, &[b'x'; 256]),
+        Err(Error::NameTooLong(256))
+    ));
     assert!(matches!(fs.unlink(root, b"d"), Err(Error::IsDir)));
     assert!(matches!(fs.rmdir(root, b"f"), Err(Error::NotDir)));
-    fs.create(fs.resolve("/d", true).unwrap(), b"x", 0o644, 0, 0).unwrap();
+    fs.create(fs.resolve("/d", true).unwrap(), b"x", 0o644, 0, 0)
+        .unwrap();
     assert!(matches!(fs.rmdir(root, b"d"), Err(Error::NotEmpty)));
     let f = fs.resolve("/f", true).unwrap();
-    assert!(matches!(fs.create(f, b"y", 0o644, 0, 0), Err(Error::NotDir)));
-    assert!(matches!(fs.rename(root, b"d", fs.resolve("/d", true).unwrap(), b"inner", RenameFlags::default()), Err(Error::Invalid(_))));
-    assert!(matches!(fs.rename(root, b"f", root, b"d", RenameFlags::default()), Err(Error::IsDir)));
-    assert!(matches!(fs.rename(root, b"d", root, b"f", RenameFlags::default()), Err(Error::NotDir)));
+    assert!(matches!(
+        fs.create(f, b"y", 0o644, 0, 0),
+        Err(Error::NotDir)
+    ));
+    assert!(matches!(
+        fs.rename(
+            root,
+            b"d",
+            fs.resolve("/d", true).unwrap(),
+            b"inner",
+            RenameFlags::default()
+        ),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        fs.rename(root, b"f", root, b"d", RenameFlags::default()),
+        Err(Error::IsDir)
+    ));
+    assert!(matches!(
+        fs.rename(root, b"d", root, b"f", RenameFlags::default()),
+        Err(Error::NotDir)
+    ));
     assert!(fs.check().is_clean());
 }

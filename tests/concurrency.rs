@@ -6,25 +6,60 @@ use winefs::{Fs, MkfsOptions, Mode, MountOptions, RenameFlags};
 fn run(mode: Mode) {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("pool");
-    Fs::mkfs(&p, &MkfsOptions { size: Some(128 << 20), partitions: Some(4), ..Default::default() }).unwrap();
-    let fs = Arc::new(Fs::mount(&p, MountOptions { mode, ..Default::default() }).unwrap());
+    Fs::mkfs(
+        &p,
+        &MkfsOptions {
+            size: Some(128 << 20),
+            partitions: Some(4),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let fs = Arc::new(
+        Fs::mount(
+            &p,
+            MountOptions {
+                mode,
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+    );
     let shared = fs.create(fs.root(), b"shared", 0o644, 0, 0).unwrap().ino;
     let threads: Vec<_> = (0..6u8)
         .map(|t| {
             let fs = fs.clone();
             std::thread::spawn(move || {
-                let dir = fs.mkdir(fs.root(), format!("t{t}").as_bytes(), 0o755, 0, 0).unwrap().ino;
+                let dir = fs
+                    .mkdir(fs.root(), format!("t{t}").as_bytes(), 0o755, 0, 0)
+                    .unwrap()
+                    .ino;
                 for i in 0..150u32 {
                     let name = format!("f{i}");
                     let a = fs.create(dir, name.as_bytes(), 0o644, 0, 0).unwrap();
-                    let data = vec![t.wrapping_mul(31).wrapping_add(i as u8); 1000 + (i as usize * 97) % 9000];
+                    let data = vec![
+                        t.wrapping_mul(31).wrapping_add(i as u8);
+                        1000 + (i as usize * 97) % 9000
+                    ];
                     fs.write(a.ino, 0, &data).unwrap();
                     // Each thread owns one 4 KiB slot of the shared file.
-                    fs.write(shared, t as u64 * 4096 + (i as u64 % 8) * 512, &[t + 1; 512]).unwrap();
+                    fs.write(
+                        shared,
+                        t as u64 * 4096 + (i as u64 % 8) * 512,
+                        &[t + 1; 512],
+                    )
+                    .unwrap();
                     if i % 3 == 0 {
                         fs.unlink(dir, name.as_bytes()).unwrap();
                     } else if i % 3 == 1 {
-                        fs.rename(dir, name.as_bytes(), fs.root(), format!("m{t}-{i}").as_bytes(), RenameFlags::default()).unwrap();
+                        fs.rename(
+                            dir,
+                            name.as_bytes(),
+                            fs.root(),
+                            format!("m{t}-{i}").as_bytes(),
+                            RenameFlags::default(),
+                        )
+                        .unwrap();
                     }
                 }
             })
@@ -38,7 +73,10 @@ fn run(mode: Mode) {
     for t in 0..6u8 {
         let mut b = vec![0u8; 4096];
         fs.read(shared, t as u64 * 4096, &mut b).unwrap();
-        assert!(b.iter().all(|&x| x == t + 1), "thread {t}'s slot of the shared file");
+        assert!(
+            b.iter().all(|&x| x == t + 1),
+            "thread {t}'s slot of the shared file"
+        );
         for i in (1..150u32).step_by(3) {
             let a = fs.stat_path(&format!("/m{t}-{i}")).unwrap();
             assert_eq!(a.size, 1000 + (i as u64 * 97) % 9000);

@@ -23,7 +23,12 @@ fn dump(fs: &Fs) -> Tree {
                 FileKind::Symlink => fs.readlink(e.ino).unwrap(),
                 _ => Vec::new(),
             };
-            let mut x: Vec<_> = fs.listxattr(e.ino).unwrap().into_iter().map(|k| (k.clone(), fs.getxattr(e.ino, &k).unwrap())).collect();
+            let mut x: Vec<_> = fs
+                .listxattr(e.ino)
+                .unwrap()
+                .into_iter()
+                .map(|k| (k.clone(), fs.getxattr(e.ino, &k).unwrap()))
+                .collect();
             x.sort();
             t.insert(p.clone(), (a.kind, a.size, a.nlink, content, x));
             if a.kind == FileKind::Dir {
@@ -37,8 +42,23 @@ fn dump(fs: &Fs) -> Tree {
 fn setup(mode: Mode) -> (tempfile::TempDir, std::path::PathBuf, Fs) {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("pool");
-    Fs::mkfs(&p, &MkfsOptions { size: Some(64 << 20), partitions: Some(2), ..Default::default() }).unwrap();
-    let fs = Fs::mount(&p, MountOptions { mode, ..Default::default() }).unwrap();
+    Fs::mkfs(
+        &p,
+        &MkfsOptions {
+            size: Some(64 << 20),
+            partitions: Some(2),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let fs = Fs::mount(
+        &p,
+        MountOptions {
+            mode,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     fs.mkdir_path("/d").unwrap();
     fs.mkdir_path("/d/sub").unwrap();
     fs.mkdir_path("/e").unwrap();
@@ -48,11 +68,20 @@ fn setup(mode: Mode) -> (tempfile::TempDir, std::path::PathBuf, Fs) {
     big.fallocate(0, 4 << 20).unwrap(); // aligned extents: data-journaled in strict mode
     big.write_at(0, &vec![2u8; 4 << 20]).unwrap();
     fs.create_file("/e/b").unwrap().write_at(0, b"bee").unwrap();
-    fs.link(a.ino(), fs.resolve("/e", true).unwrap(), b"a-link").unwrap();
+    fs.link(a.ino(), fs.resolve("/e", true).unwrap(), b"a-link")
+        .unwrap();
     fs.symlink(fs.root(), b"s", b"/d/a", 0, 0).unwrap();
-    fs.setxattr(a.ino(), b"user.x", b"1", XattrSet::Any).unwrap();
+    fs.setxattr(a.ino(), b"user.x", b"1", XattrSet::Any)
+        .unwrap();
     for i in 0..70 {
-        fs.create(fs.resolve("/e", true).unwrap(), format!("many-{i:03}").as_bytes(), 0o644, 0, 0).unwrap();
+        fs.create(
+            fs.resolve("/e", true).unwrap(),
+            format!("many-{i:03}").as_bytes(),
+            0o644,
+            0,
+            0,
+        )
+        .unwrap();
     }
     drop((a, big));
     (d, p, fs)
@@ -65,29 +94,107 @@ fn ops() -> Vec<Op> {
         fs.resolve(p, false).unwrap()
     }
     vec![
-        ("create", |fs| drop(fs.create(ino(fs, "/d"), b"new", 0o644, 0, 0))),
-        ("mkdir", |fs| drop(fs.mkdir(ino(fs, "/d"), b"newdir", 0o755, 0, 0))),
-        ("create in full dir block", |fs| drop(fs.create(ino(fs, "/e"), &[b'z'; 200], 0o644, 0, 0))),
-        ("unlink last link", |fs| drop(fs.unlink(ino(fs, "/e"), b"b"))),
-        ("unlink one of two links", |fs| drop(fs.unlink(ino(fs, "/e"), b"a-link"))),
+        ("create", |fs| {
+            drop(fs.create(ino(fs, "/d"), b"new", 0o644, 0, 0))
+        }),
+        ("mkdir", |fs| {
+            drop(fs.mkdir(ino(fs, "/d"), b"newdir", 0o755, 0, 0))
+        }),
+        ("create in full dir block", |fs| {
+            drop(fs.create(ino(fs, "/e"), &[b'z'; 200], 0o644, 0, 0))
+        }),
+        ("unlink last link", |fs| {
+            drop(fs.unlink(ino(fs, "/e"), b"b"))
+        }),
+        ("unlink one of two links", |fs| {
+            drop(fs.unlink(ino(fs, "/e"), b"a-link"))
+        }),
         ("rmdir", |fs| drop(fs.rmdir(ino(fs, "/d"), b"sub"))),
-        ("rename across dirs", |fs| drop(fs.rename(ino(fs, "/d"), b"a", ino(fs, "/e"), b"moved", RenameFlags::default()))),
-        ("rename replace", |fs| drop(fs.rename(ino(fs, "/d"), b"a", ino(fs, "/e"), b"b", RenameFlags::default()))),
-        ("rename dir", |fs| drop(fs.rename(ino(fs, "/d"), b"sub", ino(fs, "/e"), b"sub2", RenameFlags::default()))),
-        ("exchange", |fs| drop(fs.rename(ino(fs, "/d"), b"a", ino(fs, "/e"), b"b", RenameFlags { exchange: true, noreplace: false }))),
-        ("link", |fs| drop(fs.link(ino(fs, "/e/b"), ino(fs, "/d"), b"b2"))),
-        ("symlink", |fs| drop(fs.symlink(ino(fs, "/d"), b"s2", b"target", 0, 0))),
-        ("overwrite in aligned extent", |fs| drop(fs.write(ino(fs, "/big"), 4096 * 3 + 100, &[9u8; 5000]))),
-        ("overwrite in holes", |fs| drop(fs.write(ino(fs, "/d/a"), 100, &[9u8; 3000]))),
-        ("append", |fs| drop(fs.append(ino(fs, "/d/a"), &[7u8; 9000]))),
-        ("truncate shrink", |fs| drop(fs.truncate(ino(fs, "/d/a"), 5))),
-        ("truncate big shrink", |fs| drop(fs.truncate(ino(fs, "/big"), 3 << 20))),
-        ("truncate grow", |fs| drop(fs.truncate(ino(fs, "/d/a"), 100_000))),
-        ("fallocate", |fs| drop(fs.fallocate(ino(fs, "/e/b"), 0, 1 << 20, false))),
-        ("punch hole", |fs| drop(fs.punch_hole(ino(fs, "/big"), 1000, 3 << 20))),
-        ("setxattr", |fs| drop(fs.setxattr(ino(fs, "/d/a"), b"user.y", b"2", XattrSet::Any))),
-        ("removexattr", |fs| drop(fs.removexattr(ino(fs, "/d/a"), b"user.x"))),
-        ("chmod+size", |fs| drop(fs.setattr(ino(fs, "/d/a"), &SetAttr { size: Some(1), mode: Some(0o600), ..Default::default() }))),
+        ("rename across dirs", |fs| {
+            drop(fs.rename(
+                ino(fs, "/d"),
+                b"a",
+                ino(fs, "/e"),
+                b"moved",
+                RenameFlags::default(),
+            ))
+        }),
+        ("rename replace", |fs| {
+            drop(fs.rename(
+                ino(fs, "/d"),
+                b"a",
+                ino(fs, "/e"),
+                b"b",
+                RenameFlags::default(),
+            ))
+        }),
+        ("rename dir", |fs| {
+            drop(fs.rename(
+                ino(fs, "/d"),
+                b"sub",
+                ino(fs, "/e"),
+                b"sub2",
+                RenameFlags::default(),
+            ))
+        }),
+        ("exchange", |fs| {
+            drop(fs.rename(
+                ino(fs, "/d"),
+                b"a",
+                ino(fs, "/e"),
+                b"b",
+                RenameFlags {
+                    exchange: true,
+                    noreplace: false,
+                },
+            ))
+        }),
+        ("link", |fs| {
+            drop(fs.link(ino(fs, "/e/b"), ino(fs, "/d"), b"b2"))
+        }),
+        ("symlink", |fs| {
+            drop(fs.symlink(ino(fs, "/d"), b"s2", b"target", 0, 0))
+        }),
+        ("overwrite in aligned extent", |fs| {
+            drop(fs.write(ino(fs, "/big"), 4096 * 3 + 100, &[9u8; 5000]))
+        }),
+        ("overwrite in holes", |fs| {
+            drop(fs.write(ino(fs, "/d/a"), 100, &[9u8; 3000]))
+        }),
+        ("append", |fs| {
+            drop(fs.append(ino(fs, "/d/a"), &[7u8; 9000]))
+        }),
+        ("truncate shrink", |fs| {
+            drop(fs.truncate(ino(fs, "/d/a"), 5))
+        }),
+        ("truncate big shrink", |fs| {
+            drop(fs.truncate(ino(fs, "/big"), 3 << 20))
+        }),
+        ("truncate grow", |fs| {
+            drop(fs.truncate(ino(fs, "/d/a"), 100_000))
+        }),
+        ("fallocate", |fs| {
+            drop(fs.fallocate(ino(fs, "/e/b"), 0, 1 << 20, false))
+        }),
+        ("punch hole", |fs| {
+            drop(fs.punch_hole(ino(fs, "/big"), 1000, 3 << 20))
+        }),
+        ("setxattr", |fs| {
+            drop(fs.setxattr(ino(fs, "/d/a"), b"user.y", b"2", XattrSet::Any))
+        }),
+        ("removexattr", |fs| {
+            drop(fs.removexattr(ino(fs, "/d/a"), b"user.x"))
+        }),
+        ("chmod+size", |fs| {
+            drop(fs.setattr(
+                ino(fs, "/d/a"),
+                &SetAttr {
+                    size: Some(1),
+                    mode: Some(0o600),
+                    ..Default::default()
+                },
+            ))
+        }),
     ]
 }
 
@@ -101,7 +208,14 @@ fn interrupted_transactions_roll_back() {
             fs.inject_crash_before_commit(1);
             op(&fs);
             drop(fs); // poisoned: not marked clean, like a crash
-            let fs = Fs::mount(&p, MountOptions { mode, ..Default::default() }).unwrap();
+            let fs = Fs::mount(
+                &p,
+                MountOptions {
+                    mode,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
             let rolled = fs.recovery_report().rolled_back.len();
             let r = fs.check();
             assert!(r.is_clean(), "{mode:?} {name}: {:?}", r.problems);
@@ -109,9 +223,19 @@ fn interrupted_transactions_roll_back() {
             // In relaxed mode in-place data writes are not atomic, so only the shape is compared.
             let relaxed_data = mode == Mode::Relaxed && name.starts_with("overwrite");
             if !relaxed_data {
-                assert!(rolled == 1, "{mode:?} {name}: rolled back {rolled} transactions");
-                assert_eq!(after, before, "{mode:?} {name}: state after recovery differs from before");
-                assert_eq!(fs.statfs().free_blocks, free_before, "{mode:?} {name}: free space not restored");
+                assert!(
+                    rolled == 1,
+                    "{mode:?} {name}: rolled back {rolled} transactions"
+                );
+                assert_eq!(
+                    after, before,
+                    "{mode:?} {name}: state after recovery differs from before"
+                );
+                assert_eq!(
+                    fs.statfs().free_blocks,
+                    free_before,
+                    "{mode:?} {name}: free space not restored"
+                );
             }
         }
     }
@@ -121,7 +245,8 @@ fn interrupted_transactions_roll_back() {
 fn completed_operations_survive_a_crash_and_the_allocator_is_rebuilt() {
     let (_d, p, fs) = setup(Mode::Strict);
     fs.unlink_path("/e/many-003").unwrap();
-    fs.truncate(fs.resolve("/big", true).unwrap(), 1 << 20).unwrap();
+    fs.truncate(fs.resolve("/big", true).unwrap(), 1 << 20)
+        .unwrap();
     let before = dump(&fs);
     let free = fs.statfs().free_blocks;
     let aligned = fs.statfs().free_aligned_extents;
@@ -131,6 +256,10 @@ fn completed_operations_survive_a_crash_and_the_allocator_is_rebuilt() {
     let r = fs.check();
     assert!(r.is_clean(), "{:?}", r.problems);
     assert_eq!(dump(&fs), before);
-    assert_eq!(fs.statfs().free_blocks, free, "allocator rebuilt from the inode tables");
+    assert_eq!(
+        fs.statfs().free_blocks,
+        free,
+        "allocator rebuilt from the inode tables"
+    );
     assert_eq!(fs.statfs().free_aligned_extents, aligned);
 }
