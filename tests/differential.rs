@@ -629,7 +629,6 @@ fn compare_trees(fs: &Fs, root: &Path) -> Result<(), String> {
 // ---------------------------------------------------------------------------------------------
 // The driver.
 
-
 fn run_sequence(mode: Mode, ops: &[Op]) -> Result<(), TestCaseError> {
     let pool_dir = tempfile::tempdir().unwrap();
     let pool = pool_dir.path().join("pool");

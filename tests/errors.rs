@@ -895,10 +895,9 @@ fn orphan_freed_at_next_mount() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Known bugs (ignored so the suite stays green).
+// Errno order where two checks apply (regressions: each once differed from Linux).
 
 #[test]
-
 fn link_dir_onto_existing_name_is_eexist() {
     let (_d, p) = fresh(32 << 20, 1, None);
     let fs = mount(&p);
@@ -910,7 +909,6 @@ fn link_dir_onto_existing_name_is_eexist() {
 }
 
 #[test]
-
 fn rename_onto_own_ancestor_is_enotempty() {
     let (_d, p) = fresh(32 << 20, 1, None);
     let fs = mount(&p);
@@ -922,7 +920,6 @@ fn rename_onto_own_ancestor_is_enotempty() {
 }
 
 #[test]
-
 fn rename_dir_into_own_subtree_over_file_is_einval() {
     let (_d, p) = fresh(32 << 20, 1, None);
     let fs = mount(&p);
@@ -934,7 +931,6 @@ fn rename_dir_into_own_subtree_over_file_is_einval() {
 }
 
 #[test]
-
 fn path_helpers_refuse_a_non_directory_parent() {
     let (_d, p) = fresh(32 << 20, 1, None);
     let fs = mount(&p);
