@@ -211,7 +211,7 @@ fn write_piece(inner: &Inner, g: &mut Node, pos: u64, buf: &[u8]) -> Result<()> 
         }
     }
     let mut upd = MapUpdate::default();
-    inner.reserve_slots(&mut res, &mut g.map, ino, pieces + targets.len(), &mut upd)?;
+    inner.reserve_slots(&mut res, &mut g.map, pieces + targets.len(), &mut upd)?;
     // From here on DRAM changes before the commit: any failure poisons the mount.
     guarded(inner, || {
         let pool = &inner.pool;
@@ -384,7 +384,7 @@ pub(crate) fn fallocate(
                     .zero_flush(r.start * BLOCK_SIZE, r.len * BLOCK_SIZE, Category::Data)?;
             }
             let mut upd = MapUpdate::default();
-            inner.reserve_slots(&mut res, &mut g.map, ino, runs.len() + gs.len(), &mut upd)?;
+            inner.reserve_slots(&mut res, &mut g.map, runs.len() + gs.len(), &mut upd)?;
             guarded(inner, || {
                 let mut ri = runs.iter().copied();
                 let mut left: Option<BlockRun> = None;
@@ -476,7 +476,7 @@ pub(crate) fn punch_hole(inner: &Inner, ino: u64, off: u64, len: u64) -> Result<
         let b = last_full.min((a / 512 + 1) * 512).max(a);
         let mut upd = MapUpdate::default();
         let mut res = Reserved::new(inner);
-        inner.reserve_slots(&mut res, &mut g.map, ino, 1, &mut upd)?;
+        inner.reserve_slots(&mut res, &mut g.map, 1, &mut upd)?;
         let piece_tx = if first {
             std::mem::take(&mut tx)
         } else {

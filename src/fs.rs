@@ -329,11 +329,16 @@ impl Inner {
         if let Some(i) = lock(&self.inode_free[local]).pop_first() {
             return Ok(i);
         }
+        // Steal from the fullest partition; the lengths are read without holding every lock,
+        // so if that one emptied meanwhile fall back to any partition that still has one.
         let best = (0..n)
             .max_by_key(|&p| lock(&self.inode_free[p]).len())
             .unwrap_or(0);
-        lock(&self.inode_free[best])
-            .pop_first()
+        if let Some(i) = lock(&self.inode_free[best]).pop_first() {
+            return Ok(i);
+        }
+        (0..n)
+            .find_map(|p| lock(&self.inode_free[p]).pop_first())
             .ok_or_else(|| Error::NoSpace("no free inodes".into()))
     }
 
@@ -359,7 +364,6 @@ impl Inner {
         &self,
         res: &mut Reserved<'_>,
         map: &mut FileMap,
-        ino: u64,
         pieces: usize,
         upd: &mut MapUpdate,
     ) -> Result<()> {
@@ -369,7 +373,7 @@ impl Inner {
             .collect::<Result<Vec<u64>>>()?;
         for b in blocks {
             inode::init_index_block(&self.pool, b)?;
-            map.add_index_block(self.inode_off(ino), b, upd);
+            map.add_index_block(b, upd);
         }
         Ok(())
     }
@@ -471,12 +475,13 @@ impl Inner {
                     .0,
             ),
             None => {
-                let _ = pending;
-                let b = dirx.blocks() + edit.new_blocks.len() as u32;
+                // Blocks this transaction already added to this directory come after its last one.
+                let added = edit.new_blocks.iter().filter(|&&d| d == dino).count() as u32;
+                let b = dirx.blocks() + added;
                 let phys = res.alloc_one()?;
                 dir::init_dir_block(&self.pool, phys)?;
                 let mut upd = MapUpdate::default();
-                self.reserve_slots(res, &mut d.map, dino, 1, &mut upd)?;
+                self.reserve_slots(res, &mut d.map, 1, &mut upd)?;
                 d.map.remap(
                     b as u64,
                     1,
@@ -670,7 +675,7 @@ impl Inner {
         if pg.hdr.nlink == 0 {
             return Err(Error::NotFound); // parent was removed while we waited
         }
-        if kind == FileKind::Dir && pg.hdr.nlink >= u32::MAX - 1 {
+        if kind == FileKind::Dir && pg.hdr.nlink >= MAX_LINKS {
             return Err(Error::TooManyLinks);
         }
         let mut res = Reserved::new(self);
@@ -726,7 +731,7 @@ impl Inner {
         ph.mtime = now;
         ph.ctime = now;
         if kind == FileKind::Dir {
-            ph.nlink += 1;
+            inc_links(&mut ph);
         }
         self.header_tx(&mut tx, parent, &pg.hdr, &ph);
         Self::edit_tx(&edit, &mut tx);
@@ -790,7 +795,7 @@ impl Inner {
         ph.mtime = now;
         ph.ctime = now;
         if want_dir {
-            ph.nlink -= 1;
+            dec_links(&mut ph);
         }
         self.header_tx(&mut tx, parent, &g[&parent].hdr, &ph);
         let mut ch = child.hdr.clone();
@@ -910,6 +915,19 @@ impl Inner {
         {
             return Err(Error::NotEmpty);
         }
+        // A directory moving to a new parent adds a ".." link there, unless it replaces one.
+        let dst_is_dir = dst.is_some_and(|d| d.kind == FileKind::Dir);
+        if src.kind == FileKind::Dir && p1 != p2 && !dst_is_dir && g[&p2].hdr.nlink >= MAX_LINKS {
+            return Err(Error::TooManyLinks);
+        }
+        if flags.exchange
+            && dst_is_dir
+            && src.kind != FileKind::Dir
+            && p1 != p2
+            && g[&p1].hdr.nlink >= MAX_LINKS
+        {
+            return Err(Error::TooManyLinks);
+        }
         let now = now_ns();
         let mut tx = Tx::new();
         let mut edit = DirEdit::default();
@@ -932,8 +950,8 @@ impl Inner {
                 }
                 if src_dir != dst_dir {
                     let (from, to) = if src_dir { (p1, p2) } else { (p2, p1) };
-                    new_hdr.get_mut(&from).expect("in set").nlink -= 1;
-                    new_hdr.get_mut(&to).expect("in set").nlink += 1;
+                    dec_links(new_hdr.get_mut(&from).expect("in set"));
+                    inc_links(new_hdr.get_mut(&to).expect("in set"));
                 }
             }
             new_hdr.get_mut(&d.ino).expect("in set").ctime = now;
@@ -945,9 +963,9 @@ impl Inner {
                     v.ctime = now;
                     if d.kind == FileKind::Dir {
                         v.nlink = 0;
-                        new_hdr.get_mut(&p2).expect("in set").nlink -= 1;
+                        dec_links(new_hdr.get_mut(&p2).expect("in set"));
                     } else {
-                        v.nlink -= 1;
+                        dec_links(v);
                     }
                     if new_hdr[&d.ino].nlink == 0
                         && (d.kind == FileKind::Dir || g[&d.ino].open == 0)
@@ -969,8 +987,8 @@ impl Inner {
             self.plan_remove(&g[&p1], n1, &mut edit)?;
             if src_dir && p1 != p2 {
                 new_hdr.get_mut(&src.ino).expect("in set").parent = p2;
-                new_hdr.get_mut(&p1).expect("in set").nlink -= 1;
-                new_hdr.get_mut(&p2).expect("in set").nlink += 1;
+                dec_links(new_hdr.get_mut(&p1).expect("in set"));
+                inc_links(new_hdr.get_mut(&p2).expect("in set"));
             }
         }
         new_hdr.get_mut(&src.ino).expect("in set").ctime = now;
@@ -1030,7 +1048,7 @@ impl Inner {
         if g[&ino].hdr.nlink == 0 && g[&ino].open > 0 {
             return Err(Error::NotFound);
         }
-        if g[&ino].hdr.nlink >= 65000 {
+        if g[&ino].hdr.nlink >= MAX_LINKS {
             return Err(Error::TooManyLinks);
         }
         let now = now_ns();
@@ -1050,14 +1068,13 @@ impl Inner {
         let mut ph = g[&parent].hdr.clone();
         ph.mtime = now;
         ph.ctime = now;
-        // plan_insert already updated the parent's DRAM header if it added a block; diff from
-        // the committed media state is what the tx needs, so compare against what is on media.
+        // If plan_insert added a directory block it has journaled the parent's size and map
+        // change and updated its DRAM header, so `ph` (cloned after it) only adds the times.
         let mut ih = g[&ino].hdr.clone();
-        ih.nlink += 1;
+        inc_links(&mut ih);
         ih.ctime = now;
         self.header_tx(&mut tx, ino, &g[&ino].hdr, &ih);
-        let old_ph = g[&parent].hdr.clone();
-        self.header_tx(&mut tx, parent, &old_ph, &ph);
+        self.header_tx(&mut tx, parent, &g[&parent].hdr, &ph);
         Self::edit_tx(&edit, &mut tx);
         self.commit(tx)?;
         res.keep();
@@ -1533,4 +1550,18 @@ impl Drop for Inner {
             let _ = crate::recovery::unmount(self);
         }
     }
+}
+
+/// Link-count ceiling (`EMLINK` beyond it), kept well below `u32::MAX` so a count read from
+/// media can never overflow.
+pub const MAX_LINKS: u32 = 65000;
+
+/// Drop one link; saturating, so a damaged count from media cannot underflow into a panic.
+fn dec_links(h: &mut crate::layout::InodeHeader) {
+    h.nlink = h.nlink.saturating_sub(1);
+}
+
+/// Add one link; callers check `MAX_LINKS` first, this only keeps a damaged count from wrapping.
+fn inc_links(h: &mut crate::layout::InodeHeader) {
+    h.nlink = h.nlink.saturating_add(1);
 }

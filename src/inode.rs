@@ -132,12 +132,11 @@ impl FileMap {
     }
 
     /// Add a fresh, initialised index block (already durable and zeroed) to the chain.
-    pub fn add_index_block(&mut self, inode_off: u64, block: u64, upd: &mut MapUpdate) {
+    pub fn add_index_block(&mut self, block: u64, upd: &mut MapUpdate) {
         match self.index_blocks.last() {
             Some(&prev) => upd.links.push((prev * BLOCK_SIZE + 8, block)),
             None => upd.first_index_block = Some(block),
         }
-        let _ = inode_off;
         let k = self.index_blocks.len();
         self.index_blocks.push(block);
         for s in 0..INDEX_SLOTS {

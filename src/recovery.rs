@@ -52,6 +52,21 @@ fn zero_region(pool: &Pool, off: u64, len: u64) -> Result<()> {
     Ok(())
 }
 
+/// The geometry `mkfs` would give a pool of `size` bytes with `opts`.
+fn plan_geometry(size: u64, opts: &MkfsOptions) -> Result<Geometry> {
+    let partitions = opts.partitions.unwrap_or_else(|| default_partitions(size));
+    let total_inodes = opts
+        .inodes
+        .unwrap_or(size / 16384)
+        .max(64 * partitions as u64);
+    let ipp = total_inodes
+        .div_ceil(partitions as u64)
+        .next_multiple_of(16);
+    let ipp = u32::try_from(ipp)
+        .map_err(|_| Error::Invalid(format!("too many inodes per partition: {ipp}")))?;
+    Geometry::compute(size, partitions, ipp)
+}
+
 pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
     let pool = if std::fs::symlink_metadata(path).is_ok() {
         if !opts.force {
@@ -71,6 +86,7 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
             )));
         }
         if let Some(size) = opts.size {
+            plan_geometry(size, opts)?;
             let meta = std::fs::metadata(path)
                 .map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
             if meta.is_file() {
@@ -90,20 +106,12 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
                 path.display()
             ))
         })?;
+        // Validate before creating anything, so a refused size leaves no file behind.
+        plan_geometry(size, opts)?;
         Pool::create(path, size)?
     };
     let size = pool.len();
-    let partitions = opts.partitions.unwrap_or_else(|| default_partitions(size));
-    let total_inodes = opts
-        .inodes
-        .unwrap_or(size / 16384)
-        .max(64 * partitions as u64);
-    let ipp = total_inodes
-        .div_ceil(partitions as u64)
-        .next_multiple_of(16);
-    let ipp = u32::try_from(ipp)
-        .map_err(|_| Error::Invalid(format!("too many inodes per partition: {ipp}")))?;
-    let g = Geometry::compute(size, partitions, ipp)?;
+    let g = plan_geometry(size, opts)?;
     // Superblock block first (so a crashed mkfs leaves no mountable pool), then every region.
     zero_region(&pool, 0, BLOCK_SIZE)?;
     pool.fence();

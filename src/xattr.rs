@@ -135,6 +135,8 @@ pub(crate) fn set(
 ) -> Result<()> {
     inner.check_alive()?;
     check_name(name)?;
+    // Linux's XATTR_SIZE_MAX; the encoded block (XATTR_SPACE) is far smaller, so the u16
+    // length fields on media can never overflow.
     if value.is_some_and(|v| v.len() > 65536) {
         return Err(Error::Range);
     }

@@ -388,9 +388,6 @@ fn win_read_all(fs: &Fs, ino: u64) -> Result<Vec<u8>, Error> {
     Ok(buf)
 }
 
-/// `parent_of` plus the check a kernel path walk makes: the parent must be a directory.
-/// (`Fs::parent_of` itself returns whatever the directory part resolves to.)
-
 fn win_apply(fs: &Fs, op: &Op) -> Out {
     let pp = |p: &P| fs.parent_of(&p.path());
     let jd = |d: usize| DIRS[d % DIRS.len()].to_string();

@@ -797,6 +797,8 @@ fn mkfs_too_small() {
         }
         other => panic!("{other:?}"),
     }
+    // The refused size was checked before anything was created.
+    assert!(!p.exists(), "a refused mkfs left {} behind", p.display());
     // No size for a missing file.
     let q = d.path().join("nosize");
     let e = Fs::mkfs(&q, &MkfsOptions::default()).unwrap_err();

@@ -1,0 +1,579 @@
+//! docs/DESIGN.md is the single source of truth for the on-media format. This test parses its
+//! field tables (`### Name (N bytes)` headings followed by `| offset | size | field | meaning |`
+//! rows) and checks them against the code's constants, and decodes real encoded structures (and a
+//! real pool written by mkfs, a journal commit and ordinary operations) at the documented offsets.
+
+use std::collections::BTreeMap;
+use winefs::journal::{self, Journals, Tx, entry};
+use winefs::layout::{
+    self, BLOCK_SIZE, DENTRY_HEADER, DIR_MAGIC, DIR_SLOT, EXTENT_SIZE, ExtentRecord, FileKind,
+    Geometry, INDEX_MAGIC, INDEX_SLOTS, INDEX_SLOTS_OFF, INLINE_SLOTS, INODE_SIZE, INODE_SLOTS_OFF,
+    InodeHeader, JOURNAL_ENTRY_SIZE, SbState, Superblock, XATTR_MAGIC, ino, sb,
+};
+use winefs::pool::{Category, Pool};
+use winefs::{Fs, MkfsOptions, MountOptions, XattrSet};
+
+#[derive(Debug, Clone)]
+struct Row {
+    offset: usize,
+    size: usize,
+}
+
+/// structure name → (declared size, field → row), in document order of fields.
+type Tables = BTreeMap<String, (usize, Vec<(String, Row)>)>;
+
+fn parse_doc() -> Tables {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/DESIGN.md");
+    let text = std::fs::read_to_string(path).expect("read docs/DESIGN.md");
+    let mut tables = Tables::new();
+    let mut cur: Option<String> = None;
+    for line in text.lines() {
+        if let Some(h) = line.strip_prefix("### ") {
+            cur = None;
+            // "<Name> (<N> bytes)"
+            if let Some(open) = h.rfind(" (")
+                && let Some(n) = h[open + 2..].strip_suffix(" bytes)")
+                && let Ok(n) = n.trim().parse::<usize>()
+            {
+                let name = h[..open].trim().to_string();
+                assert!(
+                    tables.insert(name.clone(), (n, Vec::new())).is_none(),
+                    "structure {name:?} documented twice"
+                );
+                cur = Some(name);
+            }
+            continue;
+        }
+        if line.starts_with("## ") {
+            cur = None;
+            continue;
+        }
+        let Some(name) = &cur else { continue };
+        let t = line.trim();
+        if !t.starts_with('|') {
+            continue;
+        }
+        let cells: Vec<&str> = t.trim_matches('|').split('|').map(str::trim).collect();
+        if cells.len() < 4 {
+            continue;
+        }
+        // Header and separator rows have a non-numeric offset cell.
+        let Ok(offset) = cells[0].parse::<usize>() else {
+            assert!(
+                cells[0] == "offset" || cells[0].starts_with("---"),
+                "{name}: offset cell {:?} is not a plain decimal integer",
+                cells[0]
+            );
+            continue;
+        };
+        let size: usize = cells[1]
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}: size cell {:?} is not an integer", cells[1]));
+        let field = cells[2].trim_matches('`').to_string();
+        tables
+            .get_mut(name)
+            .expect("current table")
+            .1
+            .push((field, Row { offset, size }));
+    }
+    tables
+}
+
+fn field<'a>(t: &'a Tables, s: &str, f: &str) -> &'a Row {
+    let (_, rows) = t
+        .get(s)
+        .unwrap_or_else(|| panic!("docs/DESIGN.md has no `### {s} (N bytes)` table"));
+    &rows
+        .iter()
+        .find(|(n, _)| n == f)
+        .unwrap_or_else(|| panic!("docs/DESIGN.md: structure {s:?} has no field {f:?}"))
+        .1
+}
+
+/// (structure, field, code offset, field size in bytes).
+fn mapping() -> Vec<(&'static str, &'static str, usize, usize)> {
+    const SB: &str = "Superblock";
+    const JE: &str = "Journal entry";
+    const IN: &str = "Inode";
+    const EX: &str = "Extent record";
+    const IX: &str = "Extent-index block";
+    const DB: &str = "Directory block";
+    const DE: &str = "Directory entry";
+    const XA: &str = "Xattr block";
+    vec![
+        (SB, "magic", sb::MAGIC, layout::MAGIC.len()),
+        (SB, "version", sb::VERSION, 4),
+        (SB, "block_size", sb::BLOCK_SIZE, 4),
+        (SB, "pool_size", sb::POOL_SIZE, 8),
+        (SB, "partitions", sb::PARTITIONS, 4),
+        (SB, "incompat", sb::INCOMPAT, 4),
+        (SB, "inodes_per_partition", sb::INODES_PER_PARTITION, 4),
+        (SB, "journal_entries", sb::JOURNAL_ENTRIES, 4),
+        (SB, "staging_blocks", sb::STAGING_BLOCKS, 4),
+        (SB, "journal_start", sb::JOURNAL_START, 8),
+        (SB, "inode_table_start", sb::INODE_TABLE_START, 8),
+        (SB, "bitmap_start", sb::BITMAP_START, 8),
+        (SB, "bitmap_blocks", sb::BITMAP_BLOCKS, 8),
+        (SB, "data_start", sb::DATA_START, 8),
+        (SB, "data_blocks", sb::DATA_BLOCKS, 8),
+        (SB, "uuid", sb::UUID, 16),
+        (SB, "created_ns", sb::CREATED_NS, 8),
+        (SB, "checksum", sb::CHECKSUM, 4),
+        (SB, "state_clean", sb::STATE_CLEAN, 4),
+        (SB, "state_mount_count", sb::STATE_MOUNT_COUNT, 8),
+        (SB, "state_checksum", sb::STATE_CHECKSUM, 4),
+        (JE, "txid", entry::TXID, 8),
+        (JE, "gen", entry::GEN, 4),
+        (JE, "kind", entry::KIND, 1),
+        (JE, "inline_len", entry::INLINE_LEN, 1),
+        (JE, "count", entry::COUNT, 2),
+        (JE, "target", entry::TARGET, 8),
+        (JE, "payload", entry::PAYLOAD, journal::INLINE_MAX),
+        (JE, "crc", entry::CRC, 4),
+        (IN, "flags", ino::FLAGS, 4),
+        (IN, "mode", ino::MODE, 4),
+        (IN, "uid", ino::UID, 4),
+        (IN, "gid", ino::GID, 4),
+        (IN, "nlink", ino::NLINK, 4),
+        (IN, "generation", ino::GENERATION, 4),
+        (IN, "size", ino::SIZE, 8),
+        (IN, "map_end", ino::MAP_END, 8),
+        (IN, "xattr_block", ino::XATTR_BLOCK, 8),
+        (IN, "index_block", ino::INDEX_BLOCK, 8),
+        (IN, "parent", ino::PARENT, 8),
+        (IN, "atime", ino::ATIME, 8),
+        (IN, "mtime", ino::MTIME, 8),
+        (IN, "ctime", ino::CTIME, 8),
+        (IN, "crtime", ino::CRTIME, 8),
+        (IN, "rdev", ino::RDEV, 4),
+        (
+            IN,
+            "extent_slots",
+            INODE_SLOTS_OFF as usize,
+            INLINE_SLOTS * EXTENT_SIZE as usize,
+        ),
+        // ExtentRecord has no named offset constants; its encoding is checked below.
+        (EX, "logical", 0, 4),
+        (EX, "len", 4, 4),
+        (EX, "phys", 8, 8),
+        (IX, "magic", 0, 4),
+        (IX, "next", 8, 8),
+        (
+            IX,
+            "slots",
+            INDEX_SLOTS_OFF as usize,
+            INDEX_SLOTS * EXTENT_SIZE as usize,
+        ),
+        (DB, "magic", 0, 4),
+        (DB, "starts", 8, 8),
+        (
+            DB,
+            "slots",
+            DIR_SLOT as usize,
+            (BLOCK_SIZE - DIR_SLOT) as usize,
+        ),
+        (DE, "ino", 0, 8),
+        (DE, "name_len", 8, 1),
+        (DE, "kind", 9, 1),
+        (DE, "crc", 12, 4),
+        (XA, "magic", 0, 4),
+        (XA, "count", 4, 2),
+        (XA, "used", 8, 4),
+        (XA, "crc", 12, 4),
+        (
+            XA,
+            "entries",
+            BLOCK_SIZE as usize - winefs::xattr::XATTR_SPACE,
+            winefs::xattr::XATTR_SPACE,
+        ),
+    ]
+}
+
+#[test]
+fn documented_sizes_match_the_code() {
+    let t = parse_doc();
+    let want = [
+        ("Superblock", BLOCK_SIZE as usize),
+        ("Journal entry", JOURNAL_ENTRY_SIZE as usize),
+        ("Inode", INODE_SIZE as usize),
+        ("Extent record", EXTENT_SIZE as usize),
+        ("Extent-index block", BLOCK_SIZE as usize),
+        ("Directory block", BLOCK_SIZE as usize),
+        ("Directory entry", DENTRY_HEADER),
+        ("Xattr block", BLOCK_SIZE as usize),
+    ];
+    for (name, size) in want {
+        let (declared, rows) = t
+            .get(name)
+            .unwrap_or_else(|| panic!("docs/DESIGN.md has no `### {name} (N bytes)` table"));
+        assert_eq!(*declared, size, "{name}: documented size vs code");
+        assert!(!rows.is_empty(), "{name}: empty table");
+    }
+    assert_eq!(
+        t.len(),
+        want.len(),
+        "unexpected structure tables: {:?}",
+        t.keys().collect::<Vec<_>>()
+    );
+    // Superblock sub-ranges and the inode header boundary.
+    // The immutable part is bytes 0..128, ending before the state record's cache line.
+    assert_eq!(Superblock::encode(&sample_sb()).len(), 128);
+    const { assert!(sb::CHECKSUM + 4 <= 128 && 128 <= sb::STATE) };
+    assert_eq!(sb::CHECKSUMMED, sb::CHECKSUM);
+    assert_eq!(sb::STATE_CHECKSUMMED, sb::STATE_CHECKSUM - sb::STATE);
+    assert_eq!(SbState::default().encode().len(), 32);
+    assert_eq!(ino::HEADER, INODE_SLOTS_OFF as usize);
+    assert_eq!(InodeHeader::default().encode().len(), ino::HEADER);
+}
+
+#[test]
+fn documented_offsets_match_the_code() {
+    let t = parse_doc();
+    for (s, f, off, size) in mapping() {
+        let r = field(&t, s, f);
+        assert_eq!(r.offset, off, "{s}.{f}: documented offset vs code constant");
+        assert_eq!(r.size, size, "{s}.{f}: documented size vs code");
+    }
+    // Every table: rows in ascending order, disjoint, inside the structure.
+    for (name, (size, rows)) in &t {
+        let mut end = 0;
+        for (f, r) in rows {
+            assert!(
+                r.offset >= end,
+                "{name}.{f} at {} overlaps the previous row",
+                r.offset
+            );
+            end = r.offset + r.size;
+            assert!(
+                end <= *size,
+                "{name}.{f} runs past the structure's {size} bytes"
+            );
+        }
+    }
+    // Every documented field that is not reserved padding is mapped to the code.
+    let mapped: Vec<(&str, &str)> = mapping().iter().map(|m| (m.0, m.1)).collect();
+    for (name, (_, rows)) in &t {
+        for (f, _) in rows {
+            assert!(
+                f == "reserved" || mapped.contains(&(name.as_str(), f.as_str())),
+                "{name}.{f} is documented but not checked against the code"
+            );
+        }
+    }
+}
+
+fn sample_sb() -> Superblock {
+    Superblock {
+        geometry: Geometry::compute(64 << 20, 3, 1024).unwrap(),
+        uuid: *b"0123456789abcdef",
+        created_ns: 0x1122_3344_5566_7788,
+    }
+}
+
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes(b[o..o + 2].try_into().unwrap())
+}
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+}
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
+}
+
+#[test]
+fn encoded_structures_decode_at_documented_offsets() {
+    let t = parse_doc();
+    let at = |s: &str, f: &str| field(&t, s, f).offset;
+
+    // Superblock: immutable part and state record.
+    let s = sample_sb();
+    let g = &s.geometry;
+    let mut blk = vec![0u8; BLOCK_SIZE as usize];
+    blk[..128].copy_from_slice(&s.encode());
+    let st = SbState {
+        clean: true,
+        mount_count: 0xabcdef,
+    };
+    let o = at("Superblock", "state_clean");
+    blk[o..o + 32].copy_from_slice(&st.encode());
+    let m = at("Superblock", "magic");
+    assert_eq!(&blk[m..m + 8], b"WINEFSPM");
+    assert_eq!(
+        u32_at(&blk, at("Superblock", "version")),
+        layout::FORMAT_VERSION
+    );
+    assert_eq!(u32_at(&blk, at("Superblock", "block_size")), 4096);
+    assert_eq!(u64_at(&blk, at("Superblock", "pool_size")), g.pool_size);
+    assert_eq!(u32_at(&blk, at("Superblock", "partitions")), 3);
+    assert_eq!(u32_at(&blk, at("Superblock", "incompat")), 0);
+    assert_eq!(u32_at(&blk, at("Superblock", "inodes_per_partition")), 1024);
+    assert_eq!(
+        u32_at(&blk, at("Superblock", "journal_entries")),
+        g.journal_entries
+    );
+    assert_eq!(
+        u32_at(&blk, at("Superblock", "staging_blocks")),
+        g.staging_blocks
+    );
+    assert_eq!(
+        u64_at(&blk, at("Superblock", "journal_start")),
+        g.journal_start
+    );
+    assert_eq!(
+        u64_at(&blk, at("Superblock", "inode_table_start")),
+        g.inode_table_start
+    );
+    assert_eq!(
+        u64_at(&blk, at("Superblock", "bitmap_start")),
+        g.bitmap_start
+    );
+    assert_eq!(
+        u64_at(&blk, at("Superblock", "bitmap_blocks")),
+        g.bitmap_blocks
+    );
+    assert_eq!(u64_at(&blk, at("Superblock", "data_start")), g.data_start);
+    assert_eq!(u64_at(&blk, at("Superblock", "data_blocks")), g.data_blocks);
+    let u = at("Superblock", "uuid");
+    assert_eq!(&blk[u..u + 16], b"0123456789abcdef");
+    assert_eq!(
+        u64_at(&blk, at("Superblock", "created_ns")),
+        0x1122_3344_5566_7788
+    );
+    let c = at("Superblock", "checksum");
+    assert_eq!(
+        u32_at(&blk, c),
+        crc32c::crc32c(&blk[..c]),
+        "crc over 0..checksum"
+    );
+    assert_eq!(u32_at(&blk, at("Superblock", "state_clean")), 1);
+    assert_eq!(
+        u64_at(&blk, at("Superblock", "state_mount_count")),
+        0xabcdef
+    );
+    let sc = at("Superblock", "state_checksum");
+    assert_eq!(u32_at(&blk, sc), crc32c::crc32c(&blk[o..sc]), "state crc");
+    assert_eq!(Superblock::decode(&blk, g.pool_size).unwrap(), s);
+    assert_eq!(SbState::decode(&blk[o..o + 32]), st);
+
+    // Inode header.
+    let h = InodeHeader {
+        flags: 0x0101_0101,
+        mode: 0o100644,
+        uid: 1001,
+        gid: 1002,
+        nlink: 3,
+        generation: 0xdead_beef,
+        size: 0x0102_0304_0506,
+        map_end: 0x0708_090a,
+        xattr_block: 0x1111,
+        index_block: 0x2222,
+        parent: 0x3333,
+        atime: -5,
+        mtime: 0x4444_5555,
+        ctime: 0x6666_7777,
+        crtime: 0x0888_9999,
+        rdev: 0x0aaa_bbbb,
+    };
+    let b = h.encode();
+    let i = |f: &str| at("Inode", f);
+    assert_eq!(u32_at(&b, i("flags")), h.flags);
+    assert_eq!(u32_at(&b, i("mode")), h.mode);
+    assert_eq!(u32_at(&b, i("uid")), h.uid);
+    assert_eq!(u32_at(&b, i("gid")), h.gid);
+    assert_eq!(u32_at(&b, i("nlink")), h.nlink);
+    assert_eq!(u32_at(&b, i("generation")), h.generation);
+    assert_eq!(u64_at(&b, i("size")), h.size);
+    assert_eq!(u64_at(&b, i("map_end")), h.map_end);
+    assert_eq!(u64_at(&b, i("xattr_block")), h.xattr_block);
+    assert_eq!(u64_at(&b, i("index_block")), h.index_block);
+    assert_eq!(u64_at(&b, i("parent")), h.parent);
+    assert_eq!(u64_at(&b, i("atime")) as i64, h.atime);
+    assert_eq!(u64_at(&b, i("mtime")) as i64, h.mtime);
+    assert_eq!(u64_at(&b, i("ctime")) as i64, h.ctime);
+    assert_eq!(u64_at(&b, i("crtime")) as i64, h.crtime);
+    assert_eq!(u32_at(&b, i("rdev")), h.rdev);
+    let r = field(&t, "Inode", "reserved");
+    assert!(b[r.offset..r.offset + r.size].iter().all(|&x| x == 0));
+    assert_eq!(InodeHeader::decode(&b), h);
+
+    // Extent record.
+    let e = ExtentRecord {
+        logical: 0x1234_5678,
+        len: 0x9abc,
+        phys: 0x0102_0304_0506_0708,
+    };
+    let b = e.encode();
+    assert_eq!(u32_at(&b, at("Extent record", "logical")), e.logical);
+    assert_eq!(u32_at(&b, at("Extent record", "len")), e.len);
+    assert_eq!(u64_at(&b, at("Extent record", "phys")), e.phys);
+
+    // Directory entry.
+    let d = layout::encode_dentry(0x0bad_cafe, FileKind::Symlink, b"name.txt");
+    let f = |x: &str| at("Directory entry", x);
+    assert_eq!(u64_at(&d, f("ino")), 0x0bad_cafe);
+    assert_eq!(d[f("name_len")], 8);
+    assert_eq!(d[f("kind")], 3, "documented kind code of a symlink");
+    assert_eq!(&d[DENTRY_HEADER..], b"name.txt", "name follows the header");
+    let mut crc_in = d[..f("crc")].to_vec();
+    crc_in.extend_from_slice(b"name.txt");
+    assert_eq!(u32_at(&d, f("crc")), crc32c::crc32c(&crc_in));
+}
+
+#[test]
+fn real_journal_entries_decode_at_documented_offsets() {
+    let t = parse_doc();
+    let at = |f: &str| field(&t, "Journal entry", f).offset;
+    let dir = tempfile::tempdir().unwrap();
+    let g = Geometry::compute(32 << 20, 2, 64).unwrap();
+    let pool = Pool::create(&dir.path().join("p"), 32 << 20).unwrap();
+    let j = Journals::new(&g);
+    let target = g.data_start * BLOCK_SIZE + 40;
+    pool.write(target, &[0x5a; 12], Category::Data).unwrap();
+    let mut tx = Tx::new();
+    tx.write(target, vec![0xa5; 12], Category::Metadata);
+    tx.write(target + 4096, vec![7; 100], Category::Data);
+    j.commit(&pool, tx, 0).unwrap();
+    let ring = g.journal_offset(0);
+    let e: Vec<[u8; 64]> = (0..4)
+        .map(|i| {
+            pool.read_array::<64>(ring + i * JOURNAL_ENTRY_SIZE)
+                .unwrap()
+        })
+        .collect();
+    let kinds: Vec<u8> = e.iter().map(|x| x[at("kind")]).collect();
+    assert_eq!(
+        kinds,
+        [
+            journal::KIND_START,
+            journal::KIND_UNDO_INLINE,
+            journal::KIND_UNDO_STAGED,
+            journal::KIND_COMMIT
+        ]
+    );
+    let txid = u64_at(&e[0], at("txid"));
+    for x in &e {
+        assert_eq!(u64_at(x, at("txid")), txid);
+        assert_eq!(u32_at(x, at("gen")), 1);
+        assert_eq!(u16_at(x, at("count")), 4);
+        assert_eq!(journal::entry_count(x), 4);
+        assert_eq!(u32_at(x, at("crc")), crc32c::crc32c(&x[..at("crc")]));
+        let r = field(&t, "Journal entry", "reserved");
+        assert!(x[r.offset..r.offset + r.size].iter().all(|&b| b == 0));
+    }
+    assert_eq!(u64_at(&e[1], at("target")), target);
+    assert_eq!(e[1][at("inline_len")], 12);
+    let p = at("payload");
+    assert_eq!(&e[1][p..p + 12], &[0x5a; 12], "old bytes inline");
+    assert_eq!(u64_at(&e[2], at("target")), target + 4096);
+    // The staged payload's documented sub-fields.
+    assert_eq!(p, entry::STAGED_OFF);
+    assert_eq!(p + 4, entry::STAGED_LEN);
+    assert_eq!(u32_at(&e[2], p), 0);
+    assert_eq!(u32_at(&e[2], p + 4), 100);
+}
+
+#[test]
+fn real_pool_blocks_decode_at_documented_offsets() {
+    let t = parse_doc();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pool");
+    Fs::mkfs(
+        &path,
+        &MkfsOptions {
+            size: Some(64 << 20),
+            partitions: Some(1),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let fs = Fs::mount(&path, MountOptions::default()).unwrap();
+    let g = fs.geometry();
+    let f = fs.create(fs.root(), b"file", 0o644, 0, 0).unwrap().ino;
+    fs.setxattr(f, b"user.k", b"value", XattrSet::Any).unwrap();
+    // Ten one-block extents, logically separated: more than the 8 inline slots.
+    for k in 0..10u64 {
+        fs.write(f, k * 2 * BLOCK_SIZE, &[k as u8 + 1; 10]).unwrap();
+    }
+    fs.unmount().unwrap();
+
+    let bytes = std::fs::read(&path).unwrap();
+    let blk = |b: u64| &bytes[(b * BLOCK_SIZE) as usize..((b + 1) * BLOCK_SIZE) as usize];
+    let inode = |n: u64| {
+        let o = g.inode_offset(n).unwrap() as usize;
+        &bytes[o..o + INODE_SIZE as usize]
+    };
+    let io = |x: &str| field(&t, "Inode", x).offset;
+    let slot0 = io("extent_slots");
+
+    // Root directory: its block 0 holds "file" in slot 1.
+    let root = inode(fs_root());
+    let rec = ExtentRecord::decode(&root[slot0..slot0 + 16]);
+    assert_eq!((rec.logical, rec.len), (0, 1));
+    let d = blk(rec.phys);
+    let db = |x: &str| field(&t, "Directory block", x).offset;
+    assert_eq!(u32_at(d, db("magic")), DIR_MAGIC);
+    assert_eq!(u64_at(d, db("starts")), 0b10);
+    let e = &d[db("slots")..];
+    let de = |x: &str| field(&t, "Directory entry", x).offset;
+    assert_eq!(u64_at(e, de("ino")), f);
+    assert_eq!(e[de("name_len")], 4);
+    assert_eq!(e[de("kind")], 1);
+    assert_eq!(&e[DENTRY_HEADER..DENTRY_HEADER + 4], b"file");
+    assert_eq!(u64_at(root, io("size")), BLOCK_SIZE);
+
+    // The file: size, xattr block, index chain.
+    let fi = inode(f);
+    assert_eq!(u32_at(fi, io("flags")) & layout::INODE_IN_USE, 1);
+    assert_eq!(u32_at(fi, io("nlink")), 1);
+    assert_eq!(u64_at(fi, io("size")), 18 * BLOCK_SIZE + 10);
+    assert_eq!(u64_at(fi, io("map_end")), 19);
+    let xb = u64_at(fi, io("xattr_block"));
+    assert!(g.is_data_block(xb));
+    let x = blk(xb);
+    let xa = |n: &str| field(&t, "Xattr block", n).offset;
+    assert_eq!(u32_at(x, xa("magic")), XATTR_MAGIC);
+    assert_eq!(u16_at(x, xa("count")), 1);
+    let used = u32_at(x, xa("used")) as usize;
+    assert_eq!(used, 4 + 6 + 5);
+    let ent = xa("entries");
+    assert_eq!(u32_at(x, xa("crc")), crc32c::crc32c(&x[ent..ent + used]));
+    assert_eq!(x[ent], 6);
+    assert_eq!(u16_at(x, ent + 2), 5);
+    assert_eq!(&x[ent + 4..ent + 15], b"user.kvalue");
+
+    let ib = u64_at(fi, io("index_block"));
+    assert!(g.is_data_block(ib), "ten extents need an index block");
+    let ix = blk(ib);
+    let xo = |n: &str| field(&t, "Extent-index block", n).offset;
+    assert_eq!(u32_at(ix, xo("magic")), INDEX_MAGIC);
+    assert_eq!(u64_at(ix, xo("next")), 0);
+    let mut logicals: Vec<u32> = (0..INLINE_SLOTS)
+        .map(|s| ExtentRecord::decode(&fi[slot0 + s * 16..slot0 + s * 16 + 16]))
+        .chain((0..INDEX_SLOTS).map(|s| {
+            let o = xo("slots") + s * 16;
+            ExtentRecord::decode(&ix[o..o + 16])
+        }))
+        .filter(|r| r.len > 0)
+        .map(|r| r.logical)
+        .collect();
+    logicals.sort();
+    assert_eq!(logicals, (0..10).map(|k| k * 2).collect::<Vec<u32>>());
+
+    // Superblock state and the bitmap written by the clean unmount.
+    let so = field(&t, "Superblock", "state_clean").offset;
+    assert_eq!(u32_at(&bytes, so), 1, "clean after unmount");
+    let bm = &bytes[(g.bitmap_start * BLOCK_SIZE) as usize..];
+    let used_bit = |b: u64| {
+        let i = b - g.data_start;
+        bm[(i / 8) as usize] & (1 << (i % 8)) != 0
+    };
+    assert!(used_bit(rec.phys) && used_bit(xb) && used_bit(ib));
+    let free_blocks = (0..g.data_blocks)
+        .filter(|&i| !used_bit(g.data_start + i))
+        .count() as u64;
+    assert_eq!(free_blocks, g.data_blocks - 1 - 1 - 1 - 10);
+}
+
+fn fs_root() -> u64 {
+    layout::ROOT_INO
+}
