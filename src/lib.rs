@@ -1,7 +1,7 @@
 //! winefs: a hugepage-aware persistent-memory file system in user space, after WineFS (SOSP'21).
 //!
 //! Module map (one concept each; see docs/DESIGN.md):
-//! - [`pool`]: the mapped pool and persistence primitives (the only `unsafe` besides `fs::current_cpu`).
+//! - [`pool`]: the mapped pool and persistence primitives (with `sys` and `fs::current_cpu`, the only `unsafe`).
 //! - [`layout`]: the on-media format.
 //! - [`alloc`]: the alignment-aware allocator.
 //! - [`journal`]: per-CPU undo journals and their recovery.
@@ -13,6 +13,8 @@
 //! - [`recovery`]: mkfs, mount, unmount.
 //! - [`fsck`]: invariant checks.
 //! - [`bench`]: the system-call benchmark (a tool beside the core).
+//! - [`fuse`]: the FUSE front end (outside the core; the `winefs mount` command drives it).
+//! - [`sys`]: process-level system calls for the front ends (fork, signals, lazy unmount).
 
 pub mod alloc;
 pub mod bench;
@@ -21,11 +23,13 @@ pub mod error;
 pub mod file;
 pub mod fs;
 pub mod fsck;
+pub mod fuse;
 pub mod inode;
 pub mod journal;
 pub mod layout;
 pub mod pool;
 pub mod recovery;
+pub mod sys;
 pub mod xattr;
 
 pub use error::{Error, Result};

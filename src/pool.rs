@@ -149,6 +149,31 @@ fn backing_size(path: &Path, file: &File) -> Result<u64> {
     Ok(meta.len())
 }
 
+/// Allocate (without changing the size) every block of a regular file; devices need nothing.
+fn reserve_backing(path: &Path, file: &File, len: u64) -> Result<()> {
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
+    if !meta.is_file() || len == 0 {
+        return Ok(());
+    }
+    let len = libc::off_t::try_from(len)
+        .map_err(|_| Error::Invalid(format!("pool size {len} is too large")))?;
+    // SAFETY: posix_fallocate only reads the descriptor, which `file` keeps open for the call.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+    match rc {
+        0 => Ok(()),
+        libc::ENOSPC => Err(Error::NoSpace(format!(
+            "the file system holding {} has no room for a {len}-byte pool",
+            path.display()
+        ))),
+        e => Err(Error::io(
+            format!("reserve {len} bytes for {}", path.display()),
+            std::io::Error::from_raw_os_error(e),
+        )),
+    }
+}
+
 impl Pool {
     /// Create a pool file of `size` bytes (it must not exist yet, so nothing is ever overwritten
     /// by accident) and map it.
@@ -159,9 +184,21 @@ impl Pool {
             .create_new(true)
             .open(path)
             .map_err(|e| Error::io(format!("create pool {}", path.display()), e))?;
-        file.set_len(size)
-            .map_err(|e| Error::io(format!("size pool {} to {size} bytes", path.display()), e))?;
+        let made = file
+            .set_len(size)
+            .map_err(|e| Error::io(format!("size pool {} to {size} bytes", path.display()), e))
+            .and_then(|()| reserve_backing(path, &file, size));
+        if let Err(e) = made {
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
         Self::map(path, file, size, false)
+    }
+
+    /// Reserve backing storage for every byte of a regular pool file, so that a full host file
+    /// system is reported now rather than as SIGBUS on a later store (mkfs of an existing file).
+    pub fn reserve_backing(&self) -> Result<()> {
+        reserve_backing(&self.path, &self._file, self.len)
     }
 
     /// Open an existing pool file or device. `private` maps it copy-on-write: every store stays in
@@ -177,6 +214,25 @@ impl Pool {
     }
 
     fn map(path: &Path, file: File, size: u64, private: bool) -> Result<Pool> {
+        // One writer per pool: two processes mounting it would corrupt it. A private (read-only)
+        // mapping shares the lock, so fsck and info refuse a pool that is mounted.
+        let locked = if private {
+            file.try_lock_shared()
+        } else {
+            file.try_lock()
+        };
+        match locked {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::Busy(format!(
+                    "pool {} is in use by another winefs mount",
+                    path.display()
+                )));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(Error::io(format!("lock pool {}", path.display()), e));
+            }
+        }
         let len = size & !4095;
         if len == 0 {
             return Err(Error::PoolTooSmall { size, min: 4096 });

@@ -98,7 +98,9 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
                     .map_err(|e| Error::io(format!("resize {}", path.display()), e))?;
             }
         }
-        Pool::open(path, false)?
+        let pool = Pool::open(path, false)?;
+        pool.reserve_backing()?;
+        pool
     } else {
         let size = opts.size.ok_or_else(|| {
             Error::Invalid(format!(

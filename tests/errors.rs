@@ -866,15 +866,16 @@ fn orphan_freed_at_next_mount() {
     };
     {
         let fs = mount(&p);
-        let f = fs.create_file("/orphan").unwrap();
-        f.write_at(0, &vec![1u8; 5 << 20]).unwrap();
-        fs.setxattr(f.ino(), b"user.x", b"y", Default::default())
+        let root = fs.root();
+        let ino = fs.create(root, b"orphan", 0o644, 0, 0).unwrap().ino;
+        fs.open(ino).unwrap();
+        fs.write(ino, 0, &vec![1u8; 5 << 20]).unwrap();
+        fs.setxattr(ino, b"user.x", b"y", Default::default())
             .unwrap();
         fs.unlink_path("/orphan").unwrap();
         assert!(fs.statfs().free_blocks < base.free_blocks);
-        // The handle (and the Fs clone inside it) is never released: like a crash, the pool
-        // is never unmounted cleanly and the orphan is still in use on media.
-        std::mem::forget(f);
+        // The open handle is never released and the pool never unmounted, as in a crash:
+        // the orphan is still in use on media.
         drop(fs);
     }
     let fs = mount(&p);

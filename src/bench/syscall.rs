@@ -1,4 +1,4 @@
-//! The system-call benchmark: the same small operations through the winefs library and through
+//! The system-call benchmark (`winefs bench syscall`): the same small operations through the winefs library and through
 //! `std::fs` on the host's tmpfs, in one run, with the ratio against the targets of issue 2.
 //!
 //! Each measurement is repeated (`repeats`, default 3) after a short warm-up and the best run is
@@ -127,7 +127,7 @@ pub const ROWS: [&str; 6] = [
     "unlink",
 ];
 
-fn fmt_rate(r: f64) -> String {
+pub(crate) fn fmt_rate(r: f64) -> String {
     if r >= 1e6 {
         format!("{:.2}M", r / 1e6)
     } else if r >= 1e3 {
@@ -211,7 +211,7 @@ impl fmt::Display for SyscallBenchReport {
 }
 
 /// Removes the benchmark's directory when dropped.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(pub(crate) PathBuf);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
@@ -219,11 +219,11 @@ impl Drop for TempDir {
     }
 }
 
-fn io_err(what: String) -> impl FnOnce(std::io::Error) -> Error {
+pub(crate) fn io_err(what: String) -> impl FnOnce(std::io::Error) -> Error {
     move |e| Error::io(what, e)
 }
 
-fn default_dir() -> PathBuf {
+pub(crate) fn default_dir() -> PathBuf {
     let shm = Path::new("/dev/shm");
     if shm.is_dir() {
         shm.to_path_buf()
@@ -233,23 +233,16 @@ fn default_dir() -> PathBuf {
 }
 
 /// Name of the file system holding `dir`.
-fn fs_type(dir: &Path) -> String {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-        return "unknown".into();
-    };
-    // SAFETY: `c` is a valid NUL-terminated path and `st` a properly sized out-parameter.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return "unknown".into();
-    }
-    match st.f_type as i64 {
-        0x0102_1994 => "tmpfs".into(),
-        0x9584_58f6 => "hugetlbfs".into(),
-        0xef53 => "ext4".into(),
-        0x5846_5342 => "xfs".into(),
-        0x794c_7630 => "overlayfs".into(),
-        t => format!("fs magic {t:#x}"),
+pub(crate) fn fs_type(dir: &Path) -> String {
+    match crate::sys::fs_magic(dir) {
+        None => "unknown".into(),
+        Some(0x0102_1994) => "tmpfs".into(),
+        Some(0x9584_58f6) => "hugetlbfs".into(),
+        Some(0xef53) => "ext4".into(),
+        Some(0x5846_5342) => "xfs".into(),
+        Some(0x794c_7630) => "overlayfs".into(),
+        Some(0x6573_5546) => "fuse".into(),
+        Some(t) => format!("fs magic {t:#x}"),
     }
 }
 
@@ -268,7 +261,7 @@ fn random_offsets(n: u64, size: u64, seed: u64) -> Vec<u64> {
 }
 
 /// Run `f` (which performs `ops` operations and returns) `repeats` times; best ops/s.
-fn best_of(repeats: u32, ops: u64, mut f: impl FnMut(u32) -> Result<()>) -> Result<f64> {
+pub(crate) fn best_of(repeats: u32, ops: u64, mut f: impl FnMut(u32) -> Result<()>) -> Result<f64> {
     let mut best = 0f64;
     for r in 0..repeats.max(1) {
         let t = Instant::now();

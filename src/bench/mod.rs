@@ -1,0 +1,12 @@
+//! Benchmarks, beside the core: each measures winefs and a host baseline in the same run and
+//! prints ratios (no test asserts on time).
+//! - [`syscall`]: the library against `std::fs` on tmpfs (`winefs bench syscall`).
+//! - [`fuse`]: a FUSE mount of winefs against tmpfs (`winefs bench fuse`).
+
+pub mod fuse;
+pub mod syscall;
+
+pub use fuse::{FuseBenchConfig, FuseBenchReport, fuse_bench};
+pub use syscall::{
+    BenchRow, PersistPerOp, ROWS, SyscallBenchConfig, SyscallBenchReport, syscall_bench,
+};

@@ -1,0 +1,441 @@
+//! The `winefs` command: mount (FUSE), mkfs, fsck, info, bench and a guided demo.
+
+mod demo;
+mod hugepool;
+mod mount;
+
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use winefs::bench::{FuseBenchConfig, SyscallBenchConfig, fuse_bench, syscall_bench};
+use winefs::layout::{BLOCK_SIZE, FORMAT_VERSION};
+use winefs::{Fs, MkfsOptions, Mode, MountOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "winefs",
+    version,
+    about = "A hugepage-aware persistent-memory file system in user space (after WineFS, SOSP'21)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Mount a pool with FUSE (with no arguments: a default pool on a hugepage tmpfs, at
+    /// /mnt/winefs as root or ~/winefs otherwise). Runs in the background unless -f.
+    Mount {
+        /// Pool file or device (omit both POOL and MOUNTPOINT for the default pool).
+        pool: Option<PathBuf>,
+        /// Directory to mount on.
+        mountpoint: Option<PathBuf>,
+        /// Every write atomic and durable when it returns (the default).
+        #[arg(long, conflicts_with = "relaxed")]
+        strict: bool,
+        /// Metadata atomic and durable; data written in place.
+        #[arg(long)]
+        relaxed: bool,
+        /// Threads serving FUSE requests (default: one per CPU).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Stay in the foreground (stop with Ctrl-C).
+        #[arg(short = 'f', long)]
+        foreground: bool,
+        /// Size of the default pool when it is created (K/M/G/T suffixes, binary).
+        #[arg(long, default_value = "1G", value_parser = parse_size)]
+        size: u64,
+        /// Daemon log file (default: in the temporary directory, named after the mountpoint).
+        #[arg(long)]
+        log: Option<PathBuf>,
+    },
+    /// Create a pool (a default one if none is given), take a short tour, check it.
+    Demo {
+        /// Pool file (default: /mnt/winefs-huge/demo.pool on a hugepage tmpfs, else /dev/shm).
+        #[arg(long)]
+        pool: Option<PathBuf>,
+        /// Size of a new pool (K/M/G/T suffixes, binary).
+        #[arg(long, default_value = "256M", value_parser = parse_size)]
+        size: u64,
+    },
+    /// Format a pool file or device.
+    Mkfs {
+        pool: PathBuf,
+        /// Pool size (K/M/G/T suffixes, binary); required for a new file.
+        #[arg(long, value_parser = parse_size)]
+        size: Option<u64>,
+        /// Per-CPU allocation partitions (default: one per CPU, fewer for small pools).
+        #[arg(long)]
+        partitions: Option<u32>,
+        /// Total inodes (default: one per 16 KiB).
+        #[arg(long)]
+        inodes: Option<u64>,
+        /// Format even if POOL exists (its contents are lost).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Check a pool offline (nothing is written). Exit 0 clean, 1 problems, 2 cannot check.
+    Fsck { pool: PathBuf },
+    /// Show a pool's geometry, state and free space (nothing is written).
+    Info { pool: PathBuf },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// create/unlink and 4 KiB / 1 MiB sequential I/O: a FUSE mount of winefs vs tmpfs.
+    Fuse {
+        /// Directory for the pool and the tmpfs files (default: /dev/shm).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Files created and unlinked per run.
+        #[arg(long, default_value_t = 5000)]
+        files: u64,
+        /// Size of the sequentially written and read file (K/M/G/T suffixes).
+        #[arg(long, default_value = "64M", value_parser = parse_size)]
+        size: u64,
+        /// FUSE worker threads.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// Timed repetitions per measurement (the best is reported).
+        #[arg(long, default_value_t = 3)]
+        repeats: u32,
+    },
+    /// 4 KiB append/overwrite/read and create/unlink: winefs library vs std::fs on tmpfs.
+    Syscall {
+        /// Directory for the pool and the host files (default: /dev/shm).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Operations per measurement.
+        #[arg(long, default_value_t = 20_000)]
+        ops: u64,
+        /// Size of the overwrite/read file (K/M/G/T suffixes).
+        #[arg(long, default_value = "64M", value_parser = parse_size)]
+        size: u64,
+        /// Size of the winefs pool.
+        #[arg(long, default_value = "256M", value_parser = parse_size)]
+        pool_size: u64,
+        /// Timed repetitions per measurement (the best is reported).
+        #[arg(long, default_value_t = 3)]
+        repeats: u32,
+    },
+}
+
+/// Parse "4096", "64K", "256M", "4G", "1T" (binary; optional trailing "B" or "iB").
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix("ib"))
+        .unwrap_or(t);
+    let t = if t.len() > 1 {
+        t.strip_suffix(['B', 'b']).unwrap_or(t)
+    } else {
+        t
+    };
+    let (num, shift) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 30),
+        Some('t' | 'T') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    let n: u64 = num.trim().parse().map_err(|_| {
+        format!("bad size {s:?}: expected a number with an optional K/M/G/T suffix")
+    })?;
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+pub(crate) fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// A failure: what was being done, and the library's error.
+pub(crate) struct Fail {
+    what: String,
+    err: String,
+    code: u8,
+}
+
+pub(crate) fn fail(what: impl Into<String>, e: impl std::fmt::Display) -> Fail {
+    Fail {
+        what: what.into(),
+        err: e.to_string(),
+        code: 1,
+    }
+}
+
+pub(crate) trait Ctx<T> {
+    fn ctx(self, what: impl FnOnce() -> String) -> Result<T, Fail>;
+}
+
+impl<T> Ctx<T> for winefs::Result<T> {
+    fn ctx(self, what: impl FnOnce() -> String) -> Result<T, Fail> {
+        self.map_err(|e| fail(what(), e))
+    }
+}
+
+fn private_mount(pool: &Path) -> winefs::Result<Fs> {
+    Fs::mount(
+        pool,
+        MountOptions {
+            private: true,
+            ..Default::default()
+        },
+    )
+}
+
+fn main() -> ExitCode {
+    // Die quietly on a closed pipe (`winefs info POOL | head`) instead of panicking in println!.
+    winefs::sys::default_sigpipe();
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Cmd::Mount {
+            pool,
+            mountpoint,
+            strict: _,
+            relaxed,
+            threads,
+            foreground,
+            size,
+            log,
+        } => mount::run(mount::MountArgs {
+            pool,
+            mountpoint,
+            mode: if relaxed { Mode::Relaxed } else { Mode::Strict },
+            threads,
+            foreground,
+            size,
+            log,
+        }),
+        Cmd::Demo { pool, size } => demo::demo(pool, size),
+        Cmd::Mkfs {
+            pool,
+            size,
+            partitions,
+            inodes,
+            force,
+        } => mkfs(&pool, size, partitions, inodes, force),
+        Cmd::Fsck { pool } => fsck(&pool),
+        Cmd::Info { pool } => info(&pool),
+        Cmd::Bench {
+            which:
+                BenchCmd::Fuse {
+                    dir,
+                    files,
+                    size,
+                    threads,
+                    repeats,
+                },
+        } => {
+            let cfg = FuseBenchConfig {
+                dir,
+                files,
+                file_size: size,
+                threads,
+                repeats,
+                ..Default::default()
+            };
+            eprintln!(
+                "running: {files} files, {} file, best of {repeats}...",
+                human(size)
+            );
+            match fuse_bench(&cfg) {
+                Ok(rep) => {
+                    print!("{rep}");
+                    Ok(0)
+                }
+                Err(e) => Err(fail("bench fuse", e)),
+            }
+        }
+        Cmd::Bench {
+            which:
+                BenchCmd::Syscall {
+                    dir,
+                    ops,
+                    size,
+                    pool_size,
+                    repeats,
+                },
+        } => bench(SyscallBenchConfig {
+            dir,
+            ops,
+            file_size: size,
+            pool_size,
+            repeats,
+        }),
+    };
+    match res {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            eprintln!("winefs: {}: {}", f.what, f.err);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+// ----- mkfs -----
+
+fn mkfs(
+    pool: &Path,
+    size: Option<u64>,
+    partitions: Option<u32>,
+    inodes: Option<u64>,
+    force: bool,
+) -> Result<u8, Fail> {
+    let p = pool.display();
+    let opts = MkfsOptions {
+        size,
+        partitions,
+        inodes,
+        force,
+    };
+    Fs::mkfs(pool, &opts).ctx(|| format!("mkfs {p}"))?;
+    let fs = private_mount(pool).ctx(|| format!("mount {p} after mkfs"))?;
+    let g = fs.geometry();
+    let st = fs.statfs();
+    println!("formatted {p}");
+    println!(
+        "  pool size     {} ({} bytes)",
+        human(g.pool_size),
+        g.pool_size
+    );
+    println!("  partitions    {}", g.partitions);
+    println!(
+        "  inodes        {} ({} per partition)",
+        g.total_inodes(),
+        g.inodes_per_partition
+    );
+    println!(
+        "  data area     {} ({} blocks of {} B from block {})",
+        human(g.data_blocks * BLOCK_SIZE),
+        g.data_blocks,
+        BLOCK_SIZE,
+        g.data_start
+    );
+    println!(
+        "  free          {} aligned 2 MiB extents, {} free blocks",
+        st.free_aligned_extents, st.free_blocks
+    );
+    Ok(0)
+}
+
+// ----- fsck -----
+
+fn fsck(pool: &Path) -> Result<u8, Fail> {
+    let p = pool.display();
+    let rep = winefs::fsck::check_pool(pool).map_err(|e| Fail {
+        code: 2,
+        ..fail(format!("fsck {p}"), e)
+    })?;
+    if rep.is_clean() {
+        println!(
+            "clean: {} inodes, {} directories, {} used blocks, {} free blocks",
+            rep.inodes, rep.directories, rep.used_blocks, rep.free_blocks
+        );
+        Ok(0)
+    } else {
+        for prob in &rep.problems {
+            println!("{prob}");
+        }
+        eprintln!("winefs: fsck {p}: {} problem(s) found", rep.problems.len());
+        Ok(1)
+    }
+}
+
+// ----- info -----
+
+fn info(pool: &Path) -> Result<u8, Fail> {
+    let p = pool.display();
+    let (sb, state) =
+        winefs::recovery::read_superblock(pool).ctx(|| format!("read superblock of {p}"))?;
+    let fs = private_mount(pool).ctx(|| format!("mount {p} (private, read-only)"))?;
+    let g = &sb.geometry;
+    let st = fs.statfs();
+    let used_inodes = st.inodes - st.free_inodes;
+    println!("pool          {p}");
+    println!(
+        "size          {} ({} bytes)",
+        human(g.pool_size),
+        g.pool_size
+    );
+    println!("block size    {BLOCK_SIZE} B");
+    println!("format        version {FORMAT_VERSION}");
+    println!("partitions    {}", g.partitions);
+    println!("inodes        {used_inodes} used / {}", st.inodes);
+    println!(
+        "state         {} unmount, mounted {} time(s)",
+        if state.clean { "clean" } else { "NOT clean" },
+        state.mount_count
+    );
+    println!(
+        "free          {} of {} ({} blocks), {} aligned 2 MiB extents",
+        human(st.free_blocks * BLOCK_SIZE),
+        human(st.blocks * BLOCK_SIZE),
+        st.free_blocks,
+        st.free_aligned_extents
+    );
+    println!("partition  blocks                 free 2MiB  hole blocks  holes  largest hole");
+    for (i, s) in fs.alloc_stats().iter().enumerate() {
+        println!(
+            "{:>9}  {:>10}..{:<10} {:>10} {:>12} {:>6} {:>13}",
+            i,
+            s.start,
+            s.end,
+            s.free_aligned_extents,
+            s.free_hole_blocks,
+            s.hole_count,
+            s.largest_hole
+        );
+    }
+    Ok(0)
+}
+
+// ----- bench -----
+
+fn bench(cfg: SyscallBenchConfig) -> Result<u8, Fail> {
+    eprintln!(
+        "running: {} ops per measurement, best of {} (this takes a little while)...",
+        cfg.ops, cfg.repeats
+    );
+    let rep = syscall_bench(&cfg).ctx(|| "bench syscall".into())?;
+    print!("{rep}");
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_with_binary_suffixes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("256M"), Ok(256 << 20));
+        assert_eq!(parse_size("4g"), Ok(4 << 30));
+        assert_eq!(parse_size("1T"), Ok(1 << 40));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("8MB"), Ok(8 << 20));
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("M").is_err());
+        assert!(parse_size("99999999T").is_err());
+    }
+}

@@ -1,0 +1,372 @@
+//! `winefs mount`: serve a pool through FUSE until it is unmounted or signalled.
+//!
+//! Life of a mount: every check that can fail with a clear message (mountpoint, FUSE, pool)
+//! runs first, in the foreground. Then, unless `-f`, the process forks while it still has one
+//! thread; the parent waits for the child to report "mounted" or the reason it could not, prints
+//! it and exits. The child serves requests with a pool of threads until the kernel mount goes
+//! away (`umount`, `fusermount3 -u`) or SIGINT/SIGTERM/SIGHUP asks for it, then unmounts the
+//! pool cleanly (allocator state saved, superblock marked clean).
+
+use crate::hugepool::default_pool;
+use crate::{Ctx, Fail, fail, human};
+use fuser::{Config, MountOption, Session, SessionACL};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use winefs::fuse::WinefsFuse;
+use winefs::sys::{self, Forked};
+use winefs::{Fs, MkfsOptions, Mode, MountOptions};
+
+pub struct MountArgs {
+    pub pool: Option<PathBuf>,
+    pub mountpoint: Option<PathBuf>,
+    pub mode: Mode,
+    pub threads: Option<usize>,
+    pub foreground: bool,
+    pub size: u64,
+    pub log: Option<PathBuf>,
+}
+
+/// Name of the default pool file (on the hugepage tmpfs, or /dev/shm).
+const DEFAULT_POOL: &str = "winefs.pool";
+
+const SIGNALS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+fn default_mountpoint() -> PathBuf {
+    if sys::euid() == 0 {
+        PathBuf::from("/mnt/winefs")
+    } else {
+        std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/tmp"))
+            .join("winefs")
+    }
+}
+
+/// The file system mounted at `dir`, if `dir` is a mount point.
+fn mounted_fstype(dir: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = dir.to_string_lossy();
+    // Fields: id parent maj:min root mountpoint options [optional...] - fstype source superopts
+    info.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let sep = f.iter().position(|&x| x == "-")?;
+        (f.get(4).map(|m| unescape_mountinfo(m)) == Some(want.to_string()))
+            .then(|| f.get(sep + 1).map(|s| s.to_string()))
+            .flatten()
+    })
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal.
+fn unescape_mountinfo(s: &str) -> String {
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+}
+
+/// Everything about the mountpoint that would make the kernel mount fail, as one clear line.
+fn check_mountpoint(mnt: &Path) -> Result<PathBuf, Fail> {
+    let m = mnt.display();
+    let meta = match std::fs::metadata(mnt) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(fail(
+                format!("mount on {m}"),
+                "the mountpoint does not exist (create it with mkdir)",
+            ));
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            return Err(fail(
+                format!("mount on {m}"),
+                format!(
+                    "a dead FUSE mount is still there (its daemon was killed); clear it with: umount -l {m}"
+                ),
+            ));
+        }
+        Err(e) => return Err(fail(format!("mount on {m}"), e)),
+    };
+    if !meta.is_dir() {
+        return Err(fail(
+            format!("mount on {m}"),
+            "the mountpoint is not a directory",
+        ));
+    }
+    let canon = std::fs::canonicalize(mnt).map_err(|e| fail(format!("mount on {m}"), e))?;
+    if let Some(fstype) = mounted_fstype(&canon) {
+        return Err(fail(
+            format!("mount on {m}"),
+            format!(
+                "the mountpoint is in use: {fstype} is already mounted there (unmount it first)"
+            ),
+        ));
+    }
+    if sys::euid() != 0 {
+        use std::os::unix::fs::MetadataExt;
+        if meta.uid() != sys::euid() {
+            return Err(fail(
+                format!("mount on {m}"),
+                "permission denied: a user can only mount on a directory they own (or run as root)",
+            ));
+        }
+    }
+    Ok(canon)
+}
+
+/// FUSE itself: the device, and for users the setuid helper.
+fn check_fuse() -> Result<(), Fail> {
+    if !Path::new("/dev/fuse").exists() {
+        return Err(fail(
+            "mount",
+            "FUSE is not available: /dev/fuse is missing (load the module: modprobe fuse)",
+        ));
+    }
+    if sys::euid() != 0 {
+        let found = std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").exists()));
+        if !found {
+            return Err(fail(
+                "mount",
+                "fusermount3 not found: install the fuse3 package (apt-get install fuse3), or run as root",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn default_log(mnt: &Path) -> PathBuf {
+    let tag: String = mnt
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    std::env::temp_dir().join(format!("winefs-mount{tag}.log"))
+}
+
+pub fn run(a: MountArgs) -> Result<u8, Fail> {
+    let (pool, mnt, is_default) = match (a.pool, a.mountpoint) {
+        (Some(p), Some(m)) => (p, m, false),
+        (None, None) => {
+            let (p, warning) = default_pool(DEFAULT_POOL);
+            if let Some(w) = warning {
+                eprintln!("winefs: warning: {w}");
+            }
+            let m = default_mountpoint();
+            // Only a missing directory is created; a dead FUSE mount (ENOTCONN) is reported
+            // by check_mountpoint.
+            let missing = matches!(std::fs::symlink_metadata(&m), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+            if missing {
+                std::fs::create_dir_all(&m)
+                    .map_err(|e| fail(format!("create mountpoint {}", m.display()), e))?;
+            }
+            (p, m, true)
+        }
+        _ => {
+            return Err(fail(
+                "mount",
+                "give both POOL and MOUNTPOINT, or neither to use the default pool",
+            ));
+        }
+    };
+    let canon_mnt = check_mountpoint(&mnt)?;
+    check_fuse()?;
+    let p = pool.display().to_string();
+    if is_default && !pool.exists() {
+        Fs::mkfs(
+            &pool,
+            &MkfsOptions {
+                size: Some(a.size),
+                ..Default::default()
+            },
+        )
+        .ctx(|| format!("create default pool {p}"))?;
+        println!("created pool {p} ({})", human(a.size));
+    }
+    // An absolute path for the mount table and the messages (the daemon runs from "/").
+    let pool = std::fs::canonicalize(&pool).unwrap_or(pool);
+    let p = pool.display().to_string();
+    let fs = Fs::mount(
+        &pool,
+        MountOptions {
+            mode: a.mode,
+            private: false,
+        },
+    )
+    .ctx(|| format!("mount {p}"))?;
+    let rolled = fs.recovery_report().rolled_back.len();
+    if rolled > 0 {
+        println!("recovered {p}: rolled back {rolled} unfinished transaction(s)");
+    }
+    let threads = a
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+        .clamp(1, 64);
+    let mode = match a.mode {
+        Mode::Strict => "strict",
+        Mode::Relaxed => "relaxed",
+    };
+    let summary = format!(
+        "mounted {p} on {} ({mode} mode, {threads} threads)",
+        canon_mnt.display()
+    );
+    let how_to_unmount = if sys::euid() == 0 {
+        format!("umount {}", canon_mnt.display())
+    } else {
+        format!("fusermount3 -u {}", canon_mnt.display())
+    };
+    if a.foreground {
+        return serve(fs, &pool, &canon_mnt, threads, |r| match r {
+            Ok(()) => {
+                println!("winefs: {summary}; stop with Ctrl-C or: {how_to_unmount}");
+                let _ = std::io::stdout().flush();
+            }
+            Err(e) => eprintln!("winefs: mount on {}: {e}", canon_mnt.display()),
+        });
+    }
+
+    let log = a.log.unwrap_or_else(|| default_log(&canon_mnt));
+    let (reader, mut writer) =
+        std::io::pipe().map_err(|e| fail("create a pipe to the daemon", e))?;
+    // No thread has been started yet (clap, mkfs and mount are single-threaded), so forking
+    // here is sound; the daemon starts its threads after the fork.
+    match sys::fork().map_err(|e| fail("fork the mount daemon", e))? {
+        Forked::Parent { child } => {
+            drop(writer);
+            // The child owns the pool now: this copy must neither write nor unmap it.
+            std::mem::forget(fs);
+            let mut line = String::new();
+            let _ = BufReader::new(reader).read_line(&mut line);
+            match line.trim_end().strip_prefix("ok") {
+                Some(_) => {
+                    println!("winefs: {summary}, daemon pid {child}");
+                    println!("  log:     {}", log.display());
+                    println!("  unmount: {how_to_unmount}");
+                    Ok(0)
+                }
+                None => {
+                    let why = line
+                        .trim_end()
+                        .strip_prefix("err ")
+                        .map(str::to_string)
+                        .unwrap_or_else(|| {
+                            format!("the daemon exited before mounting; see {}", log.display())
+                        });
+                    Err(fail(format!("mount on {}", canon_mnt.display()), why))
+                }
+            }
+        }
+        Forked::Child => {
+            drop(reader);
+            // Leave the caller's directory, so the daemon never keeps it busy.
+            let detach = sys::setsid()
+                .and_then(|()| sys::redirect_stdio(&log))
+                .and_then(|()| std::env::set_current_dir("/"));
+            if let Err(e) = detach {
+                let _ = writeln!(writer, "err cannot start the daemon: {e}");
+                return Ok(1);
+            }
+            eprintln!("winefs: pid {} serving {summary}", std::process::id());
+            serve(fs, &pool, &canon_mnt, threads, move |r| {
+                let _ = match r {
+                    Ok(()) => writeln!(writer, "ok"),
+                    Err(e) => writeln!(writer, "err {e}"),
+                };
+                // `writer` drops here, closing the pipe: the parent stops waiting.
+            })
+        }
+    }
+}
+
+/// Mount `fs` on `mnt` and serve it until unmounted; `ready` hears whether the kernel mount
+/// worked. Returns the exit code.
+fn serve(
+    fs: Fs,
+    pool: &Path,
+    mnt: &Path,
+    threads: usize,
+    ready: impl FnOnce(Result<(), String>),
+) -> Result<u8, Fail> {
+    // Every thread started from here on inherits the mask; only the signal thread sees them.
+    sys::block_signals(&SIGNALS).map_err(|e| fail("block signals", e))?;
+    let fs = Arc::new(fs);
+    let root = sys::euid() == 0;
+    let mut cfg = Config::default();
+    cfg.mount_options = vec![
+        MountOption::FSName(pool.display().to_string()),
+        MountOption::Subtype("winefs".into()),
+        MountOption::DefaultPermissions,
+        MountOption::RW,
+    ];
+    // With the kernel checking permissions, root's mount may serve every user.
+    cfg.acl = if root {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    cfg.n_threads = Some(threads);
+    cfg.clone_fd = true;
+    let mut session = match Session::new(WinefsFuse::new(Arc::clone(&fs)), mnt, &cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            let why = explain_mount_error(&e);
+            ready(Err(why.clone()));
+            // Nothing was served: the pool is still consistent, so close it cleanly.
+            if let Ok(fs) = Arc::try_unwrap(fs) {
+                let _ = fs.unmount();
+            }
+            return Err(fail(format!("mount on {}", mnt.display()), why));
+        }
+    };
+    ready(Ok(()));
+
+    let mut unmounter = session.unmount_callable();
+    let mnt_owned = mnt.to_path_buf();
+    std::thread::Builder::new()
+        .name("winefs-signals".into())
+        .spawn(move || {
+            loop {
+                let Ok(sig) = sys::wait_signal(&SIGNALS) else { return };
+                eprintln!("winefs: signal {sig}: unmounting {}", mnt_owned.display());
+                match unmounter.unmount() {
+                    Ok(()) => return,
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                        // Still in use: detach now, serve the open files until they close.
+                        match sys::lazy_unmount(&mnt_owned) {
+                            Ok(()) => {
+                                eprintln!(
+                                    "winefs: {} is busy; detached it, finishing when its last user lets go",
+                                    mnt_owned.display()
+                                );
+                                return;
+                            }
+                            Err(e) => eprintln!("winefs: cannot unmount: {e}"),
+                        }
+                    }
+                    Err(e) => eprintln!("winefs: cannot unmount: {e}"),
+                }
+            }
+        })
+        .map_err(|e| fail("start the signal thread", e))?;
+
+    let served = session.run();
+    // The session has dropped its handle; ours is the last one.
+    let fs = Arc::try_unwrap(fs).map_err(|_| fail("unmount", "the pool is still referenced"))?;
+    if let Err(e) = served {
+        eprintln!("winefs: FUSE session ended with an error: {e}");
+    }
+    fs.unmount().ctx(|| format!("unmount {}", pool.display()))?;
+    eprintln!("winefs: unmounted {} cleanly", pool.display());
+    Ok(0)
+}
+
+/// The kernel's or fusermount's refusal, in words a user can act on.
+fn explain_mount_error(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            format!("permission denied by the kernel ({e}); run as root or check /etc/fuse.conf")
+        }
+        Some(libc::ENODEV) => "the kernel has no FUSE support (modprobe fuse)".into(),
+        Some(libc::EBUSY) => "the mountpoint is busy".into(),
+        _ => e.to_string(),
+    }
+}

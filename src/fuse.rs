@@ -1,0 +1,821 @@
+//! FUSE front end: the kernel's low-level requests mapped onto the [`Fs`] API.
+//!
+//! This module only translates: every rule (POSIX semantics, atomicity, errno choice) lives in the
+//! core, which the differential tests check against tmpfs. What is decided here:
+//! - inode numbers pass through unchanged (the root is inode 1 in both);
+//! - lookup counts are not tracked: an inode lives while it has links or open handles (`open` and
+//!   `release` feed the core's open count), which is what unlinked-but-open files need;
+//! - no writeback cache: every `write(2)` reaches the core before it returns, so strict mode's
+//!   "durable when it returns" holds for applications too;
+//! - attributes and entries are cached by the kernel for [`TTL`]; winefs is the only writer
+//!   of its pool, so the kernel's view cannot go stale behind its back.
+
+use crate::{
+    Attr, DirEntry, Error, FileKind, Fs, RenameFlags as CoreRenameFlags, SetAttr, TimeSet, XattrSet,
+};
+use fuser::{
+    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long the kernel may cache attributes and directory entries.
+pub const TTL: Duration = Duration::from_secs(1);
+
+/// Largest write the kernel may send in one request (it needs `FUSE_MAX_PAGES`).
+pub const MAX_WRITE: u32 = 1 << 20;
+
+/// Directory entries fetched from the core per readdir page.
+const READDIR_PAGE: usize = 256;
+
+/// `copy_file_range` copies through a buffer of this size.
+const COPY_CHUNK: usize = 1 << 20;
+
+/// The FUSE adapter. Cheap to clone the handle it holds; the session owns one.
+pub struct WinefsFuse {
+    fs: Arc<Fs>,
+}
+
+impl WinefsFuse {
+    /// Feeds the entries of directory `ino` after position `offset` to `add` page by
+    /// page until `add` reports the reply buffer full or the directory ends.
+    fn each_dir_entry(
+        &self,
+        ino: u64,
+        offset: u64,
+        mut add: impl FnMut(&DirEntry) -> bool,
+    ) -> Result<(), Errno> {
+        let mut pos = offset;
+        loop {
+            let page = self
+                .fs
+                .readdir_page(ino, pos, READDIR_PAGE)
+                .map_err(|e| errno(&e))?;
+            if page.is_empty() {
+                return Ok(());
+            }
+            for e in &page {
+                pos = e.offset;
+                if add(e) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    pub fn new(fs: Arc<Fs>) -> Self {
+        WinefsFuse { fs }
+    }
+}
+
+fn errno(e: &Error) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn system_time(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+fn time_ns(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
+    }
+}
+
+fn file_type(k: FileKind) -> FileType {
+    match k {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDev => FileType::CharDevice,
+        FileKind::BlockDev => FileType::BlockDevice,
+    }
+}
+
+/// Core attributes in the kernel's form.
+pub fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: system_time(a.atime),
+        mtime: system_time(a.mtime),
+        ctime: system_time(a.ctime),
+        crtime: system_time(a.crtime),
+        kind: file_type(a.kind),
+        perm: (a.perm & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: crate::layout::BLOCK_SIZE as u32,
+        flags: 0,
+    }
+}
+
+fn reply_entry(reply: ReplyEntry, r: crate::Result<Attr>) {
+    match r {
+        Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(a.generation as u64)),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, r: crate::Result<()>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+/// POSIX ACLs are not supported (as on a file system mounted `noacl`): the kernel does not
+/// interpret them for a FUSE mount that does not negotiate `FUSE_POSIX_ACL`, so storing them
+/// as plain attributes would show permissions the kernel does not enforce. Refusing them makes
+/// `cp -a` and `rsync -A` fall back to plain mode bits.
+fn is_posix_acl(name: &OsStr) -> bool {
+    matches!(
+        name.as_bytes(),
+        b"system.posix_acl_access" | b"system.posix_acl_default"
+    )
+}
+
+fn to_time_set(t: TimeOrNow) -> TimeSet {
+    match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(s) => TimeSet::At(time_ns(s)),
+    }
+}
+
+impl WinefsFuse {
+    /// Owner and permission bits for a new inode in `parent`: the caller's ids and mode less
+    /// its umask, and the BSD group rule of a set-group-ID directory.
+    fn new_owner(
+        &self,
+        req: &Request,
+        parent: u64,
+        mode: u32,
+        umask: u32,
+        dir: bool,
+    ) -> (u32, u32, u32) {
+        let mut perm = mode & 0o7777 & !umask;
+        let mut gid = req.gid();
+        if let Ok(p) = self.fs.getattr(parent)
+            && p.perm & libc::S_ISGID != 0
+        {
+            gid = p.gid;
+            if dir {
+                perm |= libc::S_ISGID;
+            }
+        }
+        (perm, req.uid(), gid)
+    }
+
+    /// After a write, truncate or chown: remove file capabilities, and when `clear_mode`, the
+    /// set-user-ID bit and the set-group-ID bit of a group-executable file, as the VFS does
+    /// (the kernel leaves this to the file system under `FUSE_HANDLE_KILLPRIV_V2`, which saves
+    /// a GETXATTR round trip per write). Best effort: the data change has already succeeded.
+    fn drop_privileges(&self, ino: u64, clear_mode: bool) {
+        if clear_mode && let Ok(a) = self.fs.getattr(ino) {
+            let mut perm = a.perm & 0o7777 & !libc::S_ISUID;
+            if perm & libc::S_IXGRP != 0 {
+                perm &= !libc::S_ISGID;
+            }
+            if perm != a.perm & 0o7777 {
+                let set = SetAttr {
+                    mode: Some(perm),
+                    ..Default::default()
+                };
+                let _ = self.fs.setattr(ino, &set);
+            }
+        }
+        let _ = self.fs.removexattr(ino, b"security.capability");
+    }
+
+    /// POSIX access check for `access(2)` (the kernel does it itself under
+    /// `default_permissions`, so this serves only mounts without it).
+    fn permitted(req: &Request, a: &Attr, mask: AccessFlags) -> bool {
+        let want = mask.bits() as u32 & 0o7;
+        if want == 0 {
+            return true;
+        }
+        if req.uid() == 0 {
+            // Root may read and write anything, and execute what anyone may execute.
+            return want & 0o1 == 0 || a.kind == FileKind::Dir || a.perm & 0o111 != 0;
+        }
+        let bits = if req.uid() == a.uid {
+            (a.perm >> 6) & 0o7
+        } else if req.gid() == a.gid {
+            (a.perm >> 3) & 0o7
+        } else {
+            a.perm & 0o7
+        };
+        bits & want == want
+    }
+}
+
+impl Filesystem for WinefsFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Optional capabilities: a kernel without them still works, only slower.
+        let _ = config.add_capabilities(
+            InitFlags::FUSE_DO_READDIRPLUS
+                | InitFlags::FUSE_READDIRPLUS_AUTO
+                | InitFlags::FUSE_PARALLEL_DIROPS
+                | InitFlags::FUSE_HANDLE_KILLPRIV_V2,
+        );
+        let _ = config.set_max_write(MAX_WRITE);
+        let _ = config.set_max_readahead(MAX_WRITE);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        reply_entry(reply, self.fs.lookup(parent.0, name.as_bytes()));
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(ino.0) {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(to_time_set),
+            mtime: mtime.map(to_time_set),
+        };
+        let a = match self.fs.setattr(ino.0, &set) {
+            Ok(a) => a,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        // The VFS rules the kernel leaves to us under FUSE_HANDLE_KILLPRIV_V2: a chown of a
+        // non-directory drops set-user/group-ID, and so does a truncate by an unprivileged
+        // caller (fuser does not pass FATTR_KILL_SUIDGID; uid 0 stands in for CAP_FSETID).
+        let chown = (uid.is_some() || gid.is_some()) && a.kind != FileKind::Dir;
+        let truncate = size.is_some() && req.uid() != 0;
+        if mode.is_none() && (chown || truncate) || size.is_some() {
+            self.drop_privileges(ino.0, mode.is_none() && (chown || truncate));
+        }
+        match self.fs.getattr(ino.0) {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let Some(kind) = FileKind::from_mode(mode) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let (perm, uid, gid) = self.new_owner(req, parent.0, mode, umask, false);
+        let r = match kind {
+            FileKind::File => self.fs.create(parent.0, name.as_bytes(), perm, uid, gid),
+            FileKind::Dir | FileKind::Symlink => {
+                Err(Error::Invalid("mknod of a directory or symlink".into()))
+            }
+            _ => self
+                .fs
+                .mknod(parent.0, name.as_bytes(), kind, perm, uid, gid, rdev),
+        };
+        reply_entry(reply, r);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let (perm, uid, gid) = self.new_owner(req, parent.0, mode, umask, true);
+        reply_entry(
+            reply,
+            self.fs.mkdir(parent.0, name.as_bytes(), perm, uid, gid),
+        );
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.unlink(parent.0, name.as_bytes()));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.rmdir(parent.0, name.as_bytes()));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let (_, uid, gid) = self.new_owner(req, parent.0, 0o777, 0, false);
+        reply_entry(
+            reply,
+            self.fs.symlink(
+                parent.0,
+                link_name.as_bytes(),
+                target.as_os_str().as_bytes(),
+                uid,
+                gid,
+            ),
+        );
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let known = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE;
+        if !known.contains(flags) {
+            return reply.error(Errno::EINVAL); // RENAME_WHITEOUT: overlay file systems only
+        }
+        let f = CoreRenameFlags {
+            noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
+            exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
+        };
+        reply_empty(
+            reply,
+            self.fs.rename(
+                parent.0,
+                name.as_bytes(),
+                newparent.0,
+                newname.as_bytes(),
+                f,
+            ),
+        );
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply_entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.open(ino.0) {
+            Ok(a) if a.kind == FileKind::Dir => {
+                let _ = self.fs.release(ino.0);
+                reply.error(Errno::EISDIR)
+            }
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let mut buf = vec![0u8; size as usize];
+        match self.fs.read(ino.0, offset, &mut buf) {
+            Ok(n) => reply.data(&buf[..n]),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        // O_APPEND needs nothing here: without a writeback cache the kernel serialises writers
+        // on the inode and passes the end of file as `offset`.
+        match self.fs.write(ino.0, offset, data) {
+            Ok(n) => {
+                self.drop_privileges(
+                    ino.0,
+                    write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID),
+                );
+                reply.written(n as u32)
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Nothing is buffered: every write was durable when it returned. ENOSYS (rather than
+        // success) tells the kernel never to send FLUSH again, saving a round trip per close.
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.release(ino.0));
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.fsync(ino.0));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.getattr(ino.0) {
+            Ok(a) if a.kind == FileKind::Dir => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(_) => reply.error(Errno::ENOTDIR),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let r = self.each_dir_entry(ino.0, offset, |e| {
+            reply.add(
+                INodeNo(e.ino),
+                e.offset,
+                file_type(e.kind),
+                OsStr::from_bytes(&e.name),
+            )
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let r = self.each_dir_entry(ino.0, offset, |e| {
+            // An entry removed since the page was read is skipped, as a later readdir
+            // would not show it either.
+            let Ok(a) = self.fs.getattr(e.ino) else {
+                return false;
+            };
+            reply.add(
+                INodeNo(e.ino),
+                e.offset,
+                OsStr::from_bytes(&e.name),
+                &TTL,
+                &file_attr(&a),
+                Generation(a.generation as u64),
+            )
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.fsync(ino.0));
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.fs.statfs();
+        reply.statfs(
+            s.blocks,
+            s.free_blocks,
+            s.free_blocks,
+            s.inodes,
+            s.free_inodes,
+            s.block_size as u32,
+            s.name_max,
+            s.block_size as u32,
+        );
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        if is_posix_acl(name) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        let how = match flags {
+            0 => XattrSet::Any,
+            libc::XATTR_CREATE => XattrSet::Create,
+            libc::XATTR_REPLACE => XattrSet::Replace,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        reply_empty(reply, self.fs.setxattr(ino.0, name.as_bytes(), value, how));
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if is_posix_acl(name) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        match self.fs.getxattr(ino.0, name.as_bytes()) {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs.listxattr(ino.0) {
+            Ok(names) => {
+                let mut buf = Vec::new();
+                for n in names {
+                    buf.extend_from_slice(&n);
+                    buf.push(0);
+                }
+                if size == 0 {
+                    reply.size(buf.len() as u32)
+                } else if buf.len() > size as usize {
+                    reply.error(Errno::ERANGE)
+                } else {
+                    reply.data(&buf)
+                }
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.removexattr(ino.0, name.as_bytes()));
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        match self.fs.getattr(ino.0) {
+            Ok(a) if Self::permitted(req, &a, mask) => reply.ok(),
+            Ok(_) => reply.error(Errno::EACCES),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let (perm, uid, gid) = self.new_owner(req, parent.0, mode, umask, false);
+        let made = match self.fs.create(parent.0, name.as_bytes(), perm, uid, gid) {
+            // Another opener won the race for the name: O_CREAT without O_EXCL opens it.
+            Err(Error::Exists) if flags & libc::O_EXCL == 0 => {
+                self.fs.lookup(parent.0, name.as_bytes())
+            }
+            r => r,
+        };
+        let a = match made.and_then(|a| self.fs.open(a.ino)) {
+            Ok(a) => a,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        if a.kind == FileKind::Dir {
+            let _ = self.fs.release(a.ino);
+            return reply.error(Errno::EISDIR);
+        }
+        reply.created(
+            &TTL,
+            &file_attr(&a),
+            Generation(a.generation as u64),
+            FileHandle(0),
+            FopenFlags::empty(),
+        );
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let r = match mode {
+            0 => self.fs.fallocate(ino.0, offset, length, false),
+            libc::FALLOC_FL_KEEP_SIZE => self.fs.fallocate(ino.0, offset, length, true),
+            m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => {
+                self.fs.punch_hole(ino.0, offset, length)
+            }
+            _ => return reply.error(Errno::EOPNOTSUPP),
+        };
+        reply_empty(reply, r);
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        // The kernel answers SEEK_SET/CUR/END itself; only SEEK_DATA and SEEK_HOLE come here.
+        let data = match whence {
+            libc::SEEK_DATA => true,
+            libc::SEEK_HOLE => false,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let Ok(off) = u64::try_from(offset) else {
+            return reply.error(Errno::ENXIO);
+        };
+        match self.fs.seek_data_hole(ino.0, off, data) {
+            Ok(o) => reply.offset(o as i64),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        // The reply counts bytes in a u32; the kernel calls again for the rest.
+        let len = len.min(1 << 30);
+        let mut buf = vec![0u8; COPY_CHUNK.min(len as usize)];
+        let mut done = 0u64;
+        while done < len {
+            let want = buf.len().min((len - done) as usize);
+            let n = match self.fs.read(ino_in.0, offset_in + done, &mut buf[..want]) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            if let Err(e) = self.fs.write(ino_out.0, offset_out + done, &buf[..n]) {
+                if done > 0 {
+                    break; // report the bytes copied so far, as write(2) does
+                }
+                return reply.error(errno(&e));
+            }
+            done += n as u64;
+        }
+        reply.written(done as u32);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_round_trip_including_before_the_epoch() {
+        for ns in [0i64, 1, 1_700_000_000_123_456_789, -1, -86_400_000_000_001] {
+            assert_eq!(time_ns(system_time(ns)), ns);
+        }
+    }
+
+    #[test]
+    fn attributes_keep_type_permission_and_size() {
+        let a = Attr {
+            ino: 42,
+            kind: FileKind::Symlink,
+            perm: 0o104755,
+            nlink: 3,
+            uid: 7,
+            gid: 8,
+            size: 12345,
+            blocks: 32,
+            atime: 1,
+            mtime: 2_000_000_001,
+            ctime: 3,
+            crtime: 4,
+            rdev: 0,
+            generation: 9,
+        };
+        let f = file_attr(&a);
+        assert_eq!(f.ino, INodeNo(42));
+        assert_eq!(f.kind, FileType::Symlink);
+        assert_eq!(f.perm, 0o4755, "type bits must not leak into perm");
+        assert_eq!(
+            (f.nlink, f.uid, f.gid, f.size, f.blocks),
+            (3, 7, 8, 12345, 32)
+        );
+        assert_eq!(time_ns(f.mtime), 2_000_000_001);
+    }
+
+    #[test]
+    fn only_posix_acl_names_are_refused() {
+        assert!(is_posix_acl(OsStr::new("system.posix_acl_access")));
+        assert!(is_posix_acl(OsStr::new("system.posix_acl_default")));
+        assert!(!is_posix_acl(OsStr::new("user.posix_acl_access")));
+        assert!(!is_posix_acl(OsStr::new("security.selinux")));
+    }
+}

@@ -1,0 +1,140 @@
+//! The few process-level system calls the front ends need and std does not offer: forking
+//! a daemon, signal masks, lazy unmount. Every `unsafe` block of the front ends lives here.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+fn check(rc: libc::c_int, what: &str) -> io::Result<()> {
+    if rc == -1 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("{what}: {e}")));
+    }
+    Ok(())
+}
+
+/// The effective user id.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Restore the default SIGPIPE disposition, so a closed output pipe ends the process quietly
+/// instead of making `println!` panic. Call before any thread starts.
+pub fn default_sigpipe() {
+    // SAFETY: installing SIG_DFL for SIGPIPE has no memory-safety preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
+/// Which side of a [`fork`] this process is.
+pub enum Forked {
+    Parent { child: i32 },
+    Child,
+}
+
+/// Fork the process. Only call while the process has a single thread: the child gets a copy of
+/// the calling thread alone, so a lock held by another thread would stay locked forever.
+pub fn fork() -> io::Result<Forked> {
+    // SAFETY: fork has no memory-safety preconditions of its own; the single-thread rule above
+    // is what keeps the child's copy of every lock consistent, and callers uphold it.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Forked::Child),
+        child => Ok(Forked::Parent { child }),
+    }
+}
+
+/// Start a new session, detaching from the controlling terminal.
+pub fn setsid() -> io::Result<()> {
+    // SAFETY: setsid has no preconditions; failure is reported through errno.
+    check(unsafe { libc::setsid() }, "setsid")
+}
+
+/// Point stdin at /dev/null and stdout and stderr at `log` (appended to).
+pub fn redirect_stdio(log: &Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let null = std::fs::File::open("/dev/null")?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| io::Error::new(e.kind(), format!("open log {}: {e}", log.display())))?;
+    for (src, dst) in [
+        (null.as_raw_fd(), 0),
+        (out.as_raw_fd(), 1),
+        (out.as_raw_fd(), 2),
+    ] {
+        // SAFETY: both descriptors are open (owned by the Files above) and dup2 only replaces
+        // the standard descriptors, which no Rust object owns exclusively.
+        check(unsafe { libc::dup2(src, dst) }, "dup2")?;
+    }
+    Ok(())
+}
+
+fn sigset(signals: &[i32]) -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the set fully before it is read; sigaddset only writes
+    // inside it and the signal numbers are valid constants.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// Block `signals` in the calling thread and every thread it starts afterwards, so that only
+/// [`wait_signal`] receives them.
+pub fn block_signals(signals: &[i32]) -> io::Result<()> {
+    let set = sigset(signals);
+    // SAFETY: `set` is initialised; a null old-set pointer is allowed.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Wait until one of `signals` (blocked beforehand with [`block_signals`]) arrives.
+pub fn wait_signal(signals: &[i32]) -> io::Result<i32> {
+    let set = sigset(signals);
+    let mut sig = 0;
+    // SAFETY: `set` is initialised and `sig` is a valid place for the result.
+    let rc = unsafe { libc::sigwait(&set, &mut sig) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(sig)
+}
+
+/// Send `sig` to process `pid`.
+pub fn kill(pid: i32, sig: i32) -> io::Result<()> {
+    // SAFETY: kill has no memory-safety preconditions.
+    check(unsafe { libc::kill(pid, sig) }, "kill")
+}
+
+/// Detach the mount at `path` now; the kernel finishes it when the last user lets go.
+pub fn lazy_unmount(path: &Path) -> io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
+    check(
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) },
+        "umount2",
+    )
+}
+
+/// The `f_type` magic number of the file system holding `path`.
+pub fn fs_magic(path: &Path) -> Option<i64> {
+    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statfs is a valid value of this plain C struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a properly sized out-parameter.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_type as i64)
+}

@@ -1,0 +1,1488 @@
+//! The FUSE front end end to end: `winefs mount -f` on a fresh pool, driven by ordinary tools
+//! (cp, tar, rsync, git, sqlite3, fio) and by std::fs, with the content checked against the
+//! source after every step and after remounts; `kill -9` of the daemon with fsynced files that
+//! must survive; and the CLI's refusals (one line on stderr, nothing left mounted).
+//!
+//! Runs as root with FUSE available. A missing tool fails the test with the package to install.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_winefs");
+
+/// How long a mount may take to appear and a stopped daemon to exit.
+const MOUNT_WAIT: Duration = Duration::from_secs(15);
+
+/// How long any external command may run before it counts as a hang.
+const CMD_WAIT: u64 = 120;
+
+// ---------------------------------------------------------------------------------------------
+// Tools and commands.
+
+/// Fail (never skip) when `tool` is not installed, naming the Debian package that has it.
+fn require(tool: &str, package: &str) {
+    match Command::new(tool)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+            "`{tool}` is not installed: install the {package} package (apt-get install {package})"
+        ),
+        Err(e) => panic!("cannot run `{tool}` (package {package}): {e}"),
+    }
+}
+
+/// The basic tools every test here uses.
+fn require_base() {
+    for (tool, package) in [
+        ("cp", "coreutils"),
+        ("touch", "coreutils"),
+        ("sha256sum", "coreutils"),
+        ("kill", "procps"),
+        ("umount", "mount"),
+    ] {
+        require(tool, package);
+    }
+}
+
+fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+/// Run `cmd` to completion (stdin closed, output captured); a command still running after
+/// `secs` seconds is killed and fails the test as a hang.
+fn run_timeout(cmd: &mut Command, secs: u64) -> Output {
+    let desc = describe(cmd);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start `{desc}`: {e}"));
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let tout = thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let terr = thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("`{desc}` did not finish within {secs} s (winefs hung?)");
+        }
+        thread::sleep(Duration::from_millis(5));
+    };
+    Output {
+        status,
+        stdout: tout.join().unwrap(),
+        stderr: terr.join().unwrap(),
+    }
+}
+
+/// Run `cmd`, require success, return its stdout.
+fn ok(cmd: &mut Command) -> String {
+    let desc = describe(cmd);
+    let out = run_timeout(cmd, CMD_WAIT);
+    assert!(
+        out.status.success(),
+        "`{desc}` failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn cmd(program: &str) -> Command {
+    Command::new(program)
+}
+
+/// Deterministic pseudo-random bytes (xorshift64*), different for every seed.
+fn pseudo_random(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        v.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// Where two byte strings first differ, for messages.
+fn first_difference(a: &[u8], b: &[u8]) -> String {
+    match a.iter().zip(b).position(|(x, y)| x != y) {
+        Some(i) => format!(
+            "first difference at byte {i} ({:#04x} != {:#04x})",
+            a[i], b[i]
+        ),
+        None => format!("lengths differ: {} != {}", a.len(), b.len()),
+    }
+}
+
+fn assert_bytes(path: &Path, want: &[u8]) {
+    let got = fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    if got != want {
+        panic!(
+            "{}: wrong content ({} bytes, expected {}): {}",
+            path.display(),
+            got.len(),
+            want.len(),
+            first_difference(&got, want)
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The mount table.
+
+/// mountinfo escapes space, tab, newline and backslash as octal.
+fn unescape_mountinfo(s: &str) -> String {
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+}
+
+/// How many mounts /proc/self/mountinfo lists on `dir`.
+fn mount_count(dir: &Path) -> usize {
+    let info = fs::read_to_string("/proc/self/mountinfo").expect("read /proc/self/mountinfo");
+    let want = dir.to_string_lossy();
+    info.lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(4)
+                .map(unescape_mountinfo)
+                .as_deref()
+                == Some(&*want)
+        })
+        .count()
+}
+
+fn is_mounted(dir: &Path) -> bool {
+    mount_count(dir) > 0
+}
+
+fn lazy_umount(dir: &Path) {
+    let _ = Command::new("umount")
+        .arg("-l")
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+fn mkfs(pool: &Path) {
+    let out = ok(Command::new(BIN)
+        .arg("mkfs")
+        .arg(pool)
+        .args(["--size", "256M"]));
+    assert!(out.starts_with("formatted "), "mkfs said: {out}");
+}
+
+/// `winefs fsck POOL` must exit 0 and say "clean: ...".
+fn fsck_clean(pool: &Path) {
+    let out = run_timeout(Command::new(BIN).arg("fsck").arg(pool), CMD_WAIT);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.code() == Some(0) && stdout.starts_with("clean: "),
+        "winefs fsck {} is not clean ({}):\n{stdout}{}",
+        pool.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// A mounted pool.
+
+/// A fresh 256 MiB pool in a temporary directory, mounted with `winefs mount -f` on `mnt/`.
+struct Mounted {
+    /// Holds the pool, the mountpoint and the log; removed last.
+    _dir: tempfile::TempDir,
+    pool: PathBuf,
+    mnt: PathBuf,
+    log: PathBuf,
+    /// Where the current daemon's part of the log begins.
+    log_start: usize,
+    daemon: Option<Child>,
+}
+
+impl Mounted {
+    fn new() -> Mounted {
+        require_base();
+        let dir = tempfile::Builder::new()
+            .prefix("winefs-fuse")
+            .tempdir()
+            .unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let pool = root.join("pool");
+        let mnt = root.join("mnt");
+        fs::create_dir(&mnt).unwrap();
+        mkfs(&pool);
+        let mut m = Mounted {
+            log: root.join("daemon.log"),
+            _dir: dir,
+            log_start: 0,
+            pool,
+            mnt,
+            daemon: None,
+        };
+        m.start();
+        m
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    /// What the current (or last) daemon wrote to its log.
+    fn daemon_log(&self) -> String {
+        let all = fs::read(&self.log).unwrap_or_default();
+        String::from_utf8_lossy(all.get(self.log_start..).unwrap_or_default()).into_owned()
+    }
+
+    /// Start the daemon on the pool and wait until it says it is mounted and the kernel lists
+    /// the mount.
+    fn start(&mut self) {
+        assert!(self.daemon.is_none(), "already mounted");
+        assert!(
+            !is_mounted(&self.mnt),
+            "{} is still mounted before start",
+            self.mnt.display()
+        );
+        self.log_start = fs::metadata(&self.log).map_or(0, |m| m.len() as usize);
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let mut child = Command::new(BIN)
+            .arg("mount")
+            .arg(&self.pool)
+            .arg(&self.mnt)
+            .args(["-f", "--threads", "4"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("start winefs mount");
+        let stdout = child.stdout.take().unwrap();
+        // From here on, Drop cleans up whatever happens.
+        self.daemon = Some(child);
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                // Keep draining after the test stopped listening.
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = Instant::now() + MOUNT_WAIT;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) if line.starts_with("winefs: mounted") => break,
+                Ok(line) => seen.push(line),
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                    "winefs mount printed no \"winefs: mounted\" line within {MOUNT_WAIT:?}; \
+                     stdout: {seen:?}; log:\n{}",
+                    self.daemon_log()
+                ),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = self.daemon.as_mut().unwrap().wait().unwrap();
+                    self.daemon = None;
+                    panic!(
+                        "winefs mount exited ({status}) before mounting; stdout: {seen:?}; log:\n{}",
+                        self.daemon_log()
+                    );
+                }
+            }
+        }
+        while !is_mounted(&self.mnt) {
+            assert!(
+                Instant::now() < deadline,
+                "{} is not in /proc/self/mountinfo {MOUNT_WAIT:?} after \"mounted\"",
+                self.mnt.display()
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.daemon.as_ref().expect("not mounted").id()
+    }
+
+    /// Wait up to MOUNT_WAIT for the daemon to exit.
+    fn wait_daemon(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + MOUNT_WAIT;
+        loop {
+            if let Some(s) = self.daemon.as_mut().unwrap().try_wait().unwrap() {
+                self.daemon = None;
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the winefs daemon did not exit within {MOUNT_WAIT:?}; log:\n{}",
+                self.daemon_log()
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGTERM: the daemon must unmount, exit 0, and leave a pool that fsck calls clean.
+    fn stop(&mut self) {
+        let pid = self.pid();
+        ok(cmd("kill").args(["-TERM", &pid.to_string()]));
+        let status = self.wait_daemon();
+        assert!(
+            status.success(),
+            "winefs mount exited with {status} after SIGTERM; log:\n{}",
+            self.daemon_log()
+        );
+        assert!(
+            !is_mounted(&self.mnt),
+            "{} is still mounted after the daemon exited",
+            self.mnt.display()
+        );
+        let log = self.daemon_log();
+        assert!(
+            log.contains(&format!("unmounted {} cleanly", self.pool.display())),
+            "the daemon did not report a clean unmount; log:\n{log}"
+        );
+        fsck_clean(&self.pool);
+    }
+
+    fn remount(&mut self) {
+        self.stop();
+        self.start();
+    }
+
+    /// `kill -9` the daemon and clear the dead mount with `umount -l`.
+    fn crash(&mut self) {
+        let pid = self.pid();
+        ok(cmd("kill").args(["-9", &pid.to_string()]));
+        let status = self.wait_daemon();
+        assert!(!status.success(), "the daemon survived kill -9: {status}");
+        ok(cmd("umount").arg("-l").arg(&self.mnt));
+        assert!(
+            !is_mounted(&self.mnt),
+            "{} still mounted after umount -l",
+            self.mnt.display()
+        );
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.daemon.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for _ in 0..5 {
+            if !is_mounted(&self.mnt) {
+                break;
+            }
+            lazy_umount(&self.mnt);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Manifests: everything cp -a / tar / rsync promise to keep.
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    kind: &'static str,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    /// Regular files and symlinks.
+    size: Option<u64>,
+    mtime: i64,
+    target: Option<PathBuf>,
+    sha256: Option<String>,
+    /// Regular files: link count and the paths in the tree that share the inode.
+    nlink: Option<u64>,
+    same_inode: Option<Vec<String>>,
+}
+
+/// sha256 of every listed file (relative to `root`), with one `sha256sum` run.
+fn sha256_many(root: &Path, rels: &[String]) -> HashMap<String, String> {
+    let mut res = HashMap::new();
+    for chunk in rels.chunks(500) {
+        let out = ok(cmd("sha256sum")
+            .arg("-z")
+            .arg("--")
+            .args(chunk)
+            .current_dir(root));
+        for rec in out.split('\0').filter(|r| !r.is_empty()) {
+            let (hash, name) = rec.split_at(64);
+            res.insert(name[2..].to_string(), hash.to_string());
+        }
+    }
+    assert_eq!(res.len(), rels.len(), "sha256sum under {}", root.display());
+    res
+}
+
+fn walk(root: &Path, rel: &Path, out: &mut Vec<(String, fs::Metadata)>) {
+    let p = root.join(rel);
+    let meta = fs::symlink_metadata(&p).unwrap_or_else(|e| panic!("lstat {}: {e}", p.display()));
+    let name = if rel.as_os_str().is_empty() {
+        ".".to_string()
+    } else {
+        rel.to_string_lossy().into_owned()
+    };
+    let is_dir = meta.is_dir();
+    out.push((name, meta));
+    if is_dir {
+        for e in fs::read_dir(&p).unwrap_or_else(|e| panic!("readdir {}: {e}", p.display())) {
+            let e = e.unwrap();
+            walk(root, &rel.join(e.file_name()), out);
+        }
+    }
+}
+
+fn manifest(root: &Path) -> BTreeMap<String, Entry> {
+    let mut items = Vec::new();
+    walk(root, Path::new(""), &mut items);
+    let files: Vec<String> = items
+        .iter()
+        .filter(|(_, m)| m.file_type().is_file())
+        .map(|(n, _)| n.clone())
+        .collect();
+    let hashes = sha256_many(root, &files);
+    let mut by_inode: HashMap<u64, Vec<String>> = HashMap::new();
+    for (n, m) in &items {
+        if m.file_type().is_file() {
+            by_inode.entry(m.ino()).or_default().push(n.clone());
+        }
+    }
+    let mut res = BTreeMap::new();
+    for (n, m) in &items {
+        let ft = m.file_type();
+        let kind = if ft.is_file() {
+            "file"
+        } else if ft.is_dir() {
+            "dir"
+        } else if ft.is_symlink() {
+            "symlink"
+        } else {
+            "other"
+        };
+        let entry = Entry {
+            kind,
+            mode: m.mode() & 0o7777,
+            uid: m.uid(),
+            gid: m.gid(),
+            size: (!ft.is_dir()).then(|| m.size()),
+            mtime: m.mtime(),
+            target: ft
+                .is_symlink()
+                .then(|| fs::read_link(root.join(n)).unwrap()),
+            sha256: ft.is_file().then(|| hashes[n].clone()),
+            nlink: ft.is_file().then(|| m.nlink()),
+            same_inode: ft.is_file().then(|| {
+                let mut v = by_inode[&m.ino()].clone();
+                v.sort();
+                v
+            }),
+        };
+        res.insert(n.clone(), entry);
+    }
+    res
+}
+
+fn assert_same_tree(want: &BTreeMap<String, Entry>, got: &BTreeMap<String, Entry>, what: &str) {
+    let mut diffs = Vec::new();
+    for (k, w) in want {
+        match got.get(k) {
+            None => diffs.push(format!("missing {k}: {w:?}")),
+            Some(g) if g != w => diffs.push(format!("differs {k}:\n  want {w:?}\n  got  {g:?}")),
+            Some(_) => {}
+        }
+    }
+    for k in got.keys().filter(|k| !want.contains_key(*k)) {
+        diffs.push(format!("unexpected {k}: {:?}", got[k]));
+    }
+    assert!(
+        diffs.is_empty(),
+        "{what}: {} difference(s):\n{}",
+        diffs.len(),
+        diffs.join("\n")
+    );
+}
+
+fn touch(path: &Path, when: &str) {
+    // -h: a symlink's own time (never its target's).
+    ok(cmd("touch").arg("-h").arg("-d").arg(when).arg(path));
+}
+
+fn write_file(root: &Path, rel: &str, data: &[u8], mode: u32, when: &str) {
+    let p = root.join(rel);
+    fs::write(&p, data).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+    touch(&p, when);
+}
+
+/// A source tree with what copies tend to get wrong: nested and empty directories, empty and
+/// odd-sized files, a 3 MiB file, a sparse file, symlinks (dangling, to a directory), hard links, unusual
+/// modes and owners, a name with a space and non-ASCII, a pre-1970 mtime, and a directory of
+/// 300 entries (more than one readdir page).
+fn build_tree(root: &Path) {
+    for d in [
+        "a/b/c/d",
+        "empty-dir",
+        "private",
+        "sticky",
+        "many",
+        "a/b/c/e",
+    ] {
+        fs::create_dir_all(root.join(d)).unwrap();
+    }
+    write_file(root, "empty", b"", 0o644, "@1000000000");
+    write_file(root, "one", b"x", 0o600, "@1000000001");
+    let five: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+    write_file(root, "five", &five, 0o640, "2001-02-03 04:05:06 UTC");
+    write_file(
+        root,
+        "exec.sh",
+        b"#!/bin/sh\necho hi\n",
+        0o755,
+        "@1234567890",
+    );
+    write_file(root, "suid", b"setuid\n", 0o4755, "@1300000000");
+    write_file(
+        root,
+        "big.bin",
+        &pseudo_random(3, 3 << 20),
+        0o644,
+        "@1400000000",
+    );
+    write_file(root, "with space é.txt", b"spaced\n", 0o644, "@1500000000");
+    write_file(root, "old", b"from 1969\n", 0o644, "@-1000000");
+    // Sparse: 6 MiB with data only in its first and sixth MiB.
+    {
+        use std::os::unix::fs::FileExt;
+        let f = File::create(root.join("sparse")).unwrap();
+        f.set_len(6 << 20).unwrap();
+        f.write_all_at(b"head", 0).unwrap();
+        f.write_all_at(&pseudo_random(6, 10_000), 5 << 20).unwrap();
+        drop(f);
+        touch(&root.join("sparse"), "@1450000000");
+    }
+    write_file(root, "owned", b"not root's\n", 0o664, "@1600000000");
+    std::os::unix::fs::chown(root.join("owned"), Some(1234), Some(5678)).unwrap();
+    write_file(root, "a/b/c/deep.txt", b"deep down\n", 0o644, "@1100000000");
+    write_file(
+        root,
+        "a/b/c/e/f",
+        &pseudo_random(4, 70_000),
+        0o600,
+        "@1100000001",
+    );
+    write_file(root, "private/secret", b"s3cr3t\n", 0o600, "@1200000000");
+    write_file(root, "sticky/f", b"sticky\n", 0o666, "@1200000001");
+    // Three names for one inode.
+    write_file(
+        root,
+        "a/hard1",
+        &pseudo_random(5, 10_000),
+        0o644,
+        "@1250000000",
+    );
+    fs::hard_link(root.join("a/hard1"), root.join("a/b/hard2")).unwrap();
+    fs::hard_link(root.join("a/hard1"), root.join("hard3")).unwrap();
+    for i in 0..300 {
+        let data = format!("file {i}\n").repeat(i % 7);
+        write_file(
+            root,
+            &format!("many/f{i:03}"),
+            data.as_bytes(),
+            0o644,
+            "@1700000000",
+        );
+    }
+    std::os::unix::fs::symlink("a/b/c/deep.txt", root.join("link")).unwrap();
+    std::os::unix::fs::symlink("does/not/exist", root.join("dangling")).unwrap();
+    std::os::unix::fs::symlink("a/b", root.join("dirlink")).unwrap();
+    touch(&root.join("link"), "@1010000000");
+    touch(&root.join("dangling"), "@1020000000");
+    touch(&root.join("dirlink"), "@1030000000");
+    // Directories last (deepest first), since creating entries changes their mtime.
+    for (d, mode, when) in [
+        ("a/b/c/d", 0o700, "@900000000"),
+        ("a/b/c/e", 0o755, "@900000001"),
+        ("a/b/c", 0o755, "@900000002"),
+        ("a/b", 0o750, "@900000003"),
+        ("a", 0o755, "@900000004"),
+        ("empty-dir", 0o755, "@900000005"),
+        ("private", 0o700, "@900000006"),
+        ("sticky", 0o1777, "@900000007"),
+        ("many", 0o755, "@900000008"),
+        ("", 0o755, "@900000009"),
+    ] {
+        let p = root.join(d);
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+        touch(&p, when);
+    }
+}
+
+fn source_tree(parent: &tempfile::TempDir) -> PathBuf {
+    require_base();
+    let src = parent.path().canonicalize().unwrap().join("src");
+    fs::create_dir(&src).unwrap();
+    build_tree(&src);
+    src
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. cp -a
+
+#[test]
+fn cp_a_copies_tree_exactly_and_it_survives_remount() {
+    require_base();
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source_tree(&tmp);
+    let want = manifest(&src);
+    assert_eq!(want["hard3"].nlink, Some(3), "source tree built wrong");
+
+    let mut m = Mounted::new();
+    let dst = m.path("copy");
+    ok(cmd("cp").arg("-a").arg(&src).arg(&dst));
+    assert_same_tree(&want, &manifest(&dst), "cp -a onto the mount");
+
+    m.remount();
+    assert_same_tree(&want, &manifest(&dst), "cp -a copy after a remount");
+
+    // And back out again, to a file system that is not winefs.
+    let back = tmp.path().join("back");
+    ok(cmd("cp").arg("-a").arg(&dst).arg(&back));
+    assert_same_tree(&want, &manifest(&back), "cp -a from the mount");
+    m.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. tar
+
+#[test]
+fn tar_round_trip_through_the_mount() {
+    require("tar", "tar");
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source_tree(&tmp);
+    let want = manifest(&src);
+
+    let mut m = Mounted::new();
+    let archive = m.path("a.tar");
+    ok(cmd("tar")
+        .arg("-C")
+        .arg(&src)
+        .arg("-cf")
+        .arg(&archive)
+        .arg("."));
+    let x = m.path("x");
+    fs::create_dir(&x).unwrap();
+    ok(cmd("tar")
+        .arg("-C")
+        .arg(&x)
+        .arg("-xpf")
+        .arg(&archive)
+        .arg("--same-owner"));
+    assert_same_tree(&want, &manifest(&x), "tar extracted in the mount");
+
+    // The archive in the mount lists what a listing of the source archive would.
+    let in_mount = ok(cmd("tar").arg("-tvf").arg(&archive));
+    let out_tar = tmp.path().join("src.tar");
+    ok(cmd("tar")
+        .arg("-C")
+        .arg(&src)
+        .arg("-cf")
+        .arg(&out_tar)
+        .arg("."));
+    let outside = ok(cmd("tar").arg("-tvf").arg(&out_tar));
+    let sorted = |s: &str| {
+        let mut v: Vec<String> = s.lines().map(str::to_string).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        sorted(&in_mount),
+        sorted(&outside),
+        "tar -tv of the archive written in the mount"
+    );
+
+    // Out again: every file's sha256 matches the source.
+    let out = tmp.path().join("out");
+    fs::create_dir(&out).unwrap();
+    let b = tmp.path().join("b.tar");
+    ok(cmd("tar").arg("-C").arg(&x).arg("-cf").arg(&b).arg("."));
+    ok(cmd("tar").arg("-C").arg(&out).arg("-xpf").arg(&b));
+    let got = manifest(&out);
+    let mut checked = 0;
+    for (k, w) in &want {
+        if w.kind == "file" {
+            assert_eq!(
+                got.get(k).and_then(|e| e.sha256.as_ref()),
+                w.sha256.as_ref(),
+                "sha256 of {k} after tar out of the mount"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 300);
+    assert_same_tree(&want, &got, "tar out of the mount");
+    m.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. rsync -aX with user xattrs
+
+/// `getfattr -R -d -m '^user\.' -e hex` under `root`: path -> name -> hex value.
+fn user_xattrs(root: &Path) -> BTreeMap<String, BTreeMap<String, String>> {
+    let out = ok(cmd("getfattr")
+        .args(["-R", "-h", "-d", "-m", "^user\\.", "-e", "hex", "."])
+        .current_dir(root));
+    let mut res: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let mut cur: Option<String> = None;
+    for line in out.lines() {
+        if let Some(f) = line.strip_prefix("# file: ") {
+            cur = Some(f.to_string());
+            res.entry(f.to_string()).or_default();
+        } else if !line.is_empty() {
+            let (k, v) = line.split_once('=').unwrap_or((line, ""));
+            let f = cur.clone().expect("getfattr output without a file line");
+            res.get_mut(&f)
+                .unwrap()
+                .insert(k.to_string(), v.to_string());
+        }
+    }
+    res
+}
+
+fn setfattr(path: &Path, name: &str, value: Option<&str>) {
+    let mut c = cmd("setfattr");
+    c.arg("-n").arg(name);
+    if let Some(v) = value {
+        c.arg("-v").arg(v);
+    }
+    ok(c.arg(path));
+}
+
+#[test]
+fn rsync_ax_keeps_xattrs_and_second_run_transfers_nothing() {
+    require("rsync", "rsync");
+    require("getfattr", "attr");
+    require("setfattr", "attr");
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source_tree(&tmp);
+    setfattr(&src.join("five"), "user.color", Some("red"));
+    setfattr(&src.join("five"), "user.shape", Some("\"round thing\""));
+    setfattr(&src.join("big.bin"), "user.bin", Some("0x00ff10ab00"));
+    setfattr(&src.join("empty"), "user.empty", None);
+    setfattr(&src.join("a/b"), "user.dir", Some("yes"));
+    setfattr(&src.join("a/hard1"), "user.linked", Some("shared"));
+    let long_hex = format!(
+        "0x{}",
+        pseudo_random(9, 3000)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    );
+    setfattr(&src.join("one"), "user.long", Some(&long_hex));
+    for i in 0..20 {
+        setfattr(
+            &src.join("exec.sh"),
+            &format!("user.k{i:02}"),
+            Some(&format!("v{}", i * i)),
+        );
+    }
+    // Setting xattrs does not touch mtimes, but take the manifest afterwards anyway.
+    let want = manifest(&src);
+    let want_x = user_xattrs(&src);
+    assert!(
+        want_x.len() >= 7 && want_x["exec.sh"].len() == 20,
+        "source xattrs not set: {want_x:?}"
+    );
+    assert_eq!(want_x["one"]["user.long"], long_hex);
+
+    let mut m = Mounted::new();
+    let dst = m.path("dst");
+    let s = format!("{}/", src.display());
+    let d = format!("{}/", dst.display());
+    // -H as well, so the hard links stay hard links and the manifests compare in full.
+    ok(cmd("rsync").args(["-aHX", &s, &d]));
+    assert_same_tree(&want, &manifest(&dst), "rsync -aHX onto the mount");
+    assert_eq!(want_x, user_xattrs(&dst), "user xattrs after rsync -aHX");
+
+    let again = ok(cmd("rsync").args(["-aHXi", &s, &d]));
+    assert!(
+        again.trim().is_empty(),
+        "a second rsync -aHXi transferred or changed something:\n{again}"
+    );
+
+    m.remount();
+    assert_same_tree(&want, &manifest(&dst), "rsync copy after remount");
+    assert_eq!(want_x, user_xattrs(&dst), "user xattrs after remount");
+    let again = ok(cmd("rsync").args(["-aHXi", &s, &d]));
+    assert!(
+        again.trim().is_empty(),
+        "rsync -aHXi after a remount transferred or changed something:\n{again}"
+    );
+    m.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. git
+
+fn git(home: &Path) -> Command {
+    let mut c = cmd("git");
+    c.env("HOME", home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_DATE", "2020-01-01T00:00:00Z")
+        .env("GIT_COMMITTER_DATE", "2020-01-01T00:00:00Z")
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE");
+    c
+}
+
+#[test]
+fn git_repository_in_the_mount() {
+    require("git", "git");
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    fs::create_dir(&home).unwrap();
+    fs::write(
+        home.join(".gitconfig"),
+        "[user]\n\tname = Test\n\temail = test@example.com\n[init]\n\tdefaultBranch = main\n\
+         [gc]\n\tautoDetach = false\n[core]\n\tfsync = all\n",
+    )
+    .unwrap();
+
+    let mut m = Mounted::new();
+    let repo = m.path("repo");
+    ok(git(&home).arg("init").arg("-q").arg(&repo));
+    let mut files: BTreeMap<&str, Vec<u8>> = BTreeMap::new();
+    files.insert("README", b"hello\n".to_vec());
+    files.insert("src/lib.c", b"int f(void) { return 1; }\n".to_vec());
+    files.insert("data/blob.bin", pseudo_random(11, 300_000));
+    files.insert("data/gone.txt", b"to be removed\n".to_vec());
+    for (k, v) in &files {
+        let p = repo.join(k);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, v).unwrap();
+    }
+    ok(git(&home).arg("-C").arg(&repo).args(["add", "-A"]));
+    ok(git(&home)
+        .arg("-C")
+        .arg(&repo)
+        .args(["commit", "-q", "-m", "first commit"]));
+
+    files.insert("README", b"hello\nsecond line\n".to_vec());
+    files.insert("src/new.c", pseudo_random(12, 5000));
+    files.remove("data/gone.txt");
+    fs::write(repo.join("README"), &files["README"]).unwrap();
+    fs::write(repo.join("src/new.c"), &files["src/new.c"]).unwrap();
+    fs::remove_file(repo.join("data/gone.txt")).unwrap();
+    ok(git(&home).arg("-C").arg(&repo).args(["add", "-A"]));
+    ok(git(&home)
+        .arg("-C")
+        .arg(&repo)
+        .args(["commit", "-q", "-m", "second commit"]));
+
+    let check = |m: &Mounted, when: &str| {
+        let log = ok(git(&home).arg("-C").arg(&repo).args(["log", "--format=%s"]));
+        assert_eq!(log, "second commit\nfirst commit\n", "git log {when}");
+        ok(git(&home).arg("-C").arg(&repo).args(["fsck", "--full"]));
+        let status = ok(git(&home)
+            .arg("-C")
+            .arg(&repo)
+            .args(["status", "--porcelain"]));
+        assert_eq!(status, "", "git status {when}");
+        let tracked = ok(git(&home).arg("-C").arg(&repo).args(["ls-files"]));
+        let mut want: Vec<&str> = files.keys().copied().collect();
+        want.sort();
+        assert_eq!(
+            tracked.lines().collect::<Vec<_>>(),
+            want,
+            "git ls-files {when}"
+        );
+        for (k, v) in &files {
+            assert_bytes(&m.mnt.join("repo").join(k), v);
+        }
+    };
+    check(&m, "after two commits");
+    // Repack: writes packs, renames and deletes loose objects.
+    ok(git(&home).arg("-C").arg(&repo).args(["gc", "-q"]));
+    check(&m, "after git gc");
+
+    let clone = tmp.path().join("clone");
+    ok(git(&home).arg("clone").arg("-q").arg(&repo).arg(&clone));
+    for (k, v) in &files {
+        assert_bytes(&clone.join(k), v);
+    }
+    assert!(!clone.join("data/gone.txt").exists());
+    let head_src = ok(git(&home).arg("-C").arg(&repo).args(["rev-parse", "HEAD"]));
+    let head_clone = ok(git(&home).arg("-C").arg(&clone).args(["rev-parse", "HEAD"]));
+    assert_eq!(head_src, head_clone);
+
+    m.remount();
+    check(&m, "after a remount");
+    m.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. sqlite3
+
+fn sqlite(db: &Path, sql: &str) -> String {
+    ok(cmd("sqlite3").args(["-batch", "-bail"]).arg(db).arg(sql))
+}
+
+/// 3 * (1 + ... + 2000) = 6003000; every s is 100 hex digits; nothing of the rolled-back
+/// transaction is visible.
+fn sqlite_check(db: &Path, when: &str) {
+    let got = sqlite(
+        db,
+        "SELECT count(*), sum(v), sum(length(s)), max(id), min(id) FROM t;",
+    );
+    assert_eq!(
+        got.trim(),
+        "2000|6003000|200000|2000|1",
+        "{}: count|sum(v)|sum(length(s))|max(id)|min(id) {when}",
+        db.display()
+    );
+    let integrity = sqlite(db, "PRAGMA integrity_check;");
+    assert_eq!(
+        integrity.trim(),
+        "ok",
+        "{}: integrity_check {when}",
+        db.display()
+    );
+    let odd = sqlite(db, "SELECT count(*) FROM t WHERE v != 3 * id OR s = 'x';");
+    assert_eq!(odd.trim(), "0", "{}: rows changed {when}", db.display());
+}
+
+#[test]
+fn sqlite_transactions_commit_roll_back_and_survive_remount() {
+    require("sqlite3", "sqlite3");
+    let mut m = Mounted::new();
+    fs::create_dir(m.path("db")).unwrap();
+    // The default rollback journal, and a write-ahead log (which sqlite maps shared).
+    let modes = ["delete", "wal"];
+    for mode in modes {
+        let db = m.path(&format!("db/{mode}.sqlite"));
+        let set = sqlite(&db, &format!("PRAGMA journal_mode = {mode};"));
+        assert_eq!(set.trim(), mode);
+        sqlite(
+            &db,
+            "CREATE TABLE t(id INTEGER PRIMARY KEY, v INTEGER NOT NULL, s TEXT NOT NULL);",
+        );
+        sqlite(
+            &db,
+            "BEGIN; \
+             WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 2000) \
+             INSERT INTO t SELECT x, 3 * x, hex(randomblob(50)) FROM c; \
+             COMMIT;",
+        );
+        // A transaction that touches every page, then is rolled back.
+        sqlite(
+            &db,
+            "BEGIN; \
+             WITH RECURSIVE c(x) AS (SELECT 2001 UNION ALL SELECT x + 1 FROM c WHERE x < 2500) \
+             INSERT INTO t SELECT x, 1, 'rolled back' FROM c; \
+             UPDATE t SET v = 0, s = 'x'; \
+             DELETE FROM t WHERE id % 3 = 0; \
+             ROLLBACK;",
+        );
+        sqlite_check(&db, "after commit and rollback");
+        assert!(
+            !m.path(&format!("db/{mode}.sqlite-journal")).exists(),
+            "a hot journal was left behind"
+        );
+    }
+    m.remount();
+    for mode in modes {
+        let db = m.path(&format!("db/{mode}.sqlite"));
+        sqlite_check(&db, "after a remount");
+        let got = sqlite(&db, "PRAGMA journal_mode;");
+        assert_eq!(got.trim(), mode, "journal mode after a remount");
+    }
+    m.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. fio with verification
+
+/// Run fio with crc32c verification; it must succeed, report no verify error, and have read
+/// back (verified) every byte it wrote.
+fn fio(m: &Mounted, name: &str, extra: &[&str], verify_only: bool) {
+    let file = m.path(&format!("{name}.fio"));
+    let mut c = cmd("fio");
+    // fio leaves *-verify.state files in its working directory: keep them out of the tree.
+    c.current_dir(m.mnt.parent().unwrap());
+    c.arg(format!("--name={name}"))
+        .arg(format!("--filename={}", file.display()))
+        .args([
+            "--size=32m",
+            "--ioengine=psync",
+            "--verify=crc32c",
+            "--verify_fatal=1",
+            "--output-format=normal",
+        ])
+        .args(extra);
+    if verify_only {
+        c.arg("--verify_only");
+    } else {
+        c.arg("--do_verify=1");
+    }
+    let desc = describe(&c);
+    let out = run_timeout(&mut c, CMD_WAIT);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "`{desc}` failed:\n{text}");
+    assert!(
+        text.contains("err= 0"),
+        "`{desc}` reported an error:\n{text}"
+    );
+    for bad in ["verify failed", "bad magic", "bad header", "verify: "] {
+        assert!(
+            !text.contains(bad),
+            "`{desc}` reported a verify error ({bad}):\n{text}"
+        );
+    }
+    // "issued rwts: total=READS,WRITES,..." : all 32 MiB read back and checked.
+    let bs: u64 = if extra.contains(&"--bs=1m") {
+        1 << 20
+    } else {
+        4096
+    };
+    let blocks = (32u64 << 20) / bs;
+    let issued = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("issued rwts: total="))
+        .unwrap_or_else(|| panic!("no issued line from `{desc}`:\n{text}"));
+    let n: Vec<u64> = issued
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .take(2)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    // (--verify_only still counts the writes it skips as issued.)
+    assert_eq!(
+        n,
+        vec![blocks, blocks],
+        "`{desc}` did not write and verify every block:\n{text}"
+    );
+    assert_eq!(fs::metadata(&file).unwrap().len(), 32 << 20);
+}
+
+#[test]
+fn fio_verified_writes() {
+    require("fio", "fio");
+    let mut m = Mounted::new();
+    let jobs: [(&str, &[&str]); 5] = [
+        ("seq-sync", &["--rw=write", "--bs=4k", "--sync=1"]),
+        ("rand-sync", &["--rw=randwrite", "--bs=4k", "--sync=1"]),
+        ("seq-fsync", &["--rw=write", "--bs=4k", "--fsync=1"]),
+        ("rand-fsync", &["--rw=randwrite", "--bs=4k", "--fsync=1"]),
+        ("seq-1m", &["--rw=write", "--bs=1m"]),
+    ];
+    for (name, extra) in jobs {
+        fio(&m, name, extra, false);
+    }
+    // The data is still there, and still verifies, after a clean remount.
+    m.remount();
+    for (name, extra) in jobs {
+        let keep: Vec<&str> = extra
+            .iter()
+            .copied()
+            .filter(|a| a.starts_with("--rw=") || a.starts_with("--bs="))
+            .collect();
+        fio(&m, name, &keep, true);
+    }
+    m.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Concurrent writers
+
+const WRITER_SIZE: usize = 8 << 20;
+const CHUNK: usize = 64 << 10;
+
+/// Byte `off` of writer `t`'s file: depends on both, so a chunk in the wrong place or file shows.
+fn writer_byte(t: usize, off: usize) -> u8 {
+    ((off / 4096) as u8)
+        .wrapping_mul(31)
+        .wrapping_add(off as u8)
+        .wrapping_add((t as u8).wrapping_mul(97))
+        ^ ((off >> 16) as u8)
+}
+
+fn writer_content(t: usize) -> Vec<u8> {
+    (0..WRITER_SIZE).map(|o| writer_byte(t, o)).collect()
+}
+
+/// Records of varying length, each filled with its own index.
+fn append_records() -> Vec<Vec<u8>> {
+    (0..600usize)
+        .map(|i| {
+            let len = 1 + (i * 7919) % 9000;
+            let mut r = format!("[{i}]").into_bytes();
+            r.resize(len.max(r.len()), (i % 251) as u8);
+            r
+        })
+        .collect()
+}
+
+fn join_all(handles: Vec<thread::JoinHandle<()>>, limit: Duration, what: &str) {
+    let deadline = Instant::now() + limit;
+    while !handles.iter().all(|h| h.is_finished()) {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: threads still running after {limit:?} (winefs hung?)"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    for h in handles {
+        if let Err(e) = h.join() {
+            std::panic::resume_unwind(e);
+        }
+    }
+}
+
+#[test]
+fn concurrent_writers_and_appender() {
+    let mut m = Mounted::new();
+    let dir = m.path("par");
+    fs::create_dir(&dir).unwrap();
+    let mut handles = Vec::new();
+    for t in 0..4 {
+        let p = dir.join(format!("w{t}"));
+        handles.push(thread::spawn(move || {
+            let data = writer_content(t);
+            let mut f = File::create(&p).unwrap();
+            for c in data.chunks(CHUNK) {
+                f.write_all(c).unwrap();
+            }
+            f.sync_all().unwrap();
+        }));
+    }
+    let log = dir.join("append.log");
+    {
+        let log = log.clone();
+        handles.push(thread::spawn(move || {
+            let mut f = File::options()
+                .create(true)
+                .append(true)
+                .open(&log)
+                .unwrap();
+            for r in append_records() {
+                f.write_all(&r).unwrap();
+            }
+        }));
+    }
+    join_all(handles, Duration::from_secs(120), "concurrent writers");
+
+    let check = |when: &str| {
+        for t in 0..4 {
+            let p = dir.join(format!("w{t}"));
+            let got = fs::read(&p).unwrap();
+            assert!(
+                got.len() == WRITER_SIZE && got == writer_content(t),
+                "{} {when}: {}",
+                p.display(),
+                first_difference(&got, &writer_content(t))
+            );
+        }
+        assert_bytes(&log, &append_records().concat());
+    };
+    check("after the writers finished");
+    m.remount();
+    check("after a remount");
+    m.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. kill -9 of the daemon
+
+/// A file the workload wrote and fsynced: its name and how to regenerate its content.
+#[derive(Clone)]
+struct Synced {
+    name: String,
+    seed: u64,
+    len: usize,
+}
+
+fn crash_content(s: &Synced) -> Vec<u8> {
+    pseudo_random(s.seed, s.len)
+}
+
+#[test]
+fn kill_9_keeps_every_fsynced_file() {
+    let mut m = Mounted::new();
+    let mut synced: Vec<Synced> = Vec::new();
+    for round in 0..3u64 {
+        let dir = m.path(&format!("round{round}"));
+        fs::create_dir(&dir).unwrap();
+        let done = Arc::new(Mutex::new(HashMap::<String, Synced>::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        // Set just before the kill: an error before that is a failure of winefs.
+        let killing = Arc::new(AtomicBool::new(false));
+        let early = Arc::new(Mutex::new(Vec::<String>::new()));
+        let mut handles = Vec::new();
+        for t in 0..3u64 {
+            let (dir, done, stop) = (dir.clone(), Arc::clone(&done), Arc::clone(&stop));
+            let (killing, early) = (Arc::clone(&killing), Arc::clone(&early));
+            handles.push(thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let seed = (round << 40) | (t << 32) | n;
+                    let len = 1 + (seed.wrapping_mul(2654435761) % (96 << 10)) as usize;
+                    // A rotating set of names: later files replace (truncate and rewrite)
+                    // earlier ones, which then no longer count as synced.
+                    let file = format!("t{t}-{:03}", n % 150);
+                    let name = format!("round{round}/{file}");
+                    let data = pseudo_random(seed, len);
+                    done.lock().unwrap().remove(&name);
+                    let res = File::create(dir.join(&file)).and_then(|mut f| {
+                        f.write_all(&data)?;
+                        f.sync_all()
+                    });
+                    match res {
+                        Ok(()) => {
+                            done.lock()
+                                .unwrap()
+                                .insert(name.clone(), Synced { name, seed, len });
+                        }
+                        // ENOTCONN (and friends) once the daemon is dead.
+                        Err(e) => {
+                            if !killing.load(Ordering::SeqCst) {
+                                early.lock().unwrap().push(format!("{name}: {e}"));
+                            }
+                            return;
+                        }
+                    }
+                    n += 1;
+                }
+            }));
+        }
+        thread::sleep(Duration::from_millis(600 + 150 * round));
+        killing.store(true, Ordering::SeqCst);
+        m.crash();
+        stop.store(true, Ordering::Relaxed);
+        join_all(handles, Duration::from_secs(15), "writers after kill -9");
+        let done = std::mem::take(&mut *done.lock().unwrap());
+        let early = early.lock().unwrap();
+        assert!(
+            early.is_empty(),
+            "round {round}: writes failed before the daemon was killed: {early:?}; log:\n{}",
+            m.daemon_log()
+        );
+        assert!(
+            done.len() >= 10,
+            "round {round}: only {} files were written before the kill",
+            done.len()
+        );
+        synced.extend(done.into_values());
+
+        m.start();
+        for s in &synced {
+            assert_bytes(&m.path(&s.name), &crash_content(s));
+        }
+    }
+    m.stop();
+    // And once more after a clean unmount.
+    m.start();
+    for s in &synced {
+        assert_bytes(&m.path(&s.name), &crash_content(s));
+    }
+    m.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. CLI refusals
+
+/// Run a `winefs mount ... -f` that must be refused: non-zero exit, exactly one stderr line
+/// "winefs: ..." containing `want`. A mount that wrongly succeeds is killed and unmounted.
+fn refused(c: &mut Command, mnt: &Path, want: &str) -> String {
+    let desc = describe(c);
+    let before = mount_count(mnt);
+    c.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let deadline = Instant::now() + MOUNT_WAIT;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        while mount_count(mnt) > before {
+            lazy_umount(mnt);
+        }
+        panic!("`{desc}` was not refused: it was still running after {MOUNT_WAIT:?}");
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let after = mount_count(mnt);
+    if after > before {
+        while mount_count(mnt) > before {
+            lazy_umount(mnt);
+        }
+        panic!("`{desc}` left a mount on {}", mnt.display());
+    }
+    assert!(!status.success(), "`{desc}` succeeded; stderr: {err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(
+        lines.len() == 1 && lines[0].starts_with("winefs: ") && lines[0].contains(want),
+        "`{desc}`: expected one stderr line \"winefs: ...{want}...\", got ({status}):\n{err}"
+    );
+    assert_eq!(out, "", "`{desc}` printed on stdout");
+    lines[0].to_string()
+}
+
+fn mount_cmd(pool: &Path, mnt: &Path) -> Command {
+    let mut c = Command::new(BIN);
+    c.arg("mount").arg(pool).arg(mnt).arg("-f");
+    c
+}
+
+fn info(pool: &Path) -> String {
+    ok(Command::new(BIN).arg("info").arg(pool))
+}
+
+#[test]
+fn cli_refusals_are_one_line_and_leave_nothing_mounted() {
+    require_base();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    let mnt = root.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+
+    // A file of random bytes: refused, and never written.
+    let junk = root.join("junk");
+    let bytes = pseudo_random(77, 4 << 20);
+    fs::write(&junk, &bytes).unwrap();
+    refused(&mut mount_cmd(&junk, &mnt), &mnt, "not a winefs pool");
+    assert_bytes(&junk, &bytes);
+    assert!(!is_mounted(&mnt));
+
+    // A missing mountpoint.
+    let pool = root.join("pool");
+    mkfs(&pool);
+    let info_before = info(&pool);
+    refused(
+        &mut mount_cmd(&pool, &root.join("nowhere")),
+        &root.join("nowhere"),
+        "does not exist",
+    );
+    assert!(!root.join("nowhere").exists());
+    assert_eq!(info(&pool), info_before, "a refused mount changed the pool");
+
+    // A mountpoint in use, and a pool in use.
+    let mut m = Mounted::new();
+    fs::write(m.path("keep"), b"still here\n").unwrap();
+    refused(&mut mount_cmd(&pool, &m.mnt), &m.mnt, "in use");
+    assert_eq!(mount_count(&m.mnt), 1);
+    assert_eq!(info(&pool), info_before, "a refused mount changed the pool");
+    let other = root.join("other");
+    fs::create_dir(&other).unwrap();
+    refused(
+        &mut mount_cmd(&m.pool, &other),
+        &other,
+        "in use by another winefs mount",
+    );
+    assert!(!is_mounted(&other));
+    // The first mount is untouched and still serves its files.
+    assert_bytes(&m.path("keep"), b"still here\n");
+    fs::write(m.path("keep2"), b"and more\n").unwrap();
+    assert_bytes(&m.path("keep2"), b"and more\n");
+    m.remount();
+    assert_bytes(&m.path("keep"), b"still here\n");
+    assert_bytes(&m.path("keep2"), b"and more\n");
+    m.stop();
+
+    // Without permission: user nobody on a directory root owns.
+    require("runuser", "util-linux");
+    let mut p = PathBuf::from("/");
+    for c in Path::new(BIN).components().skip(1) {
+        p.push(c);
+        let mode = fs::metadata(&p).unwrap().permissions().mode();
+        assert!(
+            mode & 0o001 != 0,
+            "user nobody cannot reach {BIN}: {} has mode {:o} (needs o+x, e.g. chmod o+x {})",
+            p.display(),
+            mode & 0o7777,
+            p.display()
+        );
+    }
+    fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(&pool, fs::Permissions::from_mode(0o666)).unwrap();
+    fs::set_permissions(&mnt, fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(
+        fs::metadata(&mnt).unwrap().uid(),
+        0,
+        "run the tests as root"
+    );
+    let mut c = cmd("runuser");
+    c.args(["-u", "nobody", "--", BIN, "mount"])
+        .arg(&pool)
+        .arg(&mnt)
+        .arg("-f");
+    let line = refused(&mut c, &mnt, "permission denied");
+    assert!(line.contains(&mnt.display().to_string()), "{line}");
+    assert_eq!(info(&pool), info_before, "a refused mount changed the pool");
+    fsck_clean(&pool);
+}
