@@ -27,6 +27,8 @@ pub enum Error {
     Invalid(String),
     #[error("operation not permitted: {0}")]
     NotPermitted(String),
+    #[error("operation not supported here: {0}")]
+    NoDevice(String),
     #[error("resource busy: {0}")]
     Busy(String),
     #[error("too many links")]
@@ -81,6 +83,7 @@ impl Error {
             Error::Invalid(_) => libc::EINVAL,
             Error::NotPermitted(_) => libc::EPERM,
             Error::Busy(_) => libc::EBUSY,
+            Error::NoDevice(_) => libc::ENODEV,
             Error::TooManyLinks => libc::EMLINK,
             Error::NoAttr => libc::ENODATA,
             Error::Range => libc::ERANGE,

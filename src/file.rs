@@ -16,6 +16,7 @@ use crate::fs::{Attr, Fs, Inner, Mode, Node, Reserved, SetAttr, TimeSet, now_ns,
 use crate::inode::MapUpdate;
 use crate::journal::Tx;
 use crate::layout::{BLOCK_SIZE, FileKind, HUGE_SIZE, InodeHeader};
+use crate::mmap::Mapping;
 use crate::pool::Category;
 use std::sync::atomic::Ordering;
 
@@ -127,6 +128,20 @@ pub(crate) fn write(
     if end > MAX_FILE_SIZE {
         return Err(Error::FileTooBig);
     }
+    let old_size = g.hdr.size;
+    if end > old_size {
+        crate::mmap::before_grow(inner, &g)?;
+    }
+    let r = write_pieces(inner, &mut g, off, data);
+    if g.hdr.size > old_size {
+        crate::mmap::after_grow(inner, &g, old_size)?;
+    }
+    Ok((r?, off))
+}
+
+/// Write `data` at `off` piece by piece; returns the bytes written (short only on ENOSPC).
+fn write_pieces(inner: &Inner, g: &mut Node, off: u64, data: &[u8]) -> Result<usize> {
+    let end = off + data.len() as u64;
     let mut done = 0usize;
     while done < data.len() {
         let pos = off + done as u64;
@@ -139,13 +154,13 @@ pub(crate) fn write(
             piece_end = piece_end.min((s.0 + s.2) * BLOCK_SIZE).max(pos + 1);
         }
         let k = (piece_end - pos) as usize;
-        match write_piece(inner, &mut g, pos, &data[done..done + k]) {
+        match write_piece(inner, g, pos, &data[done..done + k]) {
             Ok(()) => done += k,
             Err(Error::NoSpace(_)) if done > 0 => break,
             Err(e) => return Err(e),
         }
     }
-    Ok((done, off))
+    Ok(done)
 }
 
 /// Write `buf` at `pos`; the range lies inside one 2 MiB logical unit.
@@ -154,7 +169,8 @@ fn write_piece(inner: &Inner, g: &mut Node, pos: u64, buf: &[u8]) -> Result<()> 
     let end = pos + buf.len() as u64;
     let (lb0, lb1) = (pos / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
     let strict = inner.mode == Mode::Strict;
-    let aligned = g.map.in_aligned_unit(lb0);
+    // A mapped file is never copied on write: its mappings point at the blocks in place.
+    let aligned = g.map.in_aligned_unit(lb0) || !g.maps.is_empty();
     // Targets that need new blocks: gaps (None) and, in strict mode outside aligned extents,
     // mapped blocks rewritten copy-on-write (Some(old phys)).
     let mut targets: Vec<(u64, u64, Option<u64>)> = Vec::new();
@@ -295,6 +311,12 @@ pub(crate) fn truncate(inner: &Inner, ino: u64, size: u64) -> Result<()> {
 
 fn truncate_locked(inner: &Inner, g: &mut Node, size: u64) -> Result<()> {
     let ino = g.ino;
+    let old_size = g.hdr.size;
+    if size < old_size {
+        crate::mmap::before_shrink(inner, g, size)?;
+    } else if size > old_size {
+        crate::mmap::before_grow(inner, g)?;
+    }
     let now = now_ns();
     let mut hdr = g.hdr.clone();
     hdr.size = size;
@@ -324,7 +346,8 @@ fn truncate_locked(inner: &Inner, g: &mut Node, size: u64) -> Result<()> {
         commit_header(inner, ino, &g.hdr, &hdr, tx)?;
         g.hdr = hdr;
         inner.finish_map_update(&g.map, ino, &upd)
-    })
+    })?;
+    crate::mmap::after_grow(inner, g, old_size)
 }
 
 /// Unmapped sub-ranges of logical blocks [a, b).
@@ -362,6 +385,11 @@ pub(crate) fn fallocate(
     let mut g = wlock(&n);
     file_kind_check(&g)?;
     let (lb0, lb1) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
+    let grows = !keep_size && end > g.hdr.size;
+    if grows {
+        crate::mmap::before_grow(inner, &g)?;
+    }
+    let old_size = g.hdr.size;
     let missing: u64 = gaps(&g, lb0, lb1).iter().map(|x| x.1).sum();
     if missing > inner.alloc.free_blocks() {
         return Err(Error::NoSpace(format!(
@@ -373,54 +401,7 @@ pub(crate) fn fallocate(
     let mut a = lb0;
     while a < lb1 {
         let b = lb1.min((a / 512 + 1) * 512);
-        let gs = gaps(&g, a, b);
-        if !gs.is_empty() {
-            let need: u64 = gs.iter().map(|x| x.1).sum();
-            let mut res = Reserved::new(inner);
-            let runs = res.alloc(need)?;
-            for r in &runs {
-                inner
-                    .pool
-                    .zero_flush(r.start * BLOCK_SIZE, r.len * BLOCK_SIZE, Category::Data)?;
-            }
-            let mut upd = MapUpdate::default();
-            inner.reserve_slots(&mut res, &mut g.map, runs.len() + gs.len(), &mut upd)?;
-            guarded(inner, || {
-                let mut ri = runs.iter().copied();
-                let mut left: Option<BlockRun> = None;
-                for (gl, glen) in &gs {
-                    let mut pl = Vec::new();
-                    let mut want = *glen;
-                    while want > 0 {
-                        let r = left
-                            .take()
-                            .or_else(|| ri.next())
-                            .expect("allocated exactly what the gaps need");
-                        let take = r.len.min(want);
-                        pl.push(BlockRun {
-                            start: r.start,
-                            len: take,
-                        });
-                        if take < r.len {
-                            left = Some(BlockRun {
-                                start: r.start + take,
-                                len: r.len - take,
-                            });
-                        }
-                        want -= take;
-                    }
-                    g.map.remap(*gl, *glen, &pl, &mut upd);
-                }
-                let mut hdr = g.hdr.clone();
-                hdr.map_end = hdr.map_end.max(b);
-                let mut tx = Tx::new();
-                inner.map_tx(&mut tx, &g.map, ino, &upd, &mut hdr)?;
-                commit_header(inner, ino, &g.hdr, &hdr, tx)?;
-                g.hdr = hdr;
-                Ok(())
-            })?;
-            res.keep();
-        }
+        fill_gaps(inner, &mut g, a, b)?;
         a = b;
     }
     let mut hdr = g.hdr.clone();
@@ -432,7 +413,67 @@ pub(crate) fn fallocate(
     }
     commit_header(inner, ino, &g.hdr, &hdr, Tx::new())?;
     g.hdr = hdr;
+    if grows {
+        crate::mmap::after_grow(inner, &g, old_size)?;
+    }
     Ok(())
+}
+
+/// Allocate zeroed blocks for the unmapped blocks of [a, b) (inside one 2 MiB logical unit) in
+/// one transaction; a whole-unit gap gets an aligned 2 MiB extent when one is free. Returns
+/// whether anything was allocated. The file size does not change.
+pub(crate) fn fill_gaps(inner: &Inner, g: &mut Node, a: u64, b: u64) -> Result<bool> {
+    let ino = g.ino;
+    let gs = gaps(g, a, b);
+    if gs.is_empty() {
+        return Ok(false);
+    }
+    let need: u64 = gs.iter().map(|x| x.1).sum();
+    let mut res = Reserved::new(inner);
+    let runs = res.alloc(need)?;
+    for r in &runs {
+        inner
+            .pool
+            .zero_flush(r.start * BLOCK_SIZE, r.len * BLOCK_SIZE, Category::Data)?;
+    }
+    let mut upd = MapUpdate::default();
+    inner.reserve_slots(&mut res, &mut g.map, runs.len() + gs.len(), &mut upd)?;
+    guarded(inner, || {
+        let mut ri = runs.iter().copied();
+        let mut left: Option<BlockRun> = None;
+        for (gl, glen) in &gs {
+            let mut pl = Vec::new();
+            let mut want = *glen;
+            while want > 0 {
+                let r = left
+                    .take()
+                    .or_else(|| ri.next())
+                    .expect("allocated exactly what the gaps need");
+                let take = r.len.min(want);
+                pl.push(BlockRun {
+                    start: r.start,
+                    len: take,
+                });
+                if take < r.len {
+                    left = Some(BlockRun {
+                        start: r.start + take,
+                        len: r.len - take,
+                    });
+                }
+                want -= take;
+            }
+            g.map.remap(*gl, *glen, &pl, &mut upd);
+        }
+        let mut hdr = g.hdr.clone();
+        hdr.map_end = hdr.map_end.max(b);
+        let mut tx = Tx::new();
+        inner.map_tx(&mut tx, &g.map, ino, &upd, &mut hdr)?;
+        commit_header(inner, ino, &g.hdr, &hdr, tx)?;
+        g.hdr = hdr;
+        Ok(())
+    })?;
+    res.keep();
+    Ok(true)
 }
 
 pub(crate) fn punch_hole(inner: &Inner, ino: u64, off: u64, len: u64) -> Result<()> {
@@ -470,6 +511,7 @@ pub(crate) fn punch_hole(inner: &Inner, ino: u64, off: u64, len: u64) -> Result<
             tx.write_ref(o, &zeros[..(e - s) as usize], Category::Data);
         }
     }
+    crate::mmap::before_move(inner, &g, first_full, last_full)?;
     let mut a = first_full;
     let mut first = true;
     loop {
@@ -611,6 +653,14 @@ impl File {
     }
     pub fn fsync(&self) -> Result<()> {
         self.fs.fsync(self.ino)
+    }
+    /// Map `len` bytes of the file from `off` (a multiple of 4 KiB) into memory; see
+    /// [`Mapping`]. Aligned 2 MiB extents are mapped with hugepages on a hugepage pool.
+    pub fn mmap(&self, off: u64, len: usize) -> Result<Mapping> {
+        Mapping::new(File::open(self.fs.clone(), self.ino)?, off, len)
+    }
+    pub(crate) fn fs(&self) -> &Fs {
+        &self.fs
     }
     /// Read the whole file.
     pub fn read_all(&self) -> Result<Vec<u8>> {

@@ -138,6 +138,8 @@ pub(crate) struct Node {
     pub map: FileMap,
     pub dir: Option<DirIndex>,
     pub open: u32,
+    /// Live memory mappings of this file; every change to its size or block map updates them.
+    pub maps: Vec<Arc<crate::mmap::MapState>>,
 }
 
 impl Node {
@@ -167,6 +169,8 @@ pub(crate) struct Inner {
     pub mount_count: u64,
     pub generation: AtomicU32,
     pub recovery: crate::journal::RecoveryReport,
+    /// The page-fault service of file mappings, started by the first `mmap`.
+    pub faults: Mutex<Option<Arc<crate::mmap::FaultService>>>,
 }
 
 /// A mounted winefs. Cheap to clone; all clones share one mount. Thread-safe.
@@ -745,6 +749,7 @@ impl Inner {
             map,
             dir,
             open: 0,
+            maps: Vec::new(),
         };
         let attr = self.attr(&node);
         self.nodes
@@ -1332,7 +1337,9 @@ impl Fs {
     /// Every operation is durable when it returns, so fsync only orders this call after them.
     pub fn fsync(&self, ino: u64) -> Result<()> {
         self.inner.check_alive()?;
-        self.inner.node(ino)?;
+        let n = self.inner.node(ino)?;
+        // Stores through memory mappings are the only writes not yet written back.
+        crate::mmap::flush_mapped(&self.inner, &rlock(&n));
         self.inner.pool.fence();
         Ok(())
     }

@@ -1,18 +1,21 @@
 //! winefs: a hugepage-aware persistent-memory file system in user space, after WineFS (SOSP'21).
 //!
 //! Module map (one concept each; see docs/DESIGN.md):
-//! - [`pool`]: the mapped pool and persistence primitives (with `sys` and `fs::current_cpu`, the only `unsafe`).
+//! - [`pool`]: the mapped pool and persistence primitives (with `vm`, `sys` and `fs::current_cpu`, the only `unsafe`).
 //! - [`layout`]: the on-media format.
 //! - [`alloc`]: the alignment-aware allocator.
 //! - [`journal`]: per-CPU undo journals and their recovery.
 //! - [`inode`]: inode tables and extent maps.
 //! - [`dir`]: directory blocks and DRAM directory indexes.
 //! - [`file`]: the data path and the `File` handle.
+//! - [`mmap`]: memory mappings of files (hugepage-mapped extents, fault-time allocation).
+//! - [`vm`]: the virtual-memory system calls behind mappings (userfaultfd, `MAP_FIXED`, `mremap`).
 //! - [`xattr`]: extended attributes.
 //! - [`fs`]: namespace operations, locking and the `Fs` API.
 //! - [`recovery`]: mkfs, mount, unmount.
 //! - [`fsck`]: invariant checks.
 //! - [`bench`]: the system-call benchmark (a tool beside the core).
+//! - [`hugepool`]: finding or mounting a hugepage tmpfs for pools (the embedded default).
 //! - [`fuse`]: the FUSE front end (outside the core; the `winefs mount` command drives it).
 //! - [`sys`]: process-level system calls for the front ends (fork, signals, lazy unmount).
 
@@ -24,12 +27,15 @@ pub mod file;
 pub mod fs;
 pub mod fsck;
 pub mod fuse;
+pub mod hugepool;
 pub mod inode;
 pub mod journal;
 pub mod layout;
+pub mod mmap;
 pub mod pool;
 pub mod recovery;
 pub mod sys;
+pub(crate) mod vm;
 pub mod xattr;
 
 pub use error::{Error, Result};
@@ -39,3 +45,4 @@ pub use fs::{
     XattrSet,
 };
 pub use layout::FileKind;
+pub use mmap::Mapping;

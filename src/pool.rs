@@ -93,7 +93,7 @@ pub struct Pool {
     counters: Counters,
     path: PathBuf,
     private: bool,
-    _file: File,
+    file: File,
 }
 
 // SAFETY: the mapping is process-wide shared memory that lives as long as `Pool`; all access goes
@@ -198,7 +198,7 @@ impl Pool {
     /// Reserve backing storage for every byte of a regular pool file, so that a full host file
     /// system is reported now rather than as SIGBUS on a later store (mkfs of an existing file).
     pub fn reserve_backing(&self) -> Result<()> {
-        reserve_backing(&self.path, &self._file, self.len)
+        reserve_backing(&self.path, &self.file, self.len)
     }
 
     /// Open an existing pool file or device. `private` maps it copy-on-write: every store stays in
@@ -301,7 +301,7 @@ impl Pool {
             counters: Counters::default(),
             path: path.to_path_buf(),
             private,
-            _file: file,
+            file,
         })
     }
 
@@ -331,6 +331,12 @@ impl Pool {
     }
 
     /// Virtual address of the mapping (2 MiB aligned); for the mmap layer and tests.
+    /// The open pool file, for mapping its ranges into other address ranges (file mappings).
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.file.as_raw_fd()
+    }
+
     pub fn base_addr(&self) -> usize {
         self.base as usize
     }

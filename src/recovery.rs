@@ -264,6 +264,7 @@ fn load_inodes(
                     map,
                     dir,
                     open: 0,
+                    maps: Vec::new(),
                 },
             );
         }
@@ -410,6 +411,7 @@ pub fn mount(path: &Path, opts: MountOptions) -> Result<Fs> {
         mount_count,
         generation: AtomicU32::new(now_ns() as u32),
         recovery,
+        faults: Mutex::new(None),
         pool,
         geo: g,
         sb: sbk,

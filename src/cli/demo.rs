@@ -1,8 +1,8 @@
 //! `winefs demo`: a guided tour of the library on a default (or given) pool.
 
-use crate::hugepool::default_pool;
 use crate::{Ctx, Fail, fail, human};
 use std::path::{Path, PathBuf};
+use winefs::hugepool::default_pool;
 use winefs::layout::BLOCKS_PER_HUGE;
 use winefs::{Error, FileKind, Fs, MkfsOptions, Mode, MountOptions, XattrSet};
 

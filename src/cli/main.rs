@@ -1,7 +1,6 @@
 //! The `winefs` command: mount (FUSE), mkfs, fsck, info, bench and a guided demo.
 
 mod demo;
-mod hugepool;
 mod mount;
 
 use clap::{Parser, Subcommand};

@@ -7,13 +7,13 @@
 //! away (`umount`, `fusermount3 -u`) or SIGINT/SIGTERM/SIGHUP asks for it, then unmounts the
 //! pool cleanly (allocator state saved, superblock marked clean).
 
-use crate::hugepool::default_pool;
 use crate::{Ctx, Fail, fail, human};
 use fuser::{Config, MountOption, Session, SessionACL};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use winefs::fuse::WinefsFuse;
+use winefs::hugepool::default_pool;
 use winefs::sys::{self, Forked};
 use winefs::{Fs, MkfsOptions, Mode, MountOptions};
 

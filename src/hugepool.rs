@@ -1,4 +1,4 @@
-//! The embedded default pool: a file on a hugepage tmpfs that the CLI mounts itself when it
+//! Hugepage pools: the embedded default is a file on a hugepage tmpfs that winefs mounts itself when it
 //! runs as root, else a plain file on /dev/shm with a warning that the pool is 4 KiB-mapped.
 
 use std::path::{Path, PathBuf};
@@ -43,7 +43,7 @@ pub fn default_pool(name: &str) -> (PathBuf, Option<String>) {
         }
         None => {}
     }
-    let root = winefs::sys::euid() == 0;
+    let root = crate::sys::euid() == 0;
     if root {
         let _ = std::fs::create_dir_all(HUGE_DIR);
         let ok = std::process::Command::new("mount")

@@ -1,0 +1,381 @@
+//! Memory mappings: hugepage (PMD) mapping of aligned files, scattered files, fault-time
+//! allocation of sparse files under concurrent faults, and mapping changes on truncate, punch,
+//! grow and unlink. Pools live on a hugepage tmpfs (mounted by `winefs::hugepool` as root).
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use winefs::mmap::thread_page_faults;
+use winefs::{Fs, MkfsOptions, MountOptions};
+
+const MIB: u64 = 1 << 20;
+const HUGE: u64 = 2 * MIB;
+
+/// A fresh pool of `size` bytes on the hugepage tmpfs; removed when dropped.
+struct HugePool {
+    path: PathBuf,
+}
+
+impl HugePool {
+    fn new(name: &str, size: u64) -> HugePool {
+        let (path, warning) = winefs::hugepool::default_pool(&format!("test-{name}.pool"));
+        assert!(
+            warning.is_none(),
+            "these tests need a hugepage tmpfs (run as root, or mount one on {}): {warning:?}",
+            winefs::hugepool::HUGE_DIR
+        );
+        let _ = std::fs::remove_file(&path);
+        Fs::mkfs(
+            &path,
+            &MkfsOptions {
+                size: Some(size),
+                partitions: Some(2),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        HugePool { path }
+    }
+    fn mount(&self) -> Fs {
+        Fs::mount(&self.path, MountOptions::default()).unwrap()
+    }
+}
+
+impl Drop for HugePool {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[1] ^ seed)
+        .collect()
+}
+
+fn assert_clean(fs: &Fs) {
+    let r = fs.check();
+    assert!(r.is_clean(), "fsck: {r:?}");
+}
+
+/// Every block of the file lies in a 2 MiB-aligned extent covering its whole unit.
+fn all_units_aligned(fs: &Fs, ino: u64) -> bool {
+    fs.extents(ino)
+        .unwrap()
+        .iter()
+        .all(|&(l, p, n)| l % 512 == 0 && p % 512 == 0 && n % 512 == 0)
+}
+
+#[test]
+fn aligned_file_is_hugepage_mapped_with_one_fault_per_2mib() {
+    let pool = HugePool::new("aligned", 256 * MIB);
+    let fs = pool.mount();
+    let f = fs.create_file("/big").unwrap();
+    let data = pattern((16 * HUGE) as usize, 7);
+    for (i, chunk) in data.chunks(HUGE as usize).enumerate() {
+        f.write_at(i as u64 * HUGE, chunk).unwrap();
+    }
+    assert!(all_units_aligned(&fs, f.ino()), "{:?}", fs.extents(f.ino()));
+    let m = f.mmap(0, data.len()).unwrap();
+    assert_eq!(m.as_ptr() as u64 % HUGE, 0);
+    let before = thread_page_faults();
+    let mut got = vec![0u8; data.len()];
+    m.read(0, &mut got).unwrap();
+    let faults = thread_page_faults() - before;
+    assert!(got == data, "content read through the mapping differs");
+    assert_eq!(m.pmd_mapped_bytes().unwrap(), 16 * HUGE);
+    // One fault per 2 MiB (plus a few for the destination buffer's own pages, which are
+    // anonymous memory faulted as it is written).
+    assert!(
+        faults <= 16 + (data.len() as u64 / 4096) + 8,
+        "{faults} faults"
+    );
+    // Stores through the mapping are what read(2) sees.
+    m.write(3 * HUGE as usize + 5, b"mapped").unwrap();
+    let mut b = [0u8; 6];
+    f.read_at(3 * HUGE + 5, &mut b).unwrap();
+    assert_eq!(&b, b"mapped");
+    m.msync(0, m.len()).unwrap();
+    drop(m);
+    assert_clean(&fs);
+}
+
+#[test]
+fn pmd_mapping_takes_one_fault_per_unit() {
+    let pool = HugePool::new("faults", 256 * MIB);
+    let fs = pool.mount();
+    let f = fs.create_file("/f").unwrap();
+    f.fallocate(0, 32 * HUGE).unwrap();
+    assert!(all_units_aligned(&fs, f.ino()));
+    let m = f.mmap(0, (32 * HUGE) as usize).unwrap();
+    let before = thread_page_faults();
+    for off in (0..m.len()).step_by(4096) {
+        m.write(off, &[1]).unwrap();
+    }
+    let faults = thread_page_faults() - before;
+    assert!(faults <= 32 + 3, "{faults} faults for 32 units");
+    assert_eq!(m.pmd_mapped_bytes().unwrap(), 32 * HUGE);
+}
+
+#[test]
+fn scattered_file_maps_and_reads_back() {
+    let pool = HugePool::new("scattered", 128 * MIB);
+    let fs = pool.mount();
+    let a = fs.create_file("/a").unwrap();
+    let b = fs.create_file("/b").unwrap();
+    let data = pattern(4 * MIB as usize, 3);
+    // Interleaved 4 KiB appends scatter both files over 4 KiB holes.
+    for (i, chunk) in data.chunks(4096).enumerate() {
+        a.write_at(i as u64 * 4096, chunk).unwrap();
+        b.write_at(i as u64 * 4096, &[i as u8; 100]).unwrap();
+    }
+    let ext = fs.extents(a.ino()).unwrap();
+    assert!(
+        ext.len() > 100,
+        "expected a scattered file, got {} extents",
+        ext.len()
+    );
+    let m = a.mmap(0, data.len()).unwrap();
+    let mut got = vec![0u8; data.len()];
+    m.read(0, &mut got).unwrap();
+    assert!(got == data);
+    assert_eq!(m.pmd_mapped_bytes().unwrap(), 0);
+    // An unaligned mapping offset also works.
+    let m2 = a.mmap(12288, 3 * 4096 + 1).unwrap();
+    let mut got = vec![0u8; 3 * 4096];
+    m2.read(0, &mut got).unwrap();
+    assert_eq!(&got[..], &data[12288..12288 + 3 * 4096]);
+}
+
+#[test]
+fn sparse_file_gets_aligned_extents_on_concurrent_first_touch() {
+    let pool = HugePool::new("sparse", 256 * MIB);
+    let fs = pool.mount();
+    let f = fs.create_file("/lmdb").unwrap();
+    let size = 64 * MIB;
+    f.set_len(size).unwrap();
+    let free0 = fs.statfs().free_blocks;
+    let m = Arc::new(f.mmap(0, size as usize).unwrap());
+    let threads = 8;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let m = m.clone();
+            s.spawn(move || {
+                // Every thread touches every unit (many threads fault on the same unit at once)
+                // and stamps its own slot in each page it writes.
+                for page in (0..size / 4096).step_by(37) {
+                    let at = (page * 4096 + t * 8) as usize;
+                    m.write(at, &(page ^ t).to_le_bytes()).unwrap();
+                }
+            });
+        }
+    });
+    for page in (0..size / 4096).step_by(37) {
+        for t in 0..threads {
+            let mut b = [0u8; 8];
+            f.read_at(page * 4096 + t * 8, &mut b).unwrap();
+            assert_eq!(u64::from_le_bytes(b), page ^ t, "page {page} thread {t}");
+        }
+    }
+    assert!(all_units_aligned(&fs, f.ino()), "{:?}", fs.extents(f.ino()));
+    let data_blocks: u64 = fs.extents(f.ino()).unwrap().iter().map(|e| e.2).sum();
+    assert_eq!(data_blocks, size / 4096);
+    // Data plus at most a few extent-index blocks.
+    assert!(free0 - fs.statfs().free_blocks <= size / 4096 + 4);
+    assert_eq!(m.pmd_mapped_bytes().unwrap(), size);
+    // Untouched bytes of allocated units are zero.
+    let mut z = [1u8; 64];
+    f.read_at(4096 * 36 + 100, &mut z).unwrap();
+    assert_eq!(z, [0u8; 64]);
+    drop(m);
+    assert_clean(&fs);
+    drop(f);
+    drop(fs);
+    let fs = pool.mount();
+    assert_clean(&fs);
+}
+
+#[test]
+fn truncate_and_grow_while_mapped() {
+    let pool = HugePool::new("truncate", 128 * MIB);
+    let fs = pool.mount();
+    let f = fs.create_file("/t").unwrap();
+    let data = pattern((4 * HUGE) as usize, 9);
+    f.write_at(0, &data).unwrap();
+    let m = f.mmap(0, data.len()).unwrap();
+    let mut got = vec![0u8; data.len()];
+    m.read(0, &mut got).unwrap();
+    assert!(got == data);
+    let free_before = fs.statfs().free_blocks;
+    let cut = 3 * MIB + 100;
+    f.set_len(cut).unwrap();
+    // The blocks past the end were freed while mapped.
+    assert!(fs.statfs().free_blocks > free_before);
+    assert!(matches!(
+        m.read(cut as usize + 5000, &mut [0u8; 8]),
+        Err(winefs::Error::NoSuchOffset)
+    ));
+    let mut head = vec![0u8; cut as usize];
+    m.read(0, &mut head).unwrap();
+    assert_eq!(&head[..], &data[..cut as usize]);
+    // A store past EOF inside the last page must not reappear when the file grows again.
+    m.write(cut as usize + 10, b"ghost").unwrap_err();
+    m.store(cut as usize + 10, b"ghost").unwrap();
+    f.set_len(4 * HUGE).unwrap();
+    let mut tail = vec![1u8; (4 * HUGE - cut) as usize];
+    m.read(cut as usize, &mut tail).unwrap();
+    assert!(
+        tail.iter().all(|&b| b == 0),
+        "bytes past the old end are not zero"
+    );
+    let mut t2 = vec![1u8; tail.len()];
+    f.read_at(cut, &mut t2).unwrap();
+    assert!(t2.iter().all(|&b| b == 0));
+    // The regrown range allocates on touch and reads back.
+    m.write(7 * MIB as usize, b"regrown").unwrap();
+    let mut b = [0u8; 7];
+    f.read_at(7 * MIB, &mut b).unwrap();
+    assert_eq!(&b, b"regrown");
+    drop(m);
+    assert_clean(&fs);
+}
+
+#[test]
+fn punch_unlink_and_write_coherence_while_mapped() {
+    let pool = HugePool::new("punch", 128 * MIB);
+    let fs = pool.mount();
+    let f = fs.create_file("/p").unwrap();
+    // A hole-backed (unaligned) file: strict writes to it would normally copy on write.
+    let data = pattern(300 * 1024, 5);
+    f.write_at(0, &data).unwrap();
+    let m = f.mmap(0, data.len()).unwrap();
+    f.write_at(4096, b"via write(2)").unwrap();
+    let mut b = [0u8; 12];
+    m.read(4096, &mut b).unwrap();
+    assert_eq!(
+        &b, b"via write(2)",
+        "write(2) not visible through the mapping"
+    );
+    m.write(8192, b"via store").unwrap();
+    let mut b = [0u8; 9];
+    f.read_at(8192, &mut b).unwrap();
+    assert_eq!(&b, b"via store");
+    fs.punch_hole(f.ino(), 64 * 1024, 128 * 1024).unwrap();
+    let mut z = vec![1u8; 128 * 1024];
+    m.read(64 * 1024, &mut z).unwrap();
+    assert!(
+        z.iter().all(|&b| b == 0),
+        "punched range not zero through the mapping"
+    );
+    m.write(70 * 1024, b"refilled").unwrap();
+    let mut b = [0u8; 8];
+    f.read_at(70 * 1024, &mut b).unwrap();
+    assert_eq!(&b, b"refilled");
+    // Unlinked while mapped: the data stays reachable until the mapping goes.
+    let ino = f.ino();
+    drop(f);
+    let free_mapped = fs.statfs().free_blocks;
+    fs.unlink_path("/p").unwrap();
+    let mut b = [0u8; 9];
+    m.read(8192, &mut b).unwrap();
+    assert_eq!(&b, b"via store");
+    assert_eq!(fs.statfs().free_blocks, free_mapped);
+    drop(m);
+    assert!(fs.getattr(ino).is_err());
+    assert!(fs.statfs().free_blocks > free_mapped);
+    assert_clean(&fs);
+}
+
+#[test]
+fn bad_mapping_requests_are_refused() {
+    let pool = HugePool::new("refuse", 64 * MIB);
+    let fs = pool.mount();
+    let f = fs.create_file("/f").unwrap();
+    f.set_len(MIB).unwrap();
+    assert!(matches!(f.mmap(100, 4096), Err(winefs::Error::Invalid(_))));
+    assert!(matches!(f.mmap(0, 0), Err(winefs::Error::Invalid(_))));
+    assert!(matches!(
+        f.mmap(0, usize::MAX - 10),
+        Err(winefs::Error::FileTooBig)
+    ));
+    fs.mkdir_path("/d").unwrap();
+    assert!(matches!(fs.open_file("/d"), Err(winefs::Error::IsDir)));
+}
+
+// ---- SIGBUS cases run in a child process (the signal ends it) ----
+
+const CHILD_ENV: &str = "WINEFS_MMAP_CHILD";
+
+/// Run the child side of a SIGBUS test (`child_sigbus_probe`) on `pool` and return its status.
+fn run_child(case: &str, pool: &std::path::Path) -> std::process::ExitStatus {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_sigbus_probe",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, format!("{case}:{}", pool.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+}
+
+/// Child side: does nothing unless started by `run_child`.
+#[test]
+fn child_sigbus_probe() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let (case, path) = spec.split_once(':').unwrap();
+    let fs = Fs::mount(std::path::Path::new(path), MountOptions::default()).unwrap();
+    let f = fs.open_file("/f").unwrap();
+    let m = f.mmap(0, (8 * HUGE) as usize).unwrap();
+    let at = match case {
+        "beyond-eof" => 3 * HUGE as usize,
+        "enospc" => 0,
+        _ => unreachable!(),
+    };
+    // Unchecked store: the SIGBUS is the point.
+    m.store(at, b"x").unwrap();
+    std::process::exit(0);
+}
+
+#[test]
+fn touching_past_eof_raises_sigbus() {
+    let pool = HugePool::new("sigbus-eof", 64 * MIB);
+    {
+        let fs = pool.mount();
+        let f = fs.create_file("/f").unwrap();
+        f.write_at(0, &[1u8; 4096]).unwrap();
+        fs.unmount().unwrap();
+    }
+    let st = run_child("beyond-eof", &pool.path);
+    assert_eq!(st.signal(), Some(libc::SIGBUS), "{st:?}");
+    assert_clean(&pool.mount());
+}
+
+#[test]
+fn fault_on_a_full_pool_raises_sigbus() {
+    let pool = HugePool::new("sigbus-full", 64 * MIB);
+    {
+        let fs = pool.mount();
+        let f = fs.create_file("/f").unwrap();
+        f.set_len(8 * HUGE).unwrap();
+        let filler = fs.create_file("/filler").unwrap();
+        let free = fs.statfs().free_blocks * 4096;
+        let _ = filler.fallocate(0, free);
+        while fs.statfs().free_blocks > 0 {
+            let n = fs.statfs().free_blocks * 4096;
+            let at = filler.metadata().unwrap().size;
+            if filler.fallocate(at, n).is_err() {
+                break;
+            }
+        }
+        fs.unmount().unwrap();
+    }
+    let st = run_child("enospc", &pool.path);
+    assert_eq!(st.signal(), Some(libc::SIGBUS), "{st:?}");
+    assert_clean(&pool.mount());
+}
