@@ -135,6 +135,11 @@ pub(crate) fn write(
     let r = write_pieces(inner, &mut g, off, data);
     if g.hdr.size > old_size {
         crate::mmap::after_grow(inner, &g, old_size)?;
+        // The first unit of a file that grew past two units was written while the file was
+        // small (into holes): move it onto an aligned extent in the background.
+        if old_size < 2 * HUGE_SIZE && g.hdr.size >= 2 * HUGE_SIZE && unit_fragmented(&g, 0) {
+            crate::rewrite::queue(inner, ino);
+        }
     }
     Ok((r?, off))
 }
@@ -168,6 +173,16 @@ fn write_piece(inner: &Inner, g: &mut Node, pos: u64, buf: &[u8]) -> Result<()> 
     let ino = g.ino;
     let end = pos + buf.len() as u64;
     let (lb0, lb1) = (pos / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
+    // A write into an empty 2 MiB unit of a large file (at least 2 MiB already), or of a file
+    // with the alignment hint, gets the whole unit as an aligned extent, however small the
+    // write (FUSE splits writes at 1 MiB; applications append 4 KiB at a time); the write
+    // then lands in place. Small files are not inflated: they fill holes.
+    let unit = lb0 / 512 * 512;
+    if g.map.segments(unit, unit + 512).is_empty()
+        && (g.hdr.size >= HUGE_SIZE || crate::xattr::hinted(inner, g)?)
+    {
+        fill_gaps(inner, g, unit, unit + 512)?;
+    }
     let strict = inner.mode == Mode::Strict;
     // A mapped file is never copied on write: its mappings point at the blocks in place.
     let aligned = g.map.in_aligned_unit(lb0) || !g.maps.is_empty();
@@ -295,6 +310,18 @@ fn write_piece(inner: &Inner, g: &mut Node, pos: u64, buf: &[u8]) -> Result<()> 
         inner.finish_map_update(&g.map, ino, &upd)
     })?;
     res.keep();
+    mark_if_aligned(inner, g, &runs)
+}
+
+/// After `runs` joined the file: if one is a whole aligned 2 MiB extent, record the alignment
+/// hint on the file, so copies of it (`cp --preserve=xattr`, `rsync -X`) stay aligned.
+fn mark_if_aligned(inner: &Inner, g: &mut Node, runs: &[BlockRun]) -> Result<()> {
+    if runs
+        .iter()
+        .any(|r| r.len >= 512 && r.start.is_multiple_of(512))
+    {
+        crate::xattr::add_hint(inner, g)?;
+    }
     Ok(())
 }
 
@@ -473,6 +500,82 @@ pub(crate) fn fill_gaps(inner: &Inner, g: &mut Node, a: u64, b: u64) -> Result<b
         Ok(())
     })?;
     res.keep();
+    mark_if_aligned(inner, g, &runs)?;
+    Ok(true)
+}
+
+/// Whether 2 MiB unit `unit` holds data but is not one aligned extent (so it cannot be
+/// mapped with a hugepage): what a rewrite would fix.
+/// Only units wholly inside the file count: the last, partial unit of a file cannot be mapped
+/// with a hugepage anyway, and rewriting it would only add space.
+pub(crate) fn unit_fragmented(g: &Node, unit: u64) -> bool {
+    let u0 = unit * 512;
+    u0 + 512 <= g.hdr.size.div_ceil(BLOCK_SIZE)
+        && !g.map.in_aligned_unit(u0)
+        && !g.map.segments(u0, u0 + 512).is_empty()
+}
+
+/// Move 2 MiB unit `unit` of the file onto a fresh aligned extent (reactive rewrite): copy
+/// its blocks (holes become zeros), then remap the unit and free the old blocks in one
+/// transaction. The content is the same before and after, so a crash at any point is
+/// harmless. Returns false when the unit needed nothing (empty or already aligned).
+pub(crate) fn rewrite_unit(inner: &Inner, g: &mut Node, unit: u64) -> Result<bool> {
+    if !unit_fragmented(g, unit) {
+        return Ok(false);
+    }
+    let ino = g.ino;
+    let (u0, u1) = (unit * 512, unit * 512 + 512);
+    let mut res = Reserved::new(inner);
+    let ext = inner
+        .alloc
+        .alloc_aligned_extent(crate::fs::current_cpu())
+        .ok_or_else(|| Error::NoSpace("no free aligned 2 MiB extent to rewrite onto".into()))?;
+    let run = BlockRun {
+        start: ext,
+        len: 512,
+    };
+    res.runs.push(run);
+    // Mappings stop reaching the old blocks before they are read, so no store is lost.
+    crate::mmap::before_move(inner, g, u0, u1)?;
+    let pool = &inner.pool;
+    let mut cur = u0;
+    for (l, p, n) in g.map.segments(u0, u1) {
+        if l > cur {
+            pool.zero_flush(
+                (ext + cur - u0) * BLOCK_SIZE,
+                (l - cur) * BLOCK_SIZE,
+                Category::Data,
+            )?;
+        }
+        pool.copy_flush(
+            p * BLOCK_SIZE,
+            (ext + l - u0) * BLOCK_SIZE,
+            n * BLOCK_SIZE,
+            Category::Data,
+        )?;
+        cur = l + n;
+    }
+    if cur < u1 {
+        pool.zero_flush(
+            (ext + cur - u0) * BLOCK_SIZE,
+            (u1 - cur) * BLOCK_SIZE,
+            Category::Data,
+        )?;
+    }
+    let mut upd = MapUpdate::default();
+    inner.reserve_slots(&mut res, &mut g.map, 2, &mut upd)?;
+    guarded(inner, || {
+        g.map.remap(u0, 512, &[run], &mut upd);
+        let mut hdr = g.hdr.clone();
+        hdr.map_end = hdr.map_end.max(u1);
+        let mut tx = Tx::new();
+        inner.map_tx(&mut tx, &g.map, ino, &upd, &mut hdr)?;
+        commit_header(inner, ino, &g.hdr, &hdr, tx)?;
+        g.hdr = hdr;
+        inner.finish_map_update(&g.map, ino, &upd)
+    })?;
+    res.keep();
+    crate::xattr::add_hint(inner, g)?;
     Ok(true)
 }
 

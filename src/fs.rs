@@ -140,6 +140,8 @@ pub(crate) struct Node {
     pub open: u32,
     /// Live memory mappings of this file; every change to its size or block map updates them.
     pub maps: Vec<Arc<crate::mmap::MapState>>,
+    /// Cached presence of the alignment hint xattr (None: not looked up yet).
+    pub hugepage_hint: Option<bool>,
 }
 
 impl Node {
@@ -171,6 +173,10 @@ pub(crate) struct Inner {
     pub recovery: crate::journal::RecoveryReport,
     /// The page-fault service of file mappings, started by the first `mmap`.
     pub faults: Mutex<Option<Arc<crate::mmap::FaultService>>>,
+    /// The background rewriter, started by the first queued rewrite.
+    pub rewriter: Mutex<Option<Arc<crate::rewrite::Rewriter>>>,
+    /// This mount itself, for the threads it starts (they must not keep it alive).
+    pub me: std::sync::OnceLock<std::sync::Weak<Inner>>,
 }
 
 /// A mounted winefs. Cheap to clone; all clones share one mount. Thread-safe.
@@ -743,14 +749,20 @@ impl Inner {
         res.keep();
         pg.hdr = ph;
         let dir = (kind == FileKind::Dir).then(DirIndex::default);
-        let node = Node {
+        let mut node = Node {
             ino,
             hdr,
             map,
             dir,
             open: 0,
             maps: Vec::new(),
+            hugepage_hint: None,
         };
+        // Files created directly in a directory with the alignment hint inherit it (its own
+        // transaction: the hint is advice, a crash may drop it without harm).
+        if kind == FileKind::File && crate::xattr::hinted(self, &mut pg)? {
+            crate::xattr::add_hint(self, &mut node)?;
+        }
         let attr = self.attr(&node);
         self.nodes
             .write()
@@ -1103,7 +1115,9 @@ impl Fs {
     }
 
     /// Clean unmount: save the allocator state and mark the superblock clean.
+    /// Queued background rewrites get up to 30 s to finish first.
     pub fn unmount(self) -> Result<()> {
+        let _ = crate::rewrite::settle(&self.inner, std::time::Duration::from_secs(30));
         crate::recovery::unmount(&self.inner)
     }
 
@@ -1389,7 +1403,32 @@ impl Fs {
     }
 
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
-        crate::xattr::set(&self.inner, ino, name, Some(value), how)
+        crate::xattr::set(&self.inner, ino, name, Some(value), how)?;
+        // The hint given to a file that already has data (as `cp --preserve=xattr` and
+        // `rsync -X` do, after copying) moves that data onto aligned extents.
+        if name == crate::xattr::HUGEPAGE_HINT && self.getattr(ino)?.kind == FileKind::File {
+            crate::rewrite::queue(&self.inner, ino);
+        }
+        Ok(())
+    }
+
+    /// Move every 2 MiB unit of file `ino` that holds data but is not one aligned extent onto
+    /// a fresh aligned extent, now (the background rewriter does the same, throttled).
+    pub fn rewrite(&self, ino: u64) -> Result<crate::rewrite::RewriteStats> {
+        self.inner.check_alive()?;
+        if self.getattr(ino)?.kind != FileKind::File {
+            return Err(Error::Invalid("only regular files can be rewritten".into()));
+        }
+        crate::rewrite::rewrite_file(&Arc::downgrade(&self.inner), ino, false)
+    }
+
+    /// Wait for queued background rewrites to finish (None if `timeout` passes first);
+    /// returns what the background rewriter has done so far.
+    pub fn settle_rewrites(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Option<crate::rewrite::RewriteStats> {
+        crate::rewrite::settle(&self.inner, timeout)
     }
 
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {

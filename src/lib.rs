@@ -12,6 +12,7 @@
 //! - [`vm`]: the virtual-memory system calls behind mappings (userfaultfd, `MAP_FIXED`, `mremap`).
 //! - [`xattr`]: extended attributes.
 //! - [`fs`]: namespace operations, locking and the `Fs` API.
+//! - [`rewrite`]: reactive rewrite of fragmented files onto aligned extents.
 //! - [`recovery`]: mkfs, mount, unmount.
 //! - [`fsck`]: invariant checks.
 //! - [`bench`]: the system-call benchmark (a tool beside the core).
@@ -34,6 +35,7 @@ pub mod layout;
 pub mod mmap;
 pub mod pool;
 pub mod recovery;
+pub mod rewrite;
 pub mod sys;
 pub(crate) mod vm;
 pub mod xattr;

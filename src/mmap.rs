@@ -421,7 +421,17 @@ impl Mapping {
         }
         lock(&sh.regions).insert(base, (len, Arc::downgrade(&st)));
         g.maps.push(st.clone());
+        // A file mapped while fragmented is queued for a rewrite onto aligned extents.
+        let fragmented = g
+            .map
+            .segments(st.first_block(), st.end_block())
+            .iter()
+            .flat_map(|&(l, _, n)| l / UNIT_BLOCKS..(l + n).div_ceil(UNIT_BLOCKS))
+            .any(|u| crate::file::unit_fragmented(&g, u));
         drop(g);
+        if fragmented {
+            crate::rewrite::queue(&fs.inner, file.ino());
+        }
         Ok(Mapping { st, file })
     }
 
@@ -483,6 +493,19 @@ impl Mapping {
             )));
         }
         vm::copy_in(self.st.base + at, data);
+        Ok(())
+    }
+
+    /// Load like a plain memcpy from the mapping (the counterpart of [`Mapping::store`]).
+    pub fn load(&self, at: usize, buf: &mut [u8]) -> Result<()> {
+        if at.checked_add(buf.len()).is_none_or(|e| e > self.st.len) {
+            return Err(Error::Invalid(format!(
+                "range {at}+{} is outside the {}-byte mapping",
+                buf.len(),
+                self.st.len
+            )));
+        }
+        vm::copy_out(self.st.base + at, buf);
         Ok(())
     }
 

@@ -265,6 +265,7 @@ fn load_inodes(
                     dir,
                     open: 0,
                     maps: Vec::new(),
+                    hugepage_hint: None,
                 },
             );
         }
@@ -412,6 +413,8 @@ pub fn mount(path: &Path, opts: MountOptions) -> Result<Fs> {
         generation: AtomicU32::new(now_ns() as u32),
         recovery,
         faults: Mutex::new(None),
+        rewriter: Mutex::new(None),
+        me: std::sync::OnceLock::new(),
         pool,
         geo: g,
         sb: sbk,
@@ -442,7 +445,11 @@ pub fn mount(path: &Path, opts: MountOptions) -> Result<Fs> {
         inner.release_inode_number(ino);
     }
     Ok(Fs {
-        inner: Arc::new(inner),
+        inner: {
+            let inner = Arc::new(inner);
+            let _ = inner.me.set(Arc::downgrade(&inner));
+            inner
+        },
     })
 }
 

@@ -340,6 +340,9 @@ fn host_apply(root: &Path, op: &Op) -> Out {
                     .collect::<std::io::Result<Vec<_>>>()
             }),
             |mut v| {
+                // The alignment hint winefs adds to files given aligned extents has no host
+                // counterpart.
+                v.retain(|n| n != winefs::xattr::HUGEPAGE_HINT);
                 v.sort();
                 Out::Names(v)
             },
@@ -496,6 +499,9 @@ fn win_apply(fs: &Fs, op: &Op) -> Out {
         Op::ListXattr(p) => w(
             fs.resolve(&p.path(), true).and_then(|i| fs.listxattr(i)),
             |mut v| {
+                // The alignment hint winefs adds to files given aligned extents has no host
+                // counterpart.
+                v.retain(|n| n != winefs::xattr::HUGEPAGE_HINT);
                 v.sort();
                 Out::Names(v)
             },
@@ -603,6 +609,7 @@ fn compare_trees(fs: &Fs, root: &Path) -> Result<(), String> {
                     let mut hx = host_listxattr(&hp).unwrap();
                     hx.sort();
                     let mut wx = fs.listxattr(e.ino).map_err(|x| x.to_string())?;
+                    wx.retain(|n| n != winefs::xattr::HUGEPAGE_HINT);
                     wx.sort();
                     if hx != wx {
                         return Err(format!("{r}: xattr names differ"));

@@ -1486,3 +1486,63 @@ fn cli_refusals_are_one_line_and_leave_nothing_mounted() {
     assert_eq!(info(&pool), info_before, "a refused mount changed the pool");
     fsck_clean(&pool);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Alignment hint through ordinary tools.
+
+/// Whether every extent of `path` in the (unmounted) pool is a whole 2 MiB-aligned unit.
+fn aligned_in_pool(fs: &winefs::Fs, path: &str) -> bool {
+    let ino = fs.resolve(path, true).unwrap();
+    let ext = fs.extents(ino).unwrap();
+    !ext.is_empty()
+        && ext
+            .iter()
+            .all(|&(l, p, n)| l % 512 == 0 && p % 512 == 0 && n % 512 == 0)
+}
+
+#[test]
+fn cp_preserve_xattr_carries_the_hugepage_hint() {
+    require_base();
+    require("fallocate", "util-linux");
+    require("getfattr", "attr");
+    let mut m = Mounted::new();
+    let data = pseudo_random(77, 2 << 20);
+    // An aligned original: fallocate gives it an aligned extent (and so the hint), then the
+    // data is written in place.
+    ok(cmd("fallocate").args(["-l", "2MiB"]).arg(m.path("orig")));
+    let mut f = File::options().write(true).open(m.path("orig")).unwrap();
+    f.write_all(&data).unwrap();
+    drop(f);
+    let hint = ok(cmd("getfattr")
+        .args(["--only-values", "-n", "user.winefs.hugepage"])
+        .arg(m.path("orig")));
+    assert_eq!(hint, "1", "the original carries no hint");
+    // cp writes the copy in 1 MiB FUSE requests (holes: the file is small), then sets the
+    // attributes; the hint makes the daemon rewrite the copy onto an aligned extent. A copy
+    // without the attributes stays where its small writes put it.
+    ok(cmd("cp")
+        .arg("--preserve=xattr")
+        .arg(m.path("orig"))
+        .arg(m.path("copy")));
+    ok(cmd("cp").arg(m.path("orig")).arg(m.path("plain")));
+    assert_bytes(&m.path("copy"), &data);
+    m.stop(); // a clean unmount lets queued rewrites finish
+    let fs = winefs::Fs::mount(
+        &m.pool,
+        winefs::MountOptions {
+            private: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(aligned_in_pool(&fs, "/orig"));
+    assert!(aligned_in_pool(&fs, "/copy"), "the copy was not rewritten");
+    assert!(
+        !aligned_in_pool(&fs, "/plain"),
+        "a copy without the hint should have stayed in holes (the test lost its contrast)"
+    );
+    let ino = fs.resolve("/copy", true).unwrap();
+    let mut got = vec![0u8; data.len()];
+    fs.read(ino, 0, &mut got).unwrap();
+    assert!(got == data, "the rewritten copy differs");
+}

@@ -118,13 +118,13 @@ fn pmd_mapping_takes_one_fault_per_unit() {
 }
 
 #[test]
-fn scattered_file_maps_and_reads_back() {
+fn scattered_file_maps_reads_back_and_is_rewritten_onto_hugepages() {
     let pool = HugePool::new("scattered", 128 * MIB);
     let fs = pool.mount();
     let a = fs.create_file("/a").unwrap();
     let b = fs.create_file("/b").unwrap();
-    let data = pattern(4 * MIB as usize, 3);
-    // Interleaved 4 KiB appends scatter both files over 4 KiB holes.
+    let data = pattern(2 * MIB as usize, 3);
+    // Interleaved 4 KiB writes to two small files scatter both over 4 KiB holes.
     for (i, chunk) in data.chunks(4096).enumerate() {
         a.write_at(i as u64 * 4096, chunk).unwrap();
         b.write_at(i as u64 * 4096, &[i as u8; 100]).unwrap();
@@ -135,16 +135,142 @@ fn scattered_file_maps_and_reads_back() {
         "expected a scattered file, got {} extents",
         ext.len()
     );
+    // Mapping it queues a background rewrite; reads are right before, during and after it.
     let m = a.mmap(0, data.len()).unwrap();
     let mut got = vec![0u8; data.len()];
     m.read(0, &mut got).unwrap();
     assert!(got == data);
-    assert_eq!(m.pmd_mapped_bytes().unwrap(), 0);
+    let done = fs
+        .settle_rewrites(std::time::Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(done.units_rewritten, 1);
+    assert!(all_units_aligned(&fs, a.ino()), "{:?}", fs.extents(a.ino()));
+    let mut got = vec![0u8; data.len()];
+    m.read(0, &mut got).unwrap();
+    assert!(got == data, "content changed by the rewrite");
+    assert_eq!(m.pmd_mapped_bytes().unwrap(), 2 * MIB);
+    assert_eq!(
+        fs.getxattr(a.ino(), winefs::xattr::HUGEPAGE_HINT).unwrap(),
+        b"1"
+    );
     // An unaligned mapping offset also works.
-    let m2 = a.mmap(12288, 3 * 4096 + 1).unwrap();
+    let m2 = b.mmap(12288, 3 * 4096 + 1).unwrap();
     let mut got = vec![0u8; 3 * 4096];
     m2.read(0, &mut got).unwrap();
-    assert_eq!(&got[..], &data[12288..12288 + 3 * 4096]);
+    assert_eq!(&got[..100], &[3u8; 100]);
+    drop((m, m2));
+    assert_clean(&fs);
+}
+
+#[test]
+fn rewrite_under_concurrent_stores_loses_nothing() {
+    let pool = HugePool::new("rewrite-race", 128 * MIB);
+    let fs = pool.mount();
+    let a = fs.create_file("/a").unwrap();
+    let size = 6 * MIB;
+    a.fallocate(0, size).unwrap();
+    // Punch a block out of every unit and write it back: each unit now holds a 4 KiB hole
+    // block, so none is one aligned extent.
+    for u in 0..size / HUGE {
+        fs.punch_hole(a.ino(), u * HUGE + 40960, 4096).unwrap();
+        a.write_at(u * HUGE + 40960, &[0u8; 4096]).unwrap();
+    }
+    assert!(!all_units_aligned(&fs, a.ino()));
+    let m = a.mmap(0, size as usize).unwrap(); // also queues a background rewrite
+    let slots = size as usize / 4096;
+    let fg = std::thread::scope(|s| {
+        let m = &m;
+        let writer = s.spawn(move || {
+            // Each page's slot is stored once, in order, while the rewrites run: a store
+            // lost to a rewrite stays lost.
+            for slot in 0..slots {
+                m.store(slot * 4096 + 8, &(slot as u64 + 1).to_le_bytes())
+                    .unwrap();
+                if slot % 64 == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        });
+        let st = fs.rewrite(a.ino()).unwrap();
+        writer.join().unwrap();
+        st
+    });
+    let bg = fs
+        .settle_rewrites(std::time::Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(fg.units_rewritten + bg.units_rewritten, 3, "{fg:?} {bg:?}");
+    for slot in 0..slots {
+        let mut b = [0u8; 8];
+        a.read_at(slot as u64 * 4096 + 8, &mut b).unwrap();
+        assert_eq!(u64::from_le_bytes(b), slot as u64 + 1, "slot {slot}");
+    }
+    assert!(all_units_aligned(&fs, a.ino()), "{:?}", fs.extents(a.ino()));
+    drop(m);
+    assert_clean(&fs);
+}
+
+#[test]
+fn alignment_hint_is_recorded_inherited_and_honoured() {
+    let pool = HugePool::new("hint", 128 * MIB);
+    let fs = pool.mount();
+    let hint = winefs::xattr::HUGEPAGE_HINT;
+    // A file that receives an aligned extent records the hint.
+    let big = fs.create_file("/big").unwrap();
+    big.write_at(0, &pattern(HUGE as usize, 1)).unwrap();
+    assert_eq!(fs.getxattr(big.ino(), hint).unwrap(), b"1");
+    // A small file does not.
+    let small = fs.create_file("/small").unwrap();
+    small.write_at(0, b"tiny").unwrap();
+    assert!(fs.getxattr(small.ino(), hint).is_err());
+    // Files created directly in a hinted directory inherit it and get aligned units even when
+    // written 4 KiB at a time, interleaved with another file.
+    let d = fs.mkdir_path("/aligned").unwrap();
+    fs.setxattr(d.ino, hint, b"1", Default::default()).unwrap();
+    let f = fs.create_file("/aligned/f").unwrap();
+    let other = fs.create_file("/other").unwrap();
+    let data = pattern(MIB as usize + 4096 * 3, 2);
+    for (i, c) in data.chunks(4096).enumerate() {
+        f.write_at(i as u64 * 4096, c).unwrap();
+        other.write_at(i as u64 * 4096, c).unwrap();
+    }
+    assert_eq!(fs.getxattr(f.ino(), hint).unwrap(), b"1");
+    assert!(all_units_aligned(&fs, f.ino()), "{:?}", fs.extents(f.ino()));
+    assert_eq!(f.read_all().unwrap(), data);
+    // A file written large and sequentially without any hint: every unit ends up aligned
+    // (units past the first by whole-unit allocation, the first by a background rewrite).
+    let seq = fs.create_file("/seq").unwrap();
+    let data = pattern(8 * MIB as usize, 4);
+    for (i, c) in data.chunks(4096).enumerate() {
+        seq.write_at(i as u64 * 4096, c).unwrap();
+        other.write_at(MIB * 4 + i as u64 * 4096, b"y").unwrap();
+    }
+    fs.settle_rewrites(std::time::Duration::from_secs(60))
+        .unwrap();
+    assert!(
+        all_units_aligned(&fs, seq.ino()),
+        "{:?}",
+        fs.extents(seq.ino())
+    );
+    assert_eq!(seq.read_all().unwrap(), data);
+    // The hint set after the data was written (as cp --preserve=xattr does) rewrites it.
+    let late = fs.create_file("/late").unwrap();
+    let data = pattern(2 * MIB as usize, 5);
+    for (i, c) in data.chunks(4096).enumerate() {
+        late.write_at(i as u64 * 4096, c).unwrap();
+        other.write_at(MIB * 20 + i as u64 * 4096, b"z").unwrap();
+    }
+    assert!(!all_units_aligned(&fs, late.ino()));
+    fs.setxattr(late.ino(), hint, b"1", Default::default())
+        .unwrap();
+    fs.settle_rewrites(std::time::Duration::from_secs(60))
+        .unwrap();
+    assert!(
+        all_units_aligned(&fs, late.ino()),
+        "{:?}",
+        fs.extents(late.ino())
+    );
+    assert_eq!(late.read_all().unwrap(), data);
+    assert_clean(&fs);
 }
 
 #[test]
@@ -378,4 +504,97 @@ fn fault_on_a_full_pool_raises_sigbus() {
     let st = run_child("enospc", &pool.path);
     assert_eq!(st.signal(), Some(libc::SIGBUS), "{st:?}");
     assert_clean(&pool.mount());
+}
+
+/// LMDB's pattern (the reproduction report's finding): grow the file with ftruncate, map it,
+/// and let page faults allocate as records are written. Returns the writing thread's faults.
+fn lmdb_fill(fs: &Fs, size: u64) -> (u64, u64) {
+    let f = fs.create_file("/data.mdb").unwrap();
+    f.set_len(size).unwrap();
+    let m = f.mmap(0, size as usize).unwrap();
+    let record = [0x5au8; 1024];
+    let before = thread_page_faults();
+    for at in (0..size as usize).step_by(record.len()) {
+        m.store(at, &record).unwrap();
+    }
+    let faults = thread_page_faults() - before;
+    let pmd = m.pmd_mapped_bytes().unwrap();
+    (faults, pmd)
+}
+
+/// Age a mounted pool: fill it to `util` with files of mixed sizes (mostly small, some
+/// large), then delete and recreate files until `churn` times the pool size has been written.
+fn age(fs: &Fs, util: f64, churn: u64, seed: u64) {
+    let st = fs.statfs();
+    let total = st.blocks * 4096;
+    let mut rng = seed | 1;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut live: Vec<(String, u64)> = Vec::new();
+    let mut used = 0u64;
+    let mut written = 0u64;
+    let mut id = 0u64;
+    let buf = vec![0xa5u8; 4 * MIB as usize];
+    while written < churn * total {
+        let want_create = (used as f64) < util * total as f64;
+        if want_create || live.is_empty() {
+            // 70% small (4-64 KiB), 25% medium (64 KiB-1 MiB), 5% large (1-4 MiB).
+            let r = next() % 100;
+            let size = match r {
+                0..70 => 4096 * (1 + next() % 16),
+                70..95 => 65536 + next() % (MIB - 65536),
+                _ => MIB + next() % (3 * MIB),
+            };
+            let name = format!("/age{id}");
+            id += 1;
+            let f = fs.create_file(&name).unwrap();
+            // Written in 64 KiB pieces, as most tools do.
+            let mut off = 0;
+            while off < size {
+                let n = (size - off).min(65536);
+                f.write_at(off, &buf[..n as usize]).unwrap();
+                off += n;
+            }
+            used += size;
+            written += size;
+            live.push((name, size));
+        } else {
+            let i = (next() % live.len() as u64) as usize;
+            let (name, size) = live.swap_remove(i);
+            fs.unlink_path(&name).unwrap();
+            used -= size;
+        }
+    }
+}
+
+#[test]
+fn aged_pool_keeps_lmdb_fault_count_near_clean() {
+    let size = 64 * MIB;
+    let clean = HugePool::new("lmdb-clean", 512 * MIB);
+    let (clean_faults, clean_pmd) = lmdb_fill(&clean.mount(), size);
+    let aged = HugePool::new("lmdb-aged", 512 * MIB);
+    let fs = aged.mount();
+    age(&fs, 0.75, 3, 42);
+    let st = fs.statfs();
+    let util = 1.0 - st.free_blocks as f64 / st.blocks as f64;
+    assert!(util > 0.6, "aging reached only {util:.2} utilization");
+    let (aged_faults, aged_pmd) = lmdb_fill(&fs, size);
+    eprintln!(
+        "LMDB pattern, 64 MiB: clean {clean_faults} faults, aged ({:.0}% full) {aged_faults} faults",
+        util * 100.0
+    );
+    assert_eq!(clean_pmd, size);
+    assert_eq!(
+        aged_pmd, size,
+        "aged pool: not every unit is hugepage-mapped"
+    );
+    assert!(
+        aged_faults as f64 <= 1.2 * clean_faults as f64,
+        "aged {aged_faults} faults vs clean {clean_faults}"
+    );
+    assert_clean(&fs);
 }

@@ -1,0 +1,161 @@
+//! Reactive rewrite (paper §3.6): a file found fragmented when it is memory-mapped, or given
+//! the alignment hint after its data was written (`cp --preserve=xattr` and `rsync -X` set
+//! attributes after copying data), is queued; a background thread moves each of its 2 MiB
+//! units that holds data but is not one aligned extent onto a fresh aligned extent, one unit
+//! per transaction (`file::rewrite_unit`), sleeping between units as long as the unit took,
+//! so foreground work keeps at least half of the time. `Fs::rewrite` does the same at once.
+
+use crate::error::{Error, Result};
+use crate::fs::{Inner, wlock};
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What a rewrite did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RewriteStats {
+    /// Units moved onto aligned extents.
+    pub units_rewritten: u64,
+    /// Units holding data that were looked at.
+    pub units_seen: u64,
+}
+
+/// The background rewriter of one mount: a queue of inode numbers and its thread.
+#[derive(Default)]
+pub(crate) struct Rewriter {
+    state: Mutex<Queue>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Queue {
+    order: VecDeque<u64>,
+    queued: HashSet<u64>,
+    /// An inode being rewritten right now.
+    busy: bool,
+    done: RewriteStats,
+}
+
+/// Queue `ino` for a background rewrite (starting the thread on first use).
+pub(crate) fn queue(inner: &Inner, ino: u64) {
+    let Some(me) = inner.me.get().cloned() else {
+        return;
+    };
+    let rw = {
+        let mut slot = lock(&inner.rewriter);
+        if let Some(rw) = slot.as_ref() {
+            rw.clone()
+        } else {
+            let rw = Arc::new(Rewriter::default());
+            let (weak, thread_rw) = (me, rw.clone());
+            let started = std::thread::Builder::new()
+                .name("winefs-rewrite".into())
+                .spawn(move || run(weak, &thread_rw));
+            if let Err(e) = started {
+                eprintln!("winefs: cannot start the rewrite thread: {e}");
+                return;
+            }
+            *slot = Some(rw.clone());
+            rw
+        }
+    };
+    let mut q = lock(&rw.state);
+    if q.queued.insert(ino) {
+        q.order.push_back(ino);
+        rw.changed.notify_all();
+    }
+}
+
+fn run(inner: Weak<Inner>, rw: &Rewriter) {
+    loop {
+        let ino = {
+            let mut q = lock(&rw.state);
+            loop {
+                if inner.strong_count() == 0 {
+                    return;
+                }
+                if let Some(i) = q.order.pop_front() {
+                    q.queued.remove(&i);
+                    q.busy = true;
+                    break i;
+                }
+                q = rw
+                    .changed
+                    .wait_timeout(q, Duration::from_millis(200))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        };
+        let r = rewrite_file(&inner, ino, true);
+        let mut q = lock(&rw.state);
+        q.busy = false;
+        match r {
+            Ok(s) => {
+                q.done.units_rewritten += s.units_rewritten;
+                q.done.units_seen += s.units_seen;
+            }
+            Err(e) => eprintln!("winefs: background rewrite of inode {ino} stopped: {e}"),
+        }
+        rw.changed.notify_all();
+    }
+}
+
+/// Rewrite every fragmented unit of `ino`, taking the mount and the inode lock one unit at a
+/// time (so neither a foreground writer nor an unmount waits long for it).
+pub(crate) fn rewrite_file(inner: &Weak<Inner>, ino: u64, throttle: bool) -> Result<RewriteStats> {
+    let mut stats = RewriteStats::default();
+    let mut next = Some(0u64);
+    while let Some(lb) = next {
+        let Some(inner) = inner.upgrade() else {
+            break;
+        };
+        let node = match inner.node(ino) {
+            Ok(n) => n,
+            Err(Error::Stale(_)) => break, // deleted meanwhile
+            Err(e) => return Err(e),
+        };
+        let start = Instant::now();
+        let moved = {
+            let mut g = wlock(&node);
+            let Some(first) = g.map.next_mapped(lb) else {
+                break;
+            };
+            inner.check_alive()?;
+            let unit = first / 512;
+            stats.units_seen += 1;
+            next = Some((unit + 1) * 512);
+            crate::file::rewrite_unit(&inner, &mut g, unit)?
+        };
+        drop(inner);
+        if moved {
+            stats.units_rewritten += 1;
+            if throttle {
+                std::thread::sleep(start.elapsed());
+            }
+        }
+    }
+    Ok(stats)
+}
+
+/// Wait until the background queue is empty and idle (or `timeout` passes); returns the
+/// totals done by the background thread so far, or None on timeout.
+pub(crate) fn settle(inner: &Inner, timeout: Duration) -> Option<RewriteStats> {
+    let Some(rw) = lock(&inner.rewriter).clone() else {
+        return Some(RewriteStats::default());
+    };
+    let deadline = Instant::now() + timeout;
+    let mut q = lock(&rw.state);
+    while q.busy || !q.order.is_empty() {
+        let left = deadline.checked_duration_since(Instant::now())?;
+        q = rw
+            .changed
+            .wait_timeout(q, left)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+    Some(q.done)
+}
