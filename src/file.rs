@@ -520,7 +520,8 @@ pub(crate) fn unit_fragmented(g: &Node, unit: u64) -> bool {
 /// transaction. The content is the same before and after, so a crash at any point is
 /// harmless. Returns false when the unit needed nothing (empty or already aligned).
 pub(crate) fn rewrite_unit(inner: &Inner, g: &mut Node, unit: u64) -> Result<bool> {
-    if !unit_fragmented(g, unit) {
+    // Never under an atomic mapping: its stores not yet msynced live only in its pages.
+    if !unit_fragmented(g, unit) || crate::mmap::has_atomic(g) {
         return Ok(false);
     }
     let ino = g.ino;
@@ -760,7 +761,14 @@ impl File {
     /// Map `len` bytes of the file from `off` (a multiple of 4 KiB) into memory; see
     /// [`Mapping`]. Aligned 2 MiB extents are mapped with hugepages on a hugepage pool.
     pub fn mmap(&self, off: u64, len: usize) -> Result<Mapping> {
-        Mapping::new(File::open(self.fs.clone(), self.ino)?, off, len)
+        Mapping::new(File::open(self.fs.clone(), self.ino)?, off, len, false)
+    }
+    /// Map like [`File::mmap`], but atomically: stores stay private to the mapping until
+    /// [`Mapping::msync`] writes the pages dirtied since the last msync into the file in one
+    /// journal transaction (strict mode only). Dirty pages are 4 KiB copies, so stored-to
+    /// pages lose their hugepage mapping until written back.
+    pub fn mmap_atomic(&self, off: u64, len: usize) -> Result<Mapping> {
+        Mapping::new(File::open(self.fs.clone(), self.ino)?, off, len, true)
     }
     pub(crate) fn fs(&self) -> &Fs {
         &self.fs

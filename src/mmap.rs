@@ -50,6 +50,9 @@ pub(crate) struct MapState {
     off: u64,
     /// Length in bytes (whole pages).
     len: usize,
+    /// Atomic mapping: pages are copy-on-write views of the pool, written back by `msync`
+    /// in one journal transaction.
+    atomic: bool,
     va: Mutex<VaState>,
     /// Fault workers currently serving this mapping; teardown waits for zero, so no worker
     /// still holds the mount (or touches the range) once the mapping is gone.
@@ -295,6 +298,7 @@ fn install(inner: &Inner, g: &Node, st: &MapState, a: u64, b: u64) -> Result<boo
             r.2 as usize * PAGE,
             fd,
             r.1 * BLOCK_SIZE,
+            st.atomic,
         )
     };
     for (l, p, len) in g.map.segments(a, b) {
@@ -341,8 +345,13 @@ pub struct Mapping {
 }
 
 impl Mapping {
-    pub(crate) fn new(file: File, off: u64, len: usize) -> Result<Mapping> {
+    pub(crate) fn new(file: File, off: u64, len: usize, atomic: bool) -> Result<Mapping> {
         let fs = file.fs().clone();
+        if atomic && fs.inner.mode != crate::fs::Mode::Strict {
+            return Err(Error::Invalid(
+                "atomic mappings need a strict-mode mount".into(),
+            ));
+        }
         if fs.inner.pool.is_private() {
             return Err(Error::NoDevice(
                 "a read-only (private) pool mount cannot be memory-mapped".into(),
@@ -380,6 +389,7 @@ impl Mapping {
             base,
             off,
             len,
+            atomic,
             va: Mutex::new(VaState {
                 installed: BTreeSet::new(),
                 dead: false,
@@ -516,10 +526,12 @@ impl Mapping {
         Ok(())
     }
 
-    /// Make stores to [at, at+len) of the mapping durable: write back the cache lines of the
-    /// installed pages there and fence. (Pages never touched are not installed and hold
-    /// nothing to write back.)
-    pub fn msync(&self, at: usize, len: usize) -> Result<()> {
+    /// Make stores to [at, at+len) of the mapping durable. A plain mapping writes back the
+    /// cache lines of the installed pages there and fences (pages never touched hold nothing
+    /// to write back). An atomic mapping writes the pages dirtied since the last msync into
+    /// the file in one journal transaction: after a crash the range holds either all of them
+    /// or none. Returns the bytes written back (atomic) or flushed (plain).
+    pub fn msync(&self, at: usize, len: usize) -> Result<u64> {
         let end = at
             .checked_add(len)
             .filter(|&e| e <= self.st.len)
@@ -527,12 +539,61 @@ impl Mapping {
                 Error::Invalid(format!("msync range {at}+{len} is outside the mapping"))
             })?;
         let fs = self.file.fs();
-        let n = fs.inner.node(self.st.ino)?;
-        let g = crate::fs::rlock(&n);
+        let inner = &fs.inner;
+        inner.check_alive()?;
+        let n = inner.node(self.st.ino)?;
         let a = self.st.first_block() + (at / PAGE) as u64;
         let b = self.st.first_block() + end.div_ceil(PAGE) as u64;
-        flush_blocks(&fs.inner, &g, a, b);
-        Ok(())
+        if !self.st.atomic {
+            let g = crate::fs::rlock(&n);
+            flush_blocks(inner, &g, a, b);
+            return Ok(g.map.segments(a, b).iter().map(|s| s.2 * BLOCK_SIZE).sum());
+        }
+        // The inode lock keeps the block map (and the pages' pool offsets) still.
+        let g = wlock(&n);
+        let dirty = private_pages(&self.st, a, b)?;
+        // Runs of dirty blocks that are contiguous in the file and in the pool.
+        let mut runs: Vec<(u64, u64, u64)> = Vec::new();
+        for blk in dirty {
+            let Some((phys, _)) = g.map.lookup(blk) else {
+                continue; // cannot happen: only installed (backed) pages are copied on write
+            };
+            match runs.last_mut() {
+                Some(r) if r.0 + r.2 == blk && r.1 + r.2 == phys => r.2 += 1,
+                _ => runs.push((blk, phys, 1)),
+            }
+        }
+        let bytes: u64 = runs.iter().map(|r| r.2 * BLOCK_SIZE).sum();
+        let cap = inner.journals.staging_capacity();
+        if bytes > cap || runs.len() + 2 > inner.journals.entry_capacity() {
+            return Err(Error::NoSpace(format!(
+                "an atomic msync of {bytes} dirty bytes in {} runs exceeds one journal \
+                 transaction ({cap} bytes of undo staging); msync smaller ranges more often",
+                runs.len()
+            )));
+        }
+        let mut tx = crate::journal::Tx::new();
+        for &(blk, phys, nb) in &runs {
+            let mut data = vec![0u8; (nb * BLOCK_SIZE) as usize];
+            vm::copy_out(self.st.va_of_block(blk), &mut data);
+            tx.write(phys * BLOCK_SIZE, data, Category::Data);
+        }
+        if !tx.is_empty() {
+            inner.commit(tx)?;
+        }
+        // Start tracking afresh: the written-back pages become clean views of the pool again.
+        let fd = inner.pool.raw_fd();
+        for &(blk, phys, nb) in &runs {
+            vm::map_pool_fixed(
+                self.st.va_of_block(blk),
+                nb as usize * PAGE,
+                fd,
+                phys * BLOCK_SIZE,
+                true,
+            )?;
+        }
+        drop(g);
+        Ok(bytes)
     }
 
     /// Bytes of this mapping the kernel maps with 2 MiB page-table entries right now (from
@@ -540,6 +601,37 @@ impl Mapping {
     pub fn pmd_mapped_bytes(&self) -> Result<u64> {
         pmd_mapped_bytes(self.st.base, self.st.len)
     }
+}
+
+/// Blocks in [a, b) whose pages in an atomic mapping hold private copies (written since they
+/// were installed). From `/proc/self/pagemap`: a present page (bit 63) that is not a file page
+/// (bit 61) is the copy-on-write copy of a store. The copy-on-write fault the kernel takes on
+/// the first store to a page is the tracking, so stores cost nothing extra and nothing
+/// process-wide (like soft-dirty's clear_refs) is touched.
+fn private_pages(st: &MapState, a: u64, b: u64) -> Result<Vec<u64>> {
+    use std::os::unix::fs::FileExt;
+    let Some((a, b)) = st.clip(a, b) else {
+        return Ok(Vec::new());
+    };
+    let pm = std::fs::File::open("/proc/self/pagemap")
+        .map_err(|e| Error::io("open /proc/self/pagemap", e))?;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 8 * 4096];
+    let mut blk = a;
+    while blk < b {
+        let n = ((b - blk) as usize).min(4096);
+        let vpn = st.va_of_block(blk) / PAGE;
+        pm.read_exact_at(&mut buf[..n * 8], vpn as u64 * 8)
+            .map_err(|e| Error::io("read /proc/self/pagemap", e))?;
+        for (i, e) in buf[..n * 8].chunks_exact(8).enumerate() {
+            let e = u64::from_le_bytes([e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]]);
+            if e & (1 << 63) != 0 && e & (1 << 61) == 0 {
+                out.push(blk + i as u64);
+            }
+        }
+        blk += n as u64;
+    }
+    Ok(out)
 }
 
 /// Write back the cache lines of the backed blocks of [a, b) and fence.
@@ -669,9 +761,16 @@ pub(crate) fn before_move(inner: &Inner, g: &Node, a: u64, b: u64) -> Result<()>
     Ok(())
 }
 
-/// Write back every installed page of every mapping of the file (fsync of a mapped file).
+/// Whether the file has an atomic mapping (whose private, not yet msynced pages a move of
+/// its blocks would discard).
+pub(crate) fn has_atomic(g: &Node) -> bool {
+    g.maps.iter().any(|m| m.atomic)
+}
+
+/// Write back every installed page of every plain mapping of the file (fsync of a mapped
+/// file; atomic mappings reach the file only through their own msync).
 pub(crate) fn flush_mapped(inner: &Inner, g: &Node) {
-    for st in &g.maps {
+    for st in g.maps.iter().filter(|m| !m.atomic) {
         flush_blocks(inner, g, st.first_block(), st.end_block());
     }
 }

@@ -64,9 +64,21 @@ pub fn unmap(addr: usize, len: usize) {
     unsafe { libc::munmap(addr as *mut libc::c_void, len) };
 }
 
-/// Map `len` bytes of the pool file `fd` at `pool_off` shared and read-write at exactly `addr`,
-/// replacing whatever was mapped there in one step.
-pub fn map_pool_fixed(addr: usize, len: usize, fd: RawFd, pool_off: u64) -> Result<()> {
+/// Map `len` bytes of the pool file `fd` at `pool_off` read-write at exactly `addr`,
+/// replacing whatever was mapped there in one step: shared, or (`private`) copy-on-write, so
+/// stores stay in private pages until written back.
+pub fn map_pool_fixed(
+    addr: usize,
+    len: usize,
+    fd: RawFd,
+    pool_off: u64,
+    private: bool,
+) -> Result<()> {
+    let share = if private {
+        libc::MAP_PRIVATE
+    } else {
+        libc::MAP_SHARED
+    };
     // SAFETY: `addr..addr+len` lies inside a mapping region owned by the caller (a reservation
     // from `reserve`), which no Rust reference points into; MAP_FIXED replaces only that range.
     let r = unsafe {
@@ -74,7 +86,7 @@ pub fn map_pool_fixed(addr: usize, len: usize, fd: RawFd, pool_off: u64) -> Resu
             addr as *mut libc::c_void,
             len,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_FIXED,
+            share | libc::MAP_FIXED,
             fd,
             pool_off as libc::off_t,
         )

@@ -598,3 +598,91 @@ fn aged_pool_keeps_lmdb_fault_count_near_clean() {
     );
     assert_clean(&fs);
 }
+
+#[test]
+fn atomic_msync_writes_back_only_dirty_pages_all_or_nothing() {
+    let pool = HugePool::new("atomic", 128 * MIB);
+    let old = pattern((4 * HUGE) as usize, 1);
+    let dirty_pages = [3usize, 4, 700, 1500];
+    {
+        let fs = pool.mount();
+        let f = fs.create_file("/db").unwrap();
+        f.write_at(0, &old).unwrap();
+        let m = f.mmap_atomic(0, old.len()).unwrap();
+        for &p in &dirty_pages {
+            m.store(p * 4096 + 10, b"NEW").unwrap();
+        }
+        // Stores stay private until msync: the file still reads the old bytes.
+        let mut b = [0u8; 3];
+        f.read_at(3 * 4096 + 10, &mut b).unwrap();
+        assert_eq!(&b[..], &old[3 * 4096 + 10..3 * 4096 + 13]);
+        // A crash inside msync's transaction (after its in-place writes, before COMMIT).
+        fs.inject_crash_before_commit(1);
+        assert!(m.msync(0, m.len()).is_err());
+        drop(m);
+        drop(f);
+        drop(fs); // the crash: no clean unmount
+    }
+    let mut new = old.clone();
+    for &p in &dirty_pages {
+        new[p * 4096 + 10..p * 4096 + 13].copy_from_slice(b"NEW");
+    }
+    {
+        let fs = pool.mount();
+        assert_clean(&fs);
+        let f = fs.open_file("/db").unwrap();
+        assert!(
+            f.read_all().unwrap() == old,
+            "a crash during msync left part of the new content"
+        );
+        drop(f);
+        // A crash at the k-th commit after msync started: one transaction means the second
+        // and later never happen, so msync succeeds whole. (Writing pages in several
+        // transactions would leave a mix here.)
+        for k in 2..=dirty_pages.len() as u64 {
+            let f = fs.open_file("/db").unwrap();
+            f.write_at(0, &old).unwrap();
+            let m = f.mmap_atomic(0, old.len()).unwrap();
+            for &p in &dirty_pages {
+                m.store(p * 4096 + 10, b"NEW").unwrap();
+            }
+            fs.inject_crash_before_commit(k);
+            m.msync(0, m.len()).unwrap();
+            assert!(f.read_all().unwrap() == new, "k={k}");
+            fs.inject_crash_before_commit(0);
+        }
+        let f = fs.open_file("/db").unwrap();
+        f.write_at(0, &old).unwrap();
+        // Again without the crash: exactly the dirty pages are written back, all of them.
+        let m = f.mmap_atomic(0, old.len()).unwrap();
+        let mut probe = [0u8; 16];
+        m.load(50 * 4096, &mut probe).unwrap(); // a read does not dirty a page
+        for &p in &dirty_pages {
+            m.store(p * 4096 + 10, b"NEW").unwrap();
+        }
+        let data0 = fs.persist_stats().bytes_written[0];
+        assert_eq!(
+            m.msync(0, m.len()).unwrap(),
+            dirty_pages.len() as u64 * 4096
+        );
+        let data_bytes = fs.persist_stats().bytes_written[0] - data0;
+        assert!(
+            data_bytes <= 2 * dirty_pages.len() as u64 * 4096,
+            "{data_bytes} data bytes written for {} dirty pages",
+            dirty_pages.len()
+        );
+        // Nothing is dirty any more; a second msync writes nothing.
+        assert_eq!(m.msync(0, m.len()).unwrap(), 0);
+        m.store(9 * 4096, b"again").unwrap();
+        assert_eq!(m.msync(0, m.len()).unwrap(), 4096);
+        drop(m);
+        drop(f);
+        drop(fs);
+    }
+    let fs = pool.mount();
+    let got = fs.open_file("/db").unwrap().read_all().unwrap();
+    let mut want = new;
+    want[9 * 4096..9 * 4096 + 5].copy_from_slice(b"again");
+    assert!(got == want, "msynced content not durable");
+    assert_clean(&fs);
+}
