@@ -799,3 +799,41 @@ pub fn pmd_mapped_bytes(addr: usize, len: usize) -> Result<u64> {
     }
     Ok(kb * 1024)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(off: u64, len: usize) -> MapState {
+        MapState {
+            ino: 2,
+            base: 0x4000_0000 + (off % HUGE as u64) as usize,
+            off,
+            len,
+            atomic: false,
+            va: Mutex::new(VaState {
+                installed: BTreeSet::new(),
+                dead: false,
+            }),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    #[test]
+    fn unit_geometry_clips_to_mapping_and_eof() {
+        // Mapping file bytes [12 KiB, 12 KiB + 5 MiB): blocks 3..1283.
+        let st = state(3 * 4096, 5 << 20);
+        assert_eq!((st.first_block(), st.end_block()), (3, 1283));
+        // Unit 0 starts before the mapping; unit 2 ends after it; EOF cuts unit 1.
+        assert_eq!(st.unit_valid(0, 10_000), (3, 512));
+        assert_eq!(st.unit_valid(1, 700), (512, 700));
+        assert_eq!(st.unit_valid(2, 10_000), (1024, 1283));
+        assert_eq!(st.unit_valid(2, 900), (1024, 1024), "past EOF: empty");
+        // Addresses: file unit boundaries fall on 2 MiB-aligned addresses.
+        assert_eq!(st.va_of_block(512) % HUGE, 0);
+        assert_eq!(st.unit_va(0), (st.base, 509 * PAGE));
+        assert_eq!(st.unit_va(1), (st.va_of_block(512), HUGE));
+        assert_eq!(st.clip(0, 5), Some((3, 5)));
+        assert_eq!(st.clip(2000, 3000), None);
+    }
+}
