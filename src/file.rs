@@ -212,35 +212,8 @@ fn write_piece(inner: &Inner, g: &mut Node, pos: u64, buf: &[u8]) -> Result<()> 
     } else {
         Vec::new()
     };
-    // Lay the runs over the targets in order.
-    let mut placements: Vec<Vec<BlockRun>> = vec![Vec::new(); targets.len()];
-    let mut pieces = 0;
-    {
-        let mut ri = runs.iter().copied();
-        let mut left: Option<BlockRun> = None;
-        for (ti, t) in targets.iter().enumerate() {
-            let mut want = t.1;
-            while want > 0 {
-                let r = left
-                    .take()
-                    .or_else(|| ri.next())
-                    .expect("allocated exactly the blocks needed");
-                let take = r.len.min(want);
-                placements[ti].push(BlockRun {
-                    start: r.start,
-                    len: take,
-                });
-                pieces += 1;
-                if take < r.len {
-                    left = Some(BlockRun {
-                        start: r.start + take,
-                        len: r.len - take,
-                    });
-                }
-                want -= take;
-            }
-        }
-    }
+    let placements = lay_out(&runs, targets.iter().map(|t| t.1));
+    let pieces: usize = placements.iter().map(Vec::len).sum();
     let mut upd = MapUpdate::default();
     inner.reserve_slots(&mut res, &mut g.map, pieces + targets.len(), &mut upd)?;
     // From here on DRAM changes before the commit: any failure poisons the mount.
@@ -446,6 +419,36 @@ pub(crate) fn fallocate(
     Ok(())
 }
 
+/// Cut the allocated `runs` into consecutive pieces of the given lengths (their sum is the
+/// runs' total), in order: the placement of each target range.
+fn lay_out(runs: &[BlockRun], lens: impl Iterator<Item = u64>) -> Vec<Vec<BlockRun>> {
+    let mut ri = runs.iter().copied();
+    let mut left: Option<BlockRun> = None;
+    lens.map(|len| {
+        let mut pl = Vec::new();
+        let mut want = len;
+        while want > 0 {
+            let Some(r) = left.take().or_else(|| ri.next()) else {
+                break; // the caller allocated exactly the sum; nothing is missing
+            };
+            let take = r.len.min(want);
+            pl.push(BlockRun {
+                start: r.start,
+                len: take,
+            });
+            if take < r.len {
+                left = Some(BlockRun {
+                    start: r.start + take,
+                    len: r.len - take,
+                });
+            }
+            want -= take;
+        }
+        pl
+    })
+    .collect()
+}
+
 /// Allocate zeroed blocks for the unmapped blocks of [a, b) (inside one 2 MiB logical unit) in
 /// one transaction; a whole-unit gap gets an aligned 2 MiB extent when one is free. Returns
 /// whether anything was allocated. The file size does not change.
@@ -465,31 +468,10 @@ pub(crate) fn fill_gaps(inner: &Inner, g: &mut Node, a: u64, b: u64) -> Result<b
     }
     let mut upd = MapUpdate::default();
     inner.reserve_slots(&mut res, &mut g.map, runs.len() + gs.len(), &mut upd)?;
+    let placements = lay_out(&runs, gs.iter().map(|x| x.1));
     guarded(inner, || {
-        let mut ri = runs.iter().copied();
-        let mut left: Option<BlockRun> = None;
-        for (gl, glen) in &gs {
-            let mut pl = Vec::new();
-            let mut want = *glen;
-            while want > 0 {
-                let r = left
-                    .take()
-                    .or_else(|| ri.next())
-                    .expect("allocated exactly what the gaps need");
-                let take = r.len.min(want);
-                pl.push(BlockRun {
-                    start: r.start,
-                    len: take,
-                });
-                if take < r.len {
-                    left = Some(BlockRun {
-                        start: r.start + take,
-                        len: r.len - take,
-                    });
-                }
-                want -= take;
-            }
-            g.map.remap(*gl, *glen, &pl, &mut upd);
+        for ((gl, glen), pl) in gs.iter().zip(&placements) {
+            g.map.remap(*gl, *glen, pl, &mut upd);
         }
         let mut hdr = g.hdr.clone();
         hdr.map_end = hdr.map_end.max(b);
