@@ -562,6 +562,48 @@ pub(crate) fn rewrite_unit(inner: &Inner, g: &mut Node, unit: u64) -> Result<boo
     Ok(true)
 }
 
+/// Move blocks [l, l+n) of the file onto the single blocks `news` (one per block, in order):
+/// copy, then remap and free the old blocks in one transaction. The layout counterpart of
+/// [`rewrite_unit`], used to build 4 KiB-scattered files for benchmarks and tests.
+pub(crate) fn relocate_blocks(inner: &Inner, g: &mut Node, l: u64, news: &[u64]) -> Result<()> {
+    let ino = g.ino;
+    let n = news.len() as u64;
+    crate::mmap::before_move(inner, g, l, l + n)?;
+    for (i, &dst) in news.iter().enumerate() {
+        let src = g.map.lookup(l + i as u64).map(|(p, _)| p);
+        match src {
+            Some(p) => inner.pool.copy_flush(
+                p * BLOCK_SIZE,
+                dst * BLOCK_SIZE,
+                BLOCK_SIZE,
+                Category::Data,
+            )?,
+            None => inner
+                .pool
+                .zero_flush(dst * BLOCK_SIZE, BLOCK_SIZE, Category::Data)?,
+        }
+    }
+    let runs: Vec<BlockRun> = news
+        .iter()
+        .map(|&b| BlockRun { start: b, len: 1 })
+        .collect();
+    let mut res = Reserved::new(inner);
+    let mut upd = MapUpdate::default();
+    inner.reserve_slots(&mut res, &mut g.map, runs.len() + 2, &mut upd)?;
+    guarded(inner, || {
+        g.map.remap(l, n, &runs, &mut upd);
+        let mut hdr = g.hdr.clone();
+        hdr.map_end = hdr.map_end.max(l + n);
+        let mut tx = Tx::new();
+        inner.map_tx(&mut tx, &g.map, ino, &upd, &mut hdr)?;
+        commit_header(inner, ino, &g.hdr, &hdr, tx)?;
+        g.hdr = hdr;
+        inner.finish_map_update(&g.map, ino, &upd)
+    })?;
+    res.keep();
+    Ok(())
+}
+
 pub(crate) fn punch_hole(inner: &Inner, ino: u64, off: u64, len: u64) -> Result<()> {
     inner.check_alive()?;
     if len == 0 {

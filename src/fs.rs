@@ -38,6 +38,9 @@ pub struct MountOptions {
     pub mode: Mode,
     /// Map the pool copy-on-write: recovery and every change stay in this process (fsck).
     pub private: bool,
+    /// Do not rewrite fragmented files in the background (`Fs::rewrite` still works); for
+    /// measuring fragmented layouts as they are.
+    pub no_background_rewrite: bool,
 }
 
 /// mkfs options.
@@ -177,6 +180,7 @@ pub(crate) struct Inner {
     pub rewriter: Mutex<Option<Arc<crate::rewrite::Rewriter>>>,
     /// This mount itself, for the threads it starts (they must not keep it alive).
     pub me: std::sync::OnceLock<std::sync::Weak<Inner>>,
+    pub background_rewrite: bool,
 }
 
 /// A mounted winefs. Cheap to clone; all clones share one mount. Thread-safe.
@@ -1420,6 +1424,19 @@ impl Fs {
             return Err(Error::Invalid("only regular files can be rewritten".into()));
         }
         crate::rewrite::rewrite_file(&Arc::downgrade(&self.inner), ino, false)
+    }
+
+    /// Move every block of file `ino` onto its own 4 KiB block with free gaps between them,
+    /// the layout of a badly aged file system (a benchmark and test baseline). Needs twice
+    /// the file's size free. Returns the blocks moved.
+    #[doc(hidden)]
+    pub fn scatter(&self, ino: u64) -> Result<u64> {
+        crate::rewrite::scatter_file(&self.inner, ino)
+    }
+
+    /// All free space of the pool as sorted, merged runs of blocks.
+    pub fn free_runs(&self) -> Vec<crate::alloc::BlockRun> {
+        self.inner.alloc.free_runs()
     }
 
     /// Wait for queued background rewrites to finish (None if `timeout` passes first);

@@ -12,6 +12,7 @@
 //! - [`vm`]: the virtual-memory system calls behind mappings (userfaultfd, `MAP_FIXED`, `mremap`).
 //! - [`xattr`]: extended attributes.
 //! - [`fs`]: namespace operations, locking and the `Fs` API.
+//! - [`report`]: layout reports (free-space fragmentation, a file's hugepage-mappable share).
 //! - [`rewrite`]: reactive rewrite of fragmented files onto aligned extents.
 //! - [`recovery`]: mkfs, mount, unmount.
 //! - [`fsck`]: invariant checks.
@@ -35,6 +36,7 @@ pub mod layout;
 pub mod mmap;
 pub mod pool;
 pub mod recovery;
+pub mod report;
 pub mod rewrite;
 pub mod sys;
 pub(crate) mod vm;

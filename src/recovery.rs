@@ -415,6 +415,7 @@ pub fn mount(path: &Path, opts: MountOptions) -> Result<Fs> {
         faults: Mutex::new(None),
         rewriter: Mutex::new(None),
         me: std::sync::OnceLock::new(),
+        background_rewrite: !opts.no_background_rewrite,
         pool,
         geo: g,
         sb: sbk,

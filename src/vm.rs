@@ -99,6 +99,17 @@ pub fn map_pool_fixed(
     Ok(())
 }
 
+/// Map `len` bytes of the file `fd` from offset 0, shared and read-write, at a 2 MiB-aligned
+/// address (a plain file mapping, the baseline of `winefs bench mmap`). Release with [`unmap`].
+pub fn map_file_shared(fd: RawFd, len: usize) -> Result<usize> {
+    let addr = reserve(len, 0)?;
+    if let Err(e) = map_pool_fixed(addr, len, fd, 0, false) {
+        unmap(addr, len);
+        return Err(e);
+    }
+    Ok(addr)
+}
+
 /// Move the (scratch) mapping at `from` over `to`, replacing what was there atomically: no
 /// thread can observe the range unmapped in between, which `munmap` + `mmap` would allow.
 pub fn move_over(from: usize, len: usize, to: usize) -> Result<()> {

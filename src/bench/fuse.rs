@@ -201,7 +201,7 @@ pub fn fuse_bench(cfg: &FuseBenchConfig) -> Result<FuseBenchReport> {
         &pool,
         MountOptions {
             mode: Mode::Strict,
-            private: false,
+            ..Default::default()
         },
     )?);
     let mut fc = Config::default();

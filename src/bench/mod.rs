@@ -2,11 +2,14 @@
 //! prints ratios (no test asserts on time).
 //! - [`syscall`]: the library against `std::fs` on tmpfs (`winefs bench syscall`).
 //! - [`fuse`]: a FUSE mount of winefs against tmpfs (`winefs bench fuse`).
+//! - [`mmap`]: memory-mapped access to aligned, 4 KiB-scattered and plain tmpfs files (`winefs bench mmap`).
 
 pub mod fuse;
+pub mod mmap;
 pub mod syscall;
 
 pub use fuse::{FuseBenchConfig, FuseBenchReport, fuse_bench};
+pub use mmap::{MmapBenchConfig, MmapBenchReport, mmap_bench};
 pub use syscall::{
     BenchRow, PersistPerOp, ROWS, SyscallBenchConfig, SyscallBenchReport, syscall_bench,
 };

@@ -325,7 +325,7 @@ pub fn syscall_bench(cfg: &SyscallBenchConfig) -> Result<SyscallBenchReport> {
         &pool,
         MountOptions {
             mode: Mode::Strict,
-            private: false,
+            ..Default::default()
         },
     )?;
     let root = fs.root();
@@ -416,7 +416,7 @@ pub fn syscall_bench(cfg: &SyscallBenchConfig) -> Result<SyscallBenchReport> {
         &pool,
         MountOptions {
             mode: Mode::Relaxed,
-            private: false,
+            ..Default::default()
         },
     )?;
     let big = fs.lookup(root, b"big")?.ino;

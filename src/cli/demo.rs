@@ -80,7 +80,7 @@ pub fn demo(pool: Option<PathBuf>, size: u64) -> Result<u8, Fail> {
         &pool,
         MountOptions {
             mode: Mode::Strict,
-            private: false,
+            ..Default::default()
         },
     )
     .ctx(|| format!("mount {p}"))?;

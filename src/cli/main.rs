@@ -6,8 +6,11 @@ mod mount;
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use winefs::bench::{FuseBenchConfig, SyscallBenchConfig, fuse_bench, syscall_bench};
+use winefs::bench::{
+    FuseBenchConfig, MmapBenchConfig, SyscallBenchConfig, fuse_bench, mmap_bench, syscall_bench,
+};
 use winefs::layout::{BLOCK_SIZE, FORMAT_VERSION};
+use winefs::report::{FileMapReport, FragReport};
 use winefs::{Fs, MkfsOptions, Mode, MountOptions};
 
 #[derive(Parser)]
@@ -78,6 +81,23 @@ enum Cmd {
     Fsck { pool: PathBuf },
     /// Show a pool's geometry, state and free space (nothing is written).
     Info { pool: PathBuf },
+    /// Free space by extent size and free aligned 2 MiB extents per partition (read-only).
+    Frag { pool: PathBuf },
+    /// A file's extents and the share of its bytes that can be mapped with hugepages
+    /// (read-only).
+    Filemap {
+        pool: PathBuf,
+        /// Path inside the pool, e.g. /dir/file.
+        path: String,
+    },
+    /// Move a file's fragmented 2 MiB units onto aligned extents now (the pool must not be
+    /// mounted; on a FUSE mount, `setfattr -n user.winefs.hugepage -v 1 FILE` queues the same
+    /// rewrite in the daemon).
+    Rewrite {
+        pool: PathBuf,
+        /// Path inside the pool.
+        path: String,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -87,6 +107,21 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// memcpy through mmap of an aligned, a 4 KiB-scattered and a plain hugepage tmpfs file.
+    Mmap {
+        /// Directory on a hugepage tmpfs (default: /mnt/winefs-huge, mounted as root).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// File size (K/M/G/T suffixes; a multiple of 2 MiB).
+        #[arg(long, default_value = "1G", value_parser = parse_size)]
+        size: u64,
+        /// Fresh mappings measured per case (the best is reported).
+        #[arg(long, default_value_t = 3)]
+        repeats: u32,
+        /// Random 8-byte reads per measurement.
+        #[arg(long, default_value_t = 4_000_000)]
+        reads: u64,
+    },
     /// create/unlink and 4 KiB / 1 MiB sequential I/O: a FUSE mount of winefs vs tmpfs.
     Fuse {
         /// Directory for the pool and the tmpfs files (default: /dev/shm).
@@ -234,6 +269,32 @@ fn main() -> ExitCode {
         } => mkfs(&pool, size, partitions, inodes, force),
         Cmd::Fsck { pool } => fsck(&pool),
         Cmd::Info { pool } => info(&pool),
+        Cmd::Frag { pool } => frag(&pool),
+        Cmd::Filemap { pool, path } => filemap(&pool, &path),
+        Cmd::Rewrite { pool, path } => rewrite(&pool, &path),
+        Cmd::Bench {
+            which:
+                BenchCmd::Mmap {
+                    dir,
+                    size,
+                    repeats,
+                    reads,
+                },
+        } => {
+            eprintln!("running: {} file, best of {repeats}...", human(size));
+            match mmap_bench(&MmapBenchConfig {
+                dir,
+                size,
+                repeats,
+                reads,
+            }) {
+                Ok(rep) => {
+                    println!("{rep}");
+                    Ok(0)
+                }
+                Err(e) => Err(fail("bench mmap", e)),
+            }
+        }
         Cmd::Bench {
             which:
                 BenchCmd::Fuse {
@@ -360,6 +421,39 @@ fn fsck(pool: &Path) -> Result<u8, Fail> {
 }
 
 // ----- info -----
+
+fn frag(pool: &Path) -> Result<u8, Fail> {
+    let p = pool.display();
+    let fs = private_mount(pool).ctx(|| format!("mount {p} (private, read-only)"))?;
+    println!("{}", FragReport::new(&fs));
+    Ok(0)
+}
+
+fn filemap(pool: &Path, path: &str) -> Result<u8, Fail> {
+    let p = pool.display();
+    let fs = private_mount(pool).ctx(|| format!("mount {p} (private, read-only)"))?;
+    let ino = fs.resolve(path, true).ctx(|| format!("{path} in {p}"))?;
+    let r = FileMapReport::new(&fs, ino).ctx(|| format!("{path} in {p}"))?;
+    println!("{path}");
+    println!("{r}");
+    Ok(0)
+}
+
+fn rewrite(pool: &Path, path: &str) -> Result<u8, Fail> {
+    let p = pool.display();
+    let fs = Fs::mount(pool, MountOptions::default()).ctx(|| format!("mount {p}"))?;
+    let ino = fs.resolve(path, true).ctx(|| format!("{path} in {p}"))?;
+    let st = fs.rewrite(ino).ctx(|| format!("rewrite {path}"))?;
+    let r = FileMapReport::new(&fs, ino).ctx(|| format!("{path} in {p}"))?;
+    fs.unmount().ctx(|| format!("unmount {p}"))?;
+    println!(
+        "{path}: {} of {} units with data moved onto aligned extents; hugepage-mappable {:.1}%",
+        st.units_rewritten,
+        st.units_seen,
+        r.mappable_share() * 100.0
+    );
+    Ok(0)
+}
 
 fn info(pool: &Path) -> Result<u8, Fail> {
     let p = pool.display();

@@ -189,7 +189,7 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
         &pool,
         MountOptions {
             mode: a.mode,
-            private: false,
+            ..Default::default()
         },
     )
     .ctx(|| format!("mount {p}"))?;
