@@ -30,6 +30,9 @@ pub fn hugepage_mount(dir: &str) -> Option<bool> {
 /// A default pool location: the file `name` on the CLI's hugepage tmpfs when one is (or, as
 /// root, can be) mounted, else `/dev/shm/winefs-<name>`, with a warning saying why.
 pub fn default_pool(name: &str) -> (PathBuf, Option<String>) {
+    // One check-and-mount at a time in this process (threads racing here would stack mounts).
+    static MOUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = MOUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let fallback = PathBuf::from(format!("/dev/shm/winefs-{name}"));
     match hugepage_mount(HUGE_DIR) {
         Some(true) => return (Path::new(HUGE_DIR).join(name), None),

@@ -49,6 +49,9 @@ pub struct MmapCase {
     /// GB/s (10^9 bytes per second).
     pub seq_write: f64,
     pub seq_read: f64,
+    /// Random 4 KiB writes over a fresh mapping (each page's first touch faults).
+    pub rand_write_cold: f64,
+    /// Random 4 KiB writes over a mapping already touched everywhere (TLB effects only).
     pub rand_write: f64,
     pub rand_read: f64,
     /// Nanoseconds per random 8-byte read.
@@ -176,6 +179,16 @@ fn measure(
         }
         best.seq_read = best.seq_read.max(gbs(cfg.size, t.elapsed().as_secs_f64()));
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ rep as u64);
+        {
+            let cold = map()?;
+            let t = Instant::now();
+            for _ in 0..pages {
+                cold.store((rng.next() as usize % pages) * 4096, &page)?;
+            }
+            best.rand_write_cold = best
+                .rand_write_cold
+                .max(gbs(cfg.size, t.elapsed().as_secs_f64()));
+        }
         let t = Instant::now();
         for _ in 0..pages {
             m.store((rng.next() as usize % pages) * 4096, &page)?;
@@ -319,15 +332,16 @@ pub fn mmap_bench(cfg: &MmapBenchConfig) -> Result<MmapBenchReport> {
 }
 
 impl MmapBenchReport {
-    /// Worst of winefs/tmpfs over the two write figures (target ≥ 0.9).
+    /// Worst of winefs/tmpfs over the write figures on fresh mappings, sequential and random
+    /// (target ≥ 0.9).
     pub fn write_vs_tmpfs(&self) -> f64 {
         (self.winefs.seq_write / self.tmpfs.seq_write)
-            .min(self.winefs.rand_write / self.tmpfs.rand_write)
+            .min(self.winefs.rand_write_cold / self.tmpfs.rand_write_cold)
     }
-    /// Worst of winefs/scattered over the two write figures (target ≥ 2).
+    /// Worst of winefs/scattered over the write figures on fresh mappings (target ≥ 2).
     pub fn write_vs_scattered(&self) -> f64 {
         (self.winefs.seq_write / self.scattered.seq_write)
-            .min(self.winefs.rand_write / self.scattered.rand_write)
+            .min(self.winefs.rand_write_cold / self.scattered.rand_write_cold)
     }
     /// winefs first-touch faults per 2 MiB of file (target ≤ 1.1).
     pub fn fault_ratio(&self) -> f64 {
@@ -347,21 +361,22 @@ impl fmt::Display for MmapBenchReport {
         writeln!(f)?;
         writeln!(
             f,
-            "| case                 | extents | seq write GB/s | seq read GB/s | rand 4K write GB/s | rand 4K read GB/s | 8 B read ns | first-touch faults | PMD-mapped |"
+            "| case                 | extents | seq write GB/s | rand 4K write GB/s | rand 4K write, warm | seq read GB/s | rand 4K read GB/s | 8 B read ns | first-touch faults | PMD-mapped |"
         )?;
         writeln!(
             f,
-            "|----------------------|--------:|---------------:|--------------:|-------------------:|------------------:|------------:|-------------------:|-----------:|"
+            "|----------------------|--------:|---------------:|-------------------:|--------------------:|--------------:|------------------:|------------:|-------------------:|-----------:|"
         )?;
         for c in [&self.winefs, &self.scattered, &self.tmpfs] {
             writeln!(
                 f,
-                "| {:<20} | {:>7} | {:>14.2} | {:>13.2} | {:>18.2} | {:>17.2} | {:>11.1} | {:>18} | {:>9.0}% |",
+                "| {:<20} | {:>7} | {:>14.2} | {:>18.2} | {:>19.2} | {:>13.2} | {:>17.2} | {:>11.1} | {:>18} | {:>9.0}% |",
                 c.name,
                 c.extents,
                 c.seq_write,
-                c.seq_read,
+                c.rand_write_cold,
                 c.rand_write,
+                c.seq_read,
                 c.rand_read,
                 c.read8_ns,
                 c.faults,
@@ -377,12 +392,12 @@ impl fmt::Display for MmapBenchReport {
         );
         writeln!(
             f,
-            "writes, winefs / tmpfs (worst of seq, rand): {a:.2} (target >= 0.90: {})",
+            "writes on fresh mappings, winefs / tmpfs (worst of seq, rand): {a:.2} (target >= 0.90: {})",
             met(a >= 0.9)
         )?;
         writeln!(
             f,
-            "writes, winefs / 4K-scattered (worst of seq, rand): {b:.2} (target >= 2.00: {})",
+            "writes on fresh mappings, winefs / 4K-scattered (worst of seq, rand): {b:.2} (target >= 2.00: {})",
             met(b >= 2.0)
         )?;
         write!(
