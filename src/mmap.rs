@@ -519,6 +519,18 @@ impl Mapping {
         Ok(())
     }
 
+    /// Load the 8 bytes at byte `at` of the mapping (native endian), like a plain load.
+    #[inline]
+    pub fn load_u64(&self, at: usize) -> Result<u64> {
+        if at.checked_add(8).is_none_or(|e| e > self.st.len) {
+            return Err(Error::Invalid(format!(
+                "range {at}+8 is outside the {}-byte mapping",
+                self.st.len
+            )));
+        }
+        Ok(vm::read_u64(self.st.base + at))
+    }
+
     /// Load `buf.len()` bytes from byte `at` of the mapping.
     pub fn read(&self, at: usize, buf: &mut [u8]) -> Result<()> {
         self.check_range(at, buf.len())?;

@@ -147,6 +147,13 @@ pub fn copy_out(addr: usize, buf: &mut [u8]) {
     unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len()) };
 }
 
+/// Load the 8 bytes at `addr` (same contract as [`copy_in`]): one load instruction, no call.
+#[inline]
+pub fn read_u64(addr: usize) -> u64 {
+    // SAFETY: as for `copy_in`; an unaligned read has no alignment requirement.
+    unsafe { std::ptr::read_unaligned(addr as *const u64) }
+}
+
 /// Send SIGBUS to thread `tid` of this process (a fault that cannot be served).
 pub fn sigbus_thread(tid: u32) {
     // SAFETY: tgkill only sends a signal; a stale tid makes it fail harmlessly with ESRCH.
