@@ -135,7 +135,7 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
         g.bitmap_blocks * BLOCK_SIZE,
     )?;
     let now = now_ns();
-    let (uid, gid) = unsafe_ids();
+    let (uid, gid) = crate::sys::real_ids();
     let root = InodeHeader {
         flags: INODE_IN_USE,
         mode: libc::S_IFDIR | 0o755,
@@ -170,11 +170,6 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
             mount_count: 0,
         },
     )
-}
-
-fn unsafe_ids() -> (u32, u32) {
-    // SAFETY: getuid/getgid have no preconditions and cannot fail.
-    unsafe { (libc::getuid(), libc::getgid()) }
 }
 
 /// Read and validate the superblock of the pool at `path` without mounting it.

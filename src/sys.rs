@@ -1,5 +1,5 @@
-//! The few process-level system calls the front ends need and std does not offer: forking
-//! a daemon, signal masks, lazy unmount. Every `unsafe` block of the front ends lives here.
+//! The few process-level system calls std does not offer: ids, forking a daemon, signal
+//! masks, lazy unmount. Every `unsafe` block of the front ends lives here.
 
 use std::ffi::CString;
 use std::io;
@@ -18,6 +18,12 @@ fn check(rc: libc::c_int, what: &str) -> io::Result<()> {
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
+}
+
+/// The real user and group ids (owner of a new pool's root directory).
+pub fn real_ids() -> (u32, u32) {
+    // SAFETY: getuid/getgid have no preconditions and cannot fail.
+    unsafe { (libc::getuid(), libc::getgid()) }
 }
 
 /// Restore the default SIGPIPE disposition, so a closed output pipe ends the process quietly
