@@ -138,7 +138,14 @@ pub struct FileMapReport {
 
 impl FileMapReport {
     pub fn new(fs: &Fs, ino: u64) -> Result<FileMapReport> {
-        let size = fs.getattr(ino)?.size;
+        let attr = fs.getattr(ino)?;
+        if attr.kind != crate::layout::FileKind::File {
+            return Err(crate::error::Error::Invalid(format!(
+                "inode {ino} is a {:?}, not a regular file",
+                attr.kind
+            )));
+        }
+        let size = attr.size;
         let extents = fs.extents(ino)?;
         let whole_units = size / (UNIT * BLOCK_SIZE);
         let mut mappable = 0;
