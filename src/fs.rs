@@ -1156,6 +1156,16 @@ impl Fs {
             .store(n, Ordering::Relaxed);
     }
 
+    /// Test-only switch for the crash explorer's self-test: commits skip the fence between
+    /// their undo records and their in-place writes (a deliberately broken build).
+    #[doc(hidden)]
+    pub fn set_broken_skip_undo_fence(&self, on: bool) {
+        self.inner
+            .journals
+            .broken_skip_undo_fence
+            .store(on, Ordering::Relaxed);
+    }
+
     /// The pool's superblock (geometry, uuid, creation time).
     pub fn superblock(&self) -> &Superblock {
         &self.inner.sb

@@ -17,12 +17,14 @@
 //! - [`recovery`]: mkfs, mount, unmount.
 //! - [`fsck`]: invariant checks.
 //! - [`bench`]: the system-call benchmark (a tool beside the core).
+//! - [`crash`]: crash-consistency testing: the persistence-point crash explorer and the FUSE kill harness (a tool beside the core).
 //! - [`hugepool`]: finding or mounting a hugepage tmpfs for pools (the embedded default).
 //! - [`fuse`]: the FUSE front end (outside the core; the `winefs mount` command drives it).
 //! - [`sys`]: process-level system calls for the front ends (fork, signals, lazy unmount).
 
 pub mod alloc;
 pub mod bench;
+pub mod crash;
 pub mod dir;
 pub mod error;
 pub mod file;

@@ -10,7 +10,8 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 /// Cache-line size assumed by the flush loop and the journal entry size.
 pub const CACHE_LINE: u64 = 64;
@@ -85,6 +86,20 @@ struct Counters {
     fences: AtomicU64,
 }
 
+/// The crash-recording seam: an observer told about every store range, cache-line write-back and
+/// fence issued through this pool (the crash explorer, `crash::record`, builds crash images from
+/// it). Called after the stores of a range are done and before a flush or fence takes effect;
+/// an observer may read the pool (never write it) from inside a call.
+pub trait PersistObserver: Send + Sync {
+    /// Bytes `off..off+len` were stored through the cache (not yet written back).
+    fn stored(&self, pool: &Pool, off: u64, len: u64);
+    /// Every cache line overlapping `off..off+len` was written back (or stored non-temporally):
+    /// durable at the next fence.
+    fn flushed(&self, pool: &Pool, off: u64, len: u64);
+    /// Store fence: what was flushed before it is durable.
+    fn fenced(&self, pool: &Pool);
+}
+
 /// A mapped pool.
 pub struct Pool {
     base: *mut u8,
@@ -94,6 +109,9 @@ pub struct Pool {
     path: PathBuf,
     private: bool,
     file: File,
+    /// Set while an observer is attached; the only cost of the seam on the real path.
+    observed: AtomicBool,
+    observer: RwLock<Option<Arc<dyn PersistObserver>>>,
 }
 
 // SAFETY: the mapping is process-wide shared memory that lives as long as `Pool`; all access goes
@@ -302,7 +320,27 @@ impl Pool {
             path: path.to_path_buf(),
             private,
             file,
+            observed: AtomicBool::new(false),
+            observer: RwLock::new(None),
         })
+    }
+
+    /// Attach (or with `None` detach) the persistence observer of the crash explorer.
+    pub fn set_observer(&self, obs: Option<Arc<dyn PersistObserver>>) {
+        let mut slot = self.observer.write().unwrap_or_else(|e| e.into_inner());
+        self.observed.store(obs.is_some(), Ordering::SeqCst);
+        *slot = obs;
+    }
+
+    /// Run `f` on the attached observer, if any (one relaxed load when none is).
+    #[inline]
+    fn observe(&self, f: impl FnOnce(&dyn PersistObserver)) {
+        if self.observed.load(Ordering::Relaxed) {
+            let slot = self.observer.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(o) = slot.as_ref() {
+                f(o.as_ref());
+            }
+        }
     }
 
     /// Usable length in bytes (the backing size rounded down to 4 KiB).
@@ -388,6 +426,7 @@ impl Pool {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(off as usize), data.len())
         };
         self.counters.bytes[cat as usize].fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.observe(|o| o.stored(self, off, data.len() as u64));
         Ok(())
     }
 
@@ -397,6 +436,7 @@ impl Pool {
         // SAFETY: bounds-checked range of our writable mapping.
         unsafe { std::ptr::write_bytes(self.base.add(off as usize), 0, len as usize) };
         self.counters.bytes[cat as usize].fetch_add(len, Ordering::Relaxed);
+        self.observe(|o| o.stored(self, off, len));
         Ok(())
     }
 
@@ -418,6 +458,7 @@ impl Pool {
             )
         };
         self.counters.bytes[cat as usize].fetch_add(len, Ordering::Relaxed);
+        self.observe(|o| o.stored(self, dst, len));
         Ok(())
     }
 
@@ -430,6 +471,7 @@ impl Pool {
         let end = off + len;
         let lines = (end - first).div_ceil(CACHE_LINE);
         self.counters.lines[cat as usize].fetch_add(lines, Ordering::Relaxed);
+        self.observe(|o| o.flushed(self, off, len));
         if self.private {
             return; // nothing reaches media in a private mapping
         }
@@ -472,6 +514,7 @@ impl Pool {
     /// Store fence: every flush issued before it is durable before any store after it.
     pub fn fence(&self) {
         self.counters.fences.fetch_add(1, Ordering::Relaxed);
+        self.observe(|o| o.fenced(self));
         #[cfg(target_arch = "x86_64")]
         // SAFETY: sfence has no memory operands.
         unsafe {
@@ -517,6 +560,17 @@ impl Pool {
         if len == 0 {
             return;
         }
+        self.persist_stores(off, src, cat);
+        // The whole range is stored, then written back (non-temporal lines count as written
+        // back: they too are durable at the next fence).
+        self.observe(|o| {
+            o.stored(self, off, len);
+            o.flushed(self, off, len);
+        });
+    }
+
+    fn persist_stores(&self, off: u64, src: PersistSrc<'_>, cat: Category) {
+        let len = src.len();
         self.counters.bytes[cat as usize].fetch_add(len, Ordering::Relaxed);
         let end = off + len;
         let a = off.next_multiple_of(CACHE_LINE).min(end);

@@ -351,7 +351,12 @@ pub(crate) fn bitmap_free_runs(pool: &Pool, g: &Geometry) -> Result<Vec<BlockRun
 }
 
 pub fn mount(path: &Path, opts: MountOptions) -> Result<Fs> {
-    let pool = Pool::open(path, opts.private)?;
+    mount_pool(Pool::open(path, opts.private)?, opts)
+}
+
+/// Mount an already mapped pool (the crash explorer patches a private mapping of a crash image
+/// before recovery runs on it).
+pub(crate) fn mount_pool(pool: Pool, opts: MountOptions) -> Result<Fs> {
     let raw: [u8; 256] = pool
         .read_array(0)
         .map_err(|_| Error::Foreign("shorter than a superblock".into()))?;

@@ -1,0 +1,1 @@
+//! FUSE kill harness (placeholder).

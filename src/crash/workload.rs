@@ -1,0 +1,645 @@
+//! ACE-style workloads for the crash explorer: a catalogue of operations over a small set of
+//! names, the two starting file systems (fresh and pre-populated), and the generator of short
+//! operation sequences (exhaustive at length 1, sampled beyond).
+
+use crate::error::{Error, Result};
+use crate::fs::{Fs, Mode, XattrSet};
+use crate::layout::HUGE_SIZE;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// One file-system operation of a workload. Paths are absolute in the explored file system.
+///
+/// Adding an operation (msync of a mapping is the next one, once memory mappings are explored)
+/// takes a variant here, its `apply` and `Display` arms, its precondition in `Model::allows`
+/// and its effect in `Model::apply`, and catalogue entries; if it is not atomic as a whole, its
+/// documented atomic steps in `steps`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    Create(String),
+    Mkdir(String),
+    Symlink {
+        path: String,
+        target: String,
+    },
+    /// `len` bytes at `off`; byte x of the file becomes `pattern(fill, x)`.
+    Write {
+        path: String,
+        off: u64,
+        len: u64,
+        fill: u8,
+    },
+    Append {
+        path: String,
+        len: u64,
+        fill: u8,
+    },
+    Truncate {
+        path: String,
+        size: u64,
+    },
+    Fallocate {
+        path: String,
+        off: u64,
+        len: u64,
+        keep_size: bool,
+    },
+    Link {
+        from: String,
+        to: String,
+    },
+    Unlink(String),
+    Rename {
+        from: String,
+        to: String,
+    },
+    Rmdir(String),
+    SetXattr {
+        path: String,
+        name: String,
+        len: usize,
+        fill: u8,
+    },
+    RemoveXattr {
+        path: String,
+        name: String,
+    },
+    Fsync(String),
+}
+
+/// Byte `x` of data written with `fill`: a function of the file offset, so a write split into
+/// pieces writes exactly the bytes the whole write does.
+pub fn pattern(fill: u8, x: u64) -> u8 {
+    (x as u8).wrapping_mul(7) ^ ((x >> 9) as u8) ^ fill
+}
+
+fn pattern_bytes(fill: u8, off: u64, len: u64) -> Vec<u8> {
+    (off..off + len).map(|x| pattern(fill, x)).collect()
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::Create(p) => write!(f, "create {p}"),
+            Op::Mkdir(p) => write!(f, "mkdir {p}"),
+            Op::Symlink { path, target } => write!(f, "symlink {path} -> {target}"),
+            Op::Write {
+                path,
+                off,
+                len,
+                fill,
+            } => write!(f, "write {path} {off}+{len} fill {fill}"),
+            Op::Append { path, len, fill } => write!(f, "append {path} +{len} fill {fill}"),
+            Op::Truncate { path, size } => write!(f, "truncate {path} {size}"),
+            Op::Fallocate {
+                path,
+                off,
+                len,
+                keep_size,
+            } => write!(
+                f,
+                "fallocate {path} {off}+{len}{}",
+                if *keep_size { " keep_size" } else { "" }
+            ),
+            Op::Link { from, to } => write!(f, "link {from} {to}"),
+            Op::Unlink(p) => write!(f, "unlink {p}"),
+            Op::Rename { from, to } => write!(f, "rename {from} {to}"),
+            Op::Rmdir(p) => write!(f, "rmdir {p}"),
+            Op::SetXattr {
+                path,
+                name,
+                len,
+                fill,
+            } => write!(f, "setxattr {path} {name} {len} bytes fill {fill}"),
+            Op::RemoveXattr { path, name } => write!(f, "removexattr {path} {name}"),
+            Op::Fsync(p) => write!(f, "fsync {p}"),
+        }
+    }
+}
+
+impl Op {
+    /// Run the operation. An error (the operation refused) is an outcome, not a failure.
+    pub fn apply(&self, fs: &Fs) -> Result<()> {
+        match self {
+            Op::Create(p) => {
+                let (parent, name) = fs.parent_of(p)?;
+                fs.create(parent, &name, 0o644, 0, 0).map(drop)
+            }
+            Op::Mkdir(p) => fs.mkdir_path(p).map(drop),
+            Op::Symlink { path, target } => {
+                let (parent, name) = fs.parent_of(path)?;
+                fs.symlink(parent, &name, target.as_bytes(), 0, 0).map(drop)
+            }
+            Op::Write {
+                path,
+                off,
+                len,
+                fill,
+            } => {
+                let ino = fs.resolve(path, false)?;
+                let data = pattern_bytes(*fill, *off, *len);
+                fs.write(ino, *off, &data).map(drop)
+            }
+            Op::Append { path, len, fill } => {
+                let ino = fs.resolve(path, false)?;
+                let off = fs.getattr(ino)?.size;
+                fs.write(ino, off, &pattern_bytes(*fill, off, *len))
+                    .map(drop)
+            }
+            Op::Truncate { path, size } => fs.truncate(fs.resolve(path, false)?, *size),
+            Op::Fallocate {
+                path,
+                off,
+                len,
+                keep_size,
+            } => fs.fallocate(fs.resolve(path, false)?, *off, *len, *keep_size),
+            Op::Link { from, to } => {
+                let ino = fs.resolve(from, false)?;
+                let (parent, name) = fs.parent_of(to)?;
+                fs.link(ino, parent, &name).map(drop)
+            }
+            Op::Unlink(p) => fs.unlink_path(p),
+            Op::Rename { from, to } => fs.rename_path(from, to),
+            Op::Rmdir(p) => fs.rmdir_path(p),
+            Op::SetXattr {
+                path,
+                name,
+                len,
+                fill,
+            } => {
+                let value = pattern_bytes(*fill, 0, *len as u64);
+                fs.setxattr(
+                    fs.resolve(path, false)?,
+                    name.as_bytes(),
+                    &value,
+                    XattrSet::Any,
+                )
+            }
+            Op::RemoveXattr { path, name } => {
+                fs.removexattr(fs.resolve(path, false)?, name.as_bytes())
+            }
+            Op::Fsync(p) => fs.fsync(fs.resolve(p, false)?),
+        }
+    }
+
+    /// The documented atomic steps of this operation on `fs` (its state just before the
+    /// operation): a crash leaves the result of a prefix of them. One step (the operation
+    /// itself) for every operation except data writes, which are atomic per 2 MiB logical
+    /// piece (docs/DESIGN.md §5, "Strict and relaxed data paths").
+    pub fn steps(&self, fs: &Fs) -> Result<Vec<Op>> {
+        let (path, off, len, fill) = match self {
+            Op::Write {
+                path,
+                off,
+                len,
+                fill,
+            } => (path, *off, *len, *fill),
+            Op::Append { path, len, fill } => {
+                let off = fs.getattr(fs.resolve(path, false)?)?.size;
+                (path, off, *len, *fill)
+            }
+            _ => return Ok(vec![self.clone()]),
+        };
+        let mut out = Vec::new();
+        let end = off + len;
+        let mut pos = off;
+        while pos < end {
+            let piece_end = end.min((pos / HUGE_SIZE + 1) * HUGE_SIZE);
+            out.push(Op::Write {
+                path: path.clone(),
+                off: pos,
+                len: piece_end - pos,
+                fill,
+            });
+            pos = piece_end;
+        }
+        Ok(out)
+    }
+}
+
+/// The file system a workload starts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Start {
+    /// Freshly made: an empty root.
+    Fresh,
+    /// A few files (one with an aligned 2 MiB extent), directories, a symlink, a hard link
+    /// and extended attributes.
+    Populated,
+}
+
+impl fmt::Display for Start {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Start::Fresh => "fresh",
+            Start::Populated => "populated",
+        })
+    }
+}
+
+impl Start {
+    /// Operations that build this start from a fresh file system.
+    pub fn setup(self) -> Vec<Op> {
+        match self {
+            Start::Fresh => Vec::new(),
+            Start::Populated => vec![
+                Op::Create("/A".into()),
+                Op::Write {
+                    path: "/A".into(),
+                    off: 0,
+                    len: 5000,
+                    fill: 1,
+                },
+                Op::SetXattr {
+                    path: "/A".into(),
+                    name: "user.a".into(),
+                    len: 40,
+                    fill: 2,
+                },
+                Op::Create("/B".into()),
+                Op::Write {
+                    path: "/B".into(),
+                    off: 0,
+                    len: HUGE_SIZE + 12288,
+                    fill: 3,
+                },
+                Op::Mkdir("/D".into()),
+                Op::Create("/D/C".into()),
+                Op::Write {
+                    path: "/D/C".into(),
+                    off: 0,
+                    len: 100,
+                    fill: 4,
+                },
+                Op::Mkdir("/D/K".into()),
+                Op::Mkdir("/E".into()),
+                Op::Symlink {
+                    path: "/S".into(),
+                    target: "A".into(),
+                },
+                Op::Link {
+                    from: "/A".into(),
+                    to: "/D/H".into(),
+                },
+            ],
+        }
+    }
+}
+
+/// A workload: a start, a mount mode and a short sequence of operations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workload {
+    pub start: Start,
+    pub mode: Mode,
+    pub ops: Vec<Op>,
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mode = match self.mode {
+            Mode::Strict => "strict",
+            Mode::Relaxed => "relaxed",
+        };
+        write!(f, "[{} {mode}]", self.start)?;
+        for (i, op) in self.ops.iter().enumerate() {
+            write!(f, "{} {op}", if i == 0 { "" } else { ";" })?;
+        }
+        Ok(())
+    }
+}
+
+/// Every operation the generator draws from.
+pub fn catalogue() -> Vec<Op> {
+    let s = |p: &str| p.to_string();
+    let mut ops = vec![
+        Op::Create(s("/X")),
+        Op::Create(s("/D/Y")),
+        Op::Mkdir(s("/F")),
+        Op::Mkdir(s("/D/G")),
+        Op::Symlink {
+            path: s("/S2"),
+            target: s("D/C"),
+        },
+    ];
+    let w = |p: &str, off: u64, len: u64, fill: u8| Op::Write {
+        path: s(p),
+        off,
+        len,
+        fill,
+    };
+    for (i, p) in ["/A", "/B", "/X", "/D/C"].iter().enumerate() {
+        let f = 10 + i as u8 * 4;
+        ops.push(w(p, 0, 4096, f)); // aligned, small
+        ops.push(w(p, 1000, 100, f + 1)); // unaligned, small
+        ops.push(Op::Append {
+            path: s(p),
+            len: 3000,
+            fill: f + 2,
+        });
+        ops.push(Op::Fsync(s(p)));
+    }
+    ops.extend([
+        w("/A", 12305, 9000, 40),            // unaligned, several blocks, past EOF
+        w("/B", 4096, 8192, 41),             // in place in an aligned extent (strict: data journal)
+        w("/B", HUGE_SIZE - 4096, 8192, 42), // across the 2 MiB unit boundary: two pieces
+        w("/X", HUGE_SIZE / 2, HUGE_SIZE + 4096, 43), // large, two pieces, into holes
+        Op::Append {
+            path: s("/D/C"),
+            len: HUGE_SIZE + 1000,
+            fill: 44,
+        },
+        Op::Truncate {
+            path: s("/A"),
+            size: 0,
+        },
+        Op::Truncate {
+            path: s("/A"),
+            size: 1234,
+        },
+        Op::Truncate {
+            path: s("/A"),
+            size: 100_000,
+        },
+        Op::Truncate {
+            path: s("/B"),
+            size: 4096,
+        },
+        Op::Fallocate {
+            path: s("/A"),
+            off: 0,
+            len: HUGE_SIZE + (HUGE_SIZE >> 1),
+            keep_size: false,
+        },
+        Op::Fallocate {
+            path: s("/A"),
+            off: 16384,
+            len: 8192,
+            keep_size: true,
+        },
+        Op::Fallocate {
+            path: s("/X"),
+            off: 0,
+            len: 4096,
+            keep_size: false,
+        },
+        Op::Link {
+            from: s("/A"),
+            to: s("/D/L"),
+        },
+        Op::Link {
+            from: s("/X"),
+            to: s("/D/L"),
+        },
+        Op::Unlink(s("/A")),
+        Op::Unlink(s("/D/C")),
+        Op::Unlink(s("/X")),
+        Op::Unlink(s("/S")),
+        Op::Rename {
+            from: s("/A"),
+            to: s("/Z"),
+        },
+        Op::Rename {
+            from: s("/D"),
+            to: s("/F"),
+        },
+        Op::Rename {
+            from: s("/A"),
+            to: s("/D/C"),
+        },
+        Op::Rename {
+            from: s("/D/C"),
+            to: s("/B"),
+        },
+        Op::Rename {
+            from: s("/E"),
+            to: s("/D/K"),
+        },
+        Op::Rename {
+            from: s("/X"),
+            to: s("/D/Y"),
+        },
+        Op::Rmdir(s("/E")),
+        Op::Rmdir(s("/F")),
+        Op::Rmdir(s("/D/K")),
+        Op::SetXattr {
+            path: s("/A"),
+            name: s("user.k"),
+            len: 16,
+            fill: 50,
+        },
+        Op::SetXattr {
+            path: s("/A"),
+            name: s("user.a"),
+            len: 2000,
+            fill: 51,
+        },
+        Op::SetXattr {
+            path: s("/D"),
+            name: s("user.k"),
+            len: 100,
+            fill: 52,
+        },
+        Op::SetXattr {
+            path: s("/X"),
+            name: s("user.k"),
+            len: 30,
+            fill: 53,
+        },
+        Op::RemoveXattr {
+            path: s("/A"),
+            name: s("user.a"),
+        },
+    ]);
+    ops
+}
+
+/// Which names exist (and their types), to draw only operations whose preconditions hold, as
+/// ACE does: a workload that only fails teaches nothing about crashes.
+#[derive(Clone, Debug, Default)]
+pub struct Model {
+    /// path -> is a directory; symlinks count as files.
+    paths: BTreeMap<String, bool>,
+    xattrs: BTreeMap<String, Vec<String>>,
+}
+
+fn parent(p: &str) -> &str {
+    match p.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &p[..i],
+    }
+}
+
+impl Model {
+    pub fn of(start: Start) -> Model {
+        let mut m = Model::default();
+        m.paths.insert("/".into(), true);
+        for op in start.setup() {
+            m.apply(&op);
+        }
+        m
+    }
+
+    fn is_file(&self, p: &str) -> bool {
+        self.paths.get(p) == Some(&false)
+    }
+
+    fn is_dir(&self, p: &str) -> bool {
+        self.paths.get(p) == Some(&true)
+    }
+
+    fn absent_in_dir(&self, p: &str) -> bool {
+        !self.paths.contains_key(p) && self.is_dir(parent(p))
+    }
+
+    fn empty_dir(&self, p: &str) -> bool {
+        self.is_dir(p) && !self.paths.keys().any(|k| k != p && parent(k) == p)
+    }
+
+    /// Does `op` succeed here (as far as names go)?
+    pub fn allows(&self, op: &Op) -> bool {
+        match op {
+            Op::Create(p) | Op::Mkdir(p) | Op::Symlink { path: p, .. } => self.absent_in_dir(p),
+            Op::Write { path, .. }
+            | Op::Append { path, .. }
+            | Op::Truncate { path, .. }
+            | Op::Fallocate { path, .. } => self.is_file(path) && path != "/S",
+            Op::Fsync(p) | Op::Unlink(p) => self.is_file(p),
+            Op::Link { from, to } => self.is_file(from) && self.absent_in_dir(to),
+            Op::Rmdir(p) => p != "/" && self.empty_dir(p),
+            Op::Rename { from, to } => {
+                if self.is_file(from) {
+                    self.is_file(to) || self.absent_in_dir(to)
+                } else if self.is_dir(from) {
+                    !to.starts_with(&format!("{from}/"))
+                        && (self.empty_dir(to) || self.absent_in_dir(to))
+                } else {
+                    false
+                }
+            }
+            Op::SetXattr { path, .. } => self.paths.contains_key(path) && path != "/S",
+            Op::RemoveXattr { path, name } => self
+                .xattrs
+                .get(path)
+                .is_some_and(|v| v.iter().any(|n| n == name)),
+        }
+    }
+
+    /// The effect of `op` (assumed allowed) on names.
+    pub fn apply(&mut self, op: &Op) {
+        match op {
+            Op::Create(p) | Op::Symlink { path: p, .. } => {
+                self.paths.insert(p.clone(), false);
+            }
+            Op::Mkdir(p) => {
+                self.paths.insert(p.clone(), true);
+            }
+            Op::Link { to, .. } => {
+                self.paths.insert(to.clone(), false);
+            }
+            Op::Unlink(p) | Op::Rmdir(p) => {
+                self.paths.remove(p);
+                self.xattrs.remove(p);
+            }
+            Op::Rename { from, to } => {
+                let moved: Vec<(String, bool)> = self
+                    .paths
+                    .iter()
+                    .filter(|(k, _)| *k == from || k.starts_with(&format!("{from}/")))
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect();
+                self.paths.remove(to);
+                self.xattrs.remove(to);
+                for (k, v) in moved {
+                    self.paths.remove(&k);
+                    let nk = format!("{to}{}", &k[from.len()..]);
+                    if let Some(x) = self.xattrs.remove(&k) {
+                        self.xattrs.insert(nk.clone(), x);
+                    }
+                    self.paths.insert(nk, v);
+                }
+            }
+            Op::SetXattr { path, name, .. } => {
+                let v = self.xattrs.entry(path.clone()).or_default();
+                if !v.contains(name) {
+                    v.push(name.clone());
+                }
+            }
+            Op::RemoveXattr { path, name } => {
+                if let Some(v) = self.xattrs.get_mut(path) {
+                    v.retain(|n| n != name);
+                }
+            }
+            Op::Write { .. }
+            | Op::Append { .. }
+            | Op::Truncate { .. }
+            | Op::Fallocate { .. }
+            | Op::Fsync(_) => {}
+        }
+    }
+}
+
+/// A small deterministic generator (splitmix64): every sampled choice derives from a seed.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// Every sequence of length 1 and 2 whose operations' preconditions hold, for both starts;
+/// grouped by length.
+pub fn enumerate(len: usize) -> Vec<(Start, Vec<Op>)> {
+    let cat = catalogue();
+    let mut out = Vec::new();
+    for start in [Start::Fresh, Start::Populated] {
+        let mut frontier = vec![(Model::of(start), Vec::new())];
+        for _ in 0..len {
+            let mut next = Vec::new();
+            for (m, seq) in &frontier {
+                for op in cat.iter().filter(|op| m.allows(op)) {
+                    let mut m2 = m.clone();
+                    m2.apply(op);
+                    let mut s2: Vec<Op> = seq.clone();
+                    s2.push(op.clone());
+                    next.push((m2, s2));
+                }
+            }
+            frontier = next;
+        }
+        out.extend(frontier.into_iter().map(|(_, s)| (start, s)));
+    }
+    out
+}
+
+/// A random sequence of `len` operations whose preconditions hold, from `start`.
+pub fn sample(start: Start, len: usize, rng: &mut Rng) -> Result<Vec<Op>> {
+    let cat = catalogue();
+    let mut m = Model::of(start);
+    let mut seq = Vec::new();
+    for _ in 0..len {
+        let ok: Vec<&Op> = cat.iter().filter(|op| m.allows(op)).collect();
+        if ok.is_empty() {
+            return Err(Error::Invalid(format!(
+                "no operation applies after {seq:?}"
+            )));
+        }
+        let op = ok[rng.below(ok.len() as u64) as usize].clone();
+        m.apply(&op);
+        seq.push(op);
+    }
+    Ok(seq)
+}
