@@ -6,8 +6,8 @@ use winefs::crash::{ExploreConfig, explore, workloads};
 #[test]
 fn bounded_exploration_finds_no_failures() {
     let cfg = ExploreConfig {
-        pairs: 400,
-        progress_every: 50,
+        pairs: 800,
+        triples: 100,
         ..Default::default()
     };
     let n = workloads(&cfg).len();

@@ -1,5 +1,6 @@
 //! The `winefs` command: mount (FUSE), mkfs, fsck, info, bench and a guided demo.
 
+mod crashtest;
 mod demo;
 mod mount;
 
@@ -97,6 +98,12 @@ enum Cmd {
         pool: PathBuf,
         /// Path inside the pool.
         path: String,
+    },
+    /// Crash-consistency testing: the persistence-point crash explorer and the FUSE kill
+    /// harness, for runs longer than CI's.
+    Crashtest {
+        #[command(subcommand)]
+        which: crashtest::CrashCmd,
     },
     /// Benchmarks.
     Bench {
@@ -272,6 +279,7 @@ fn main() -> ExitCode {
         Cmd::Frag { pool } => frag(&pool),
         Cmd::Filemap { pool, path } => filemap(&pool, &path),
         Cmd::Rewrite { pool, path } => rewrite(&pool, &path),
+        Cmd::Crashtest { which } => crashtest::run(which),
         Cmd::Bench {
             which:
                 BenchCmd::Mmap {

@@ -1,0 +1,146 @@
+//! `winefs crashtest`: the crash explorer and the FUSE kill harness, run longer than CI runs
+//! them, with a summary (each failure printed with what reproduces it).
+
+use crate::{Fail, fail};
+use clap::Subcommand;
+use winefs::Mode;
+use winefs::crash::kill::{KillConfig, run as kill_run};
+use winefs::crash::{ExploreConfig, explore, workloads};
+
+#[derive(Subcommand)]
+pub(crate) enum CrashCmd {
+    /// Persistence-point crash exploration: every length-1 workload, plus sampled length-2 and
+    /// length-3 ones; each crash state is recovered, fsck'd and checked against the oracles.
+    Explore {
+        /// Longest sequences: 1 (singles only), 2 (plus pairs) or 3 (plus triples).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=3))]
+        seqs: u8,
+        /// Length-2 workloads (all of them if at least their number).
+        #[arg(long, default_value_t = 3000)]
+        pairs: usize,
+        /// Length-3 workloads.
+        #[arg(long, default_value_t = 1000)]
+        triples: usize,
+        /// Random subsets per crash point beyond the exhaustive bound.
+        #[arg(long, default_value_t = 32)]
+        states: usize,
+        /// Crash points with at most this many pending cache lines get every subset.
+        #[arg(long, default_value_t = 10)]
+        exhaustive_lines: u32,
+        /// Seed of every sampled choice.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Run only workload INDEX (as printed with a failure), with the same other options.
+        #[arg(long)]
+        only: Option<usize>,
+        /// Only this mode (default: both strict and relaxed).
+        #[arg(long, value_parser = ["strict", "relaxed"])]
+        mode: Option<String>,
+        /// Worker threads (default: one per CPU).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        /// Self-test: record with the fence after the undo records skipped (must fail).
+        #[arg(long)]
+        broken_skip_undo_fence: bool,
+        /// List the workloads and exit.
+        #[arg(long)]
+        list: bool,
+    },
+    /// Kill the FUSE daemon with SIGKILL at random moments under a multi-threaded fsync'ing
+    /// writer workload; fsck and check every fsync'd file after each remount (needs root and
+    /// /dev/fuse).
+    Kill {
+        #[arg(long, default_value_t = 200)]
+        rounds: usize,
+        /// Writer threads.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Print a line per round.
+        #[arg(short, long)]
+        verbose: bool,
+    },
+}
+
+pub(crate) fn run(cmd: CrashCmd) -> Result<u8, Fail> {
+    match cmd {
+        CrashCmd::Explore {
+            seqs,
+            pairs,
+            triples,
+            states,
+            exhaustive_lines,
+            seed,
+            only,
+            mode,
+            threads,
+            broken_skip_undo_fence,
+            list,
+        } => {
+            let cfg = ExploreConfig {
+                all_singles: true,
+                pairs: if seqs >= 2 { pairs } else { 0 },
+                triples: if seqs >= 3 { triples } else { 0 },
+                modes: match mode.as_deref() {
+                    Some("strict") => vec![Mode::Strict],
+                    Some(_) => vec![Mode::Relaxed],
+                    None => vec![Mode::Strict, Mode::Relaxed],
+                },
+                exhaustive_lines,
+                samples: states,
+                seed,
+                threads,
+                only,
+                broken_skip_undo_fence,
+                dir: None,
+                progress_every: if only.is_some() { 0 } else { 500 },
+            };
+            if list {
+                for (i, w) in workloads(&cfg).iter().enumerate() {
+                    println!("#{i} {w}");
+                }
+                return Ok(0);
+            }
+            let sum = explore(&cfg).map_err(|e| fail("crashtest explore", e))?;
+            for f in &sum.failures {
+                println!("FAIL {f}");
+                println!(
+                    "  reproduce: winefs crashtest explore --seqs {seqs} --pairs {pairs} --triples {triples} --states {states} --exhaustive-lines {exhaustive_lines} --seed {seed}{}{} --only {}",
+                    mode.as_deref()
+                        .map(|m| format!(" --mode {m}"))
+                        .unwrap_or_default(),
+                    if broken_skip_undo_fence {
+                        " --broken-skip-undo-fence"
+                    } else {
+                        ""
+                    },
+                    f.index
+                );
+            }
+            println!("{sum}");
+            Ok(if sum.failures.is_empty() { 0 } else { 1 })
+        }
+        CrashCmd::Kill {
+            rounds,
+            threads,
+            seed,
+            verbose,
+        } => {
+            let exe = std::env::current_exe().map_err(|e| fail("crashtest kill", e))?;
+            let cfg = KillConfig {
+                rounds,
+                threads,
+                seed,
+                verbose,
+                ..KillConfig::new(exe)
+            };
+            let sum = kill_run(&cfg).map_err(|e| fail("crashtest kill", e))?;
+            for f in &sum.failures {
+                println!("FAIL {f}");
+            }
+            println!("{sum} (seed {seed})");
+            Ok(if sum.failures.is_empty() { 0 } else { 1 })
+        }
+    }
+}
