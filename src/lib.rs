@@ -22,6 +22,7 @@
 //! - [`fuse`]: the FUSE front end (outside the core; the `winefs mount` command drives it).
 //! - [`sys`]: process-level system calls for the front ends (fork, signals, lazy unmount).
 
+pub mod age;
 pub mod alloc;
 pub mod bench;
 pub mod crash;

@@ -144,3 +144,31 @@ pub fn fs_magic(path: &Path) -> Option<i64> {
     }
     Some(st.f_type as i64)
 }
+
+/// Space of the file system holding `path`, from statvfs(3): (fragment size, total blocks,
+/// free blocks), blocks in units of the fragment size.
+pub fn space(path: &Path) -> io::Result<(u64, u64, u64)> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a properly sized out-parameter.
+    check(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, "statvfs")?;
+    Ok((st.f_frsize as u64, st.f_blocks as u64, st.f_bfree as u64))
+}
+
+/// fallocate(2) mode 0 on an open file: allocate [off, off+len) and grow the size to cover it.
+pub fn fallocate(file: &std::fs::File, off: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (off, len) = (
+        i64::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?,
+        i64::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?,
+    );
+    // SAFETY: the descriptor belongs to `file`, open for the duration of the call; fallocate
+    // reads no memory of ours.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, off, len) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

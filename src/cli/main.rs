@@ -1,5 +1,6 @@
 //! The `winefs` command: mount (FUSE), mkfs, fsck, info, bench and a guided demo.
 
+mod age;
 mod crashtest;
 mod demo;
 mod mount;
@@ -99,6 +100,13 @@ enum Cmd {
         /// Path inside the pool.
         path: String,
     },
+    /// Age a pool (through the library) or a directory (through POSIX calls) like Geriatrix:
+    /// fill to a utilization with a profile's file sizes, ages and directory depths, then
+    /// churn until a volume of writes has passed. Resumable.
+    Age(age::AgeArgs),
+    /// Allocate a fresh large file in a pool the way an application would (fallocate, 4 KiB
+    /// writes, or ftruncate + stores through a mapping) and report its hugepage-mappable share.
+    Fresh(age::FreshArgs),
     /// Crash-consistency testing: the persistence-point crash explorer and the FUSE kill
     /// harness, for runs longer than CI's.
     Crashtest {
@@ -280,6 +288,8 @@ fn main() -> ExitCode {
         Cmd::Filemap { pool, path } => filemap(&pool, &path),
         Cmd::Rewrite { pool, path } => rewrite(&pool, &path),
         Cmd::Crashtest { which } => crashtest::run(which),
+        Cmd::Age(a) => age::age(a),
+        Cmd::Fresh(a) => age::fresh(a),
         Cmd::Bench {
             which:
                 BenchCmd::Mmap {

@@ -128,6 +128,9 @@ impl PersistObserver for Recorder {
         let mut st = self.lock();
         for line in lines(off, len) {
             st.flushed.insert(line, read_line(pool, line));
+            // A line stored through a memory mapping is first seen here, at its write-back:
+            // from now on it may or may not be on media, like any line stored through `Pool`.
+            st.dirty.insert(line);
         }
     }
 

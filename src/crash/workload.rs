@@ -4,14 +4,13 @@
 
 use crate::error::{Error, Result};
 use crate::fs::{Fs, Mode, XattrSet};
-use crate::layout::HUGE_SIZE;
+use crate::layout::{BLOCK_SIZE, HUGE_SIZE};
 use std::collections::BTreeMap;
 use std::fmt;
 
 /// One file-system operation of a workload. Paths are absolute in the explored file system.
 ///
-/// Adding an operation (msync of a mapping is the next one, once memory mappings are explored)
-/// takes a variant here, its `apply` and `Display` arms, its precondition in `Model::allows`
+/// Adding an operation takes a variant here, its `apply` and `Display` arms, its precondition in `Model::allows`
 /// and its effect in `Model::apply`, and catalogue entries; if it is not atomic as a whole, its
 /// documented atomic steps in `steps`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +64,16 @@ pub enum Op {
         name: String,
     },
     Fsync(String),
+    /// Map the file, store `len` bytes at `off` through the mapping (clipped to the file's
+    /// size: a store past EOF would fault) and msync them. Strict mode uses an atomic mapping
+    /// (`File::mmap_atomic`: the msync is one transaction); relaxed mode a plain shared
+    /// mapping (stores go to media in place; msync writes their cache lines back).
+    Msync {
+        path: String,
+        off: u64,
+        len: u64,
+        fill: u8,
+    },
 }
 
 /// Byte `x` of data written with `fill`: a function of the file offset, so a write split into
@@ -113,6 +122,12 @@ impl fmt::Display for Op {
             } => write!(f, "setxattr {path} {name} {len} bytes fill {fill}"),
             Op::RemoveXattr { path, name } => write!(f, "removexattr {path} {name}"),
             Op::Fsync(p) => write!(f, "fsync {p}"),
+            Op::Msync {
+                path,
+                off,
+                len,
+                fill,
+            } => write!(f, "mmap+store+msync {path} {off}+{len} fill {fill}"),
         }
     }
 }
@@ -179,6 +194,33 @@ impl Op {
                 fs.removexattr(fs.resolve(path, false)?, name.as_bytes())
             }
             Op::Fsync(p) => fs.fsync(fs.resolve(p, false)?),
+            Op::Msync {
+                path,
+                off,
+                len,
+                fill,
+            } => {
+                let ino = fs.resolve(path, false)?;
+                let size = fs.getattr(ino)?.size;
+                let end = (off + len).min(size);
+                if end <= *off {
+                    return Ok(()); // nothing of the range is inside the file
+                }
+                let first = off - off % BLOCK_SIZE;
+                let map_len = (end - first).div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
+                let file = crate::file::File::open(fs.clone(), ino)?;
+                let atomic = fs.mode() == Mode::Strict;
+                let m = if atomic {
+                    file.mmap_atomic(first, map_len as usize)?
+                } else {
+                    file.mmap(first, map_len as usize)?
+                };
+                m.write(
+                    (off - first) as usize,
+                    &pattern_bytes(*fill, *off, end - off),
+                )?;
+                m.msync(0, map_len as usize).map(drop)
+            }
         }
     }
 
@@ -449,6 +491,17 @@ pub fn catalogue() -> Vec<Op> {
             name: s("user.a"),
         },
     ]);
+    let msync = |p: &str, off: u64, len: u64, fill: u8| Op::Msync {
+        path: s(p),
+        off,
+        len,
+        fill,
+    };
+    ops.extend([
+        msync("/A", 3000, 1500, 60),             // two pages of a small file
+        msync("/B", HUGE_SIZE - 4096, 8192, 61), // across the aligned unit's boundary
+        msync("/X", 0, 6000, 62),                // a file written (or not) earlier in the workload
+    ]);
     ops
 }
 
@@ -502,6 +555,7 @@ impl Model {
             | Op::Append { path, .. }
             | Op::Truncate { path, .. }
             | Op::Fallocate { path, .. } => self.is_file(path) && path != "/S",
+            Op::Msync { path, .. } => self.is_file(path) && path != "/S",
             Op::Fsync(p) | Op::Unlink(p) => self.is_file(p),
             Op::Link { from, to } => self.is_file(from) && self.absent_in_dir(to),
             Op::Rmdir(p) => p != "/" && self.empty_dir(p),
@@ -572,7 +626,8 @@ impl Model {
             | Op::Append { .. }
             | Op::Truncate { .. }
             | Op::Fallocate { .. }
-            | Op::Fsync(_) => {}
+            | Op::Fsync(_)
+            | Op::Msync { .. } => {}
         }
     }
 }

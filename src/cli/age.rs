@@ -1,0 +1,239 @@
+//! `winefs age` (the ager) and `winefs fresh` (a fresh large file allocated the way an
+//! application would, with its hugepage-mappable share): the aging experiment's winefs side.
+
+use crate::{Ctx, Fail, fail, parse_size};
+use clap::{Args, ValueEnum};
+use std::path::{Path, PathBuf};
+use winefs::age::profile::Profile;
+use winefs::age::{AgeConfig, AgeTarget, Ager, CreateMethod, LibraryTarget, PosixTarget};
+use winefs::report::{FileMapReport, FragReport};
+use winefs::{Fs, MkfsOptions, MountOptions};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum CreateArg {
+    /// One fallocate(2) of the whole size (as Geriatrix).
+    Fallocate,
+    /// write(2) of the whole size in 1 MiB calls.
+    Write,
+}
+
+#[derive(Args)]
+pub struct AgeArgs {
+    /// winefs pool to age through the library (made with --size if it does not exist).
+    #[arg(required_unless_present = "dir", conflicts_with = "dir")]
+    pool: Option<PathBuf>,
+    /// Age this directory through POSIX calls instead (a winefs FUSE mount, ext4, xfs ...).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Size of a new pool (K/M/G/T suffixes).
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
+    /// Profile: agrawal, wang, meyer, or a profile file (format: profiles/agrawal.txt).
+    #[arg(long, default_value = "agrawal")]
+    profile: String,
+    /// Target utilization, in percent.
+    #[arg(long, default_value_t = 75.0)]
+    util: f64,
+    /// Total writes, as a multiple of capacity (the fill counts).
+    #[arg(long, default_value_t = 10.0)]
+    writes: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// How files get their bytes.
+    #[arg(long, value_enum, default_value = "fallocate")]
+    create: CreateArg,
+    /// Ager state file, for resuming (default: beside the pool or directory, `.age-state`).
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// Forget any saved state and start afresh (the file system is not emptied).
+    #[arg(long)]
+    restart: bool,
+    /// Stop once the age distribution has converged (chi-square, 95%).
+    #[arg(long)]
+    stop_on_convergence: bool,
+    /// Write the final report as JSON here too.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+pub fn age(a: AgeArgs) -> Result<u8, Fail> {
+    let profile = Profile::load(&a.profile).ctx(|| "load the profile".into())?;
+    let mut cfg = AgeConfig::new(profile);
+    cfg.seed = a.seed;
+    cfg.utilization = a.util / 100.0;
+    cfg.writes = a.writes;
+    cfg.stop_on_convergence = a.stop_on_convergence;
+    cfg.progress = !a.quiet;
+    let method = match a.create {
+        CreateArg::Fallocate => CreateMethod::Fallocate,
+        CreateArg::Write => CreateMethod::Write,
+    };
+    let (report, fs) = if let Some(dir) = &a.dir {
+        winefs::age::target::check_dir(dir).ctx(|| "age a directory".into())?;
+        let dir = dir
+            .canonicalize()
+            .map_err(|e| fail(format!("resolve {}", dir.display()), e))?;
+        let state = a
+            .state
+            .clone()
+            .unwrap_or_else(|| sibling(&dir, ".age-state"));
+        prepare_state(&state, a.restart)?;
+        cfg.state = Some(state);
+        let target = PosixTarget { root: dir, method };
+        (run(&cfg, target)?, None)
+    } else {
+        let pool = a
+            .pool
+            .clone()
+            .ok_or_else(|| fail("age", "give a POOL or --dir"))?;
+        if !pool.exists() {
+            let size = a.size.ok_or_else(|| {
+                fail(
+                    format!("age {}", pool.display()),
+                    "the pool does not exist; give --size to make it",
+                )
+            })?;
+            Fs::mkfs(
+                &pool,
+                &MkfsOptions {
+                    size: Some(size),
+                    ..Default::default()
+                },
+            )
+            .ctx(|| format!("mkfs {}", pool.display()))?;
+        } else if a.size.is_some() {
+            return Err(fail(
+                format!("age {}", pool.display()),
+                "the pool exists; --size only makes a new one",
+            ));
+        }
+        let state = a
+            .state
+            .clone()
+            .unwrap_or_else(|| sibling(&pool, ".age-state"));
+        prepare_state(&state, a.restart)?;
+        cfg.state = Some(state);
+        let fs = Fs::mount(&pool, MountOptions::default())
+            .ctx(|| format!("mount {}", pool.display()))?;
+        let target = LibraryTarget {
+            fs: fs.clone(),
+            method,
+        };
+        (run(&cfg, target)?, Some((fs, pool)))
+    };
+    println!("{report}");
+    if let Some((fs, pool)) = fs {
+        println!("{}", FragReport::new(&fs));
+        fs.unmount().ctx(|| format!("unmount {}", pool.display()))?;
+    }
+    if let Some(j) = &a.json {
+        std::fs::write(j, report.to_json() + "\n")
+            .map_err(|e| fail(format!("write {}", j.display()), e))?;
+    }
+    Ok(0)
+}
+
+fn prepare_state(state: &Path, restart: bool) -> Result<(), Fail> {
+    if restart && state.exists() {
+        std::fs::remove_file(state).map_err(|e| fail(format!("remove {}", state.display()), e))?;
+    }
+    if state.exists() {
+        eprintln!("winefs: resuming from {}", state.display());
+    }
+    Ok(())
+}
+
+fn run<T: AgeTarget>(cfg: &AgeConfig, target: T) -> Result<winefs::age::AgeReport, Fail> {
+    let mut ager = Ager::new(cfg, target).ctx(|| "start the ager".into())?;
+    ager.run().ctx(|| "age".into())
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum FreshHow {
+    /// One fallocate of the whole size.
+    Fallocate,
+    /// Sequential 4 KiB writes.
+    Write4k,
+    /// ftruncate to the size, then a store to every page through a memory mapping (allocation
+    /// at fault time, the LMDB pattern).
+    Touch,
+}
+
+#[derive(Args)]
+pub struct FreshArgs {
+    pool: PathBuf,
+    /// Path of the new file inside the pool.
+    path: String,
+    /// File size (K/M/G/T suffixes; a multiple of 4 KiB).
+    #[arg(long, value_parser = parse_size)]
+    size: u64,
+    #[arg(long, value_enum, default_value = "fallocate")]
+    how: FreshHow,
+    /// Remove the file again after measuring it.
+    #[arg(long)]
+    remove: bool,
+}
+
+/// Allocate a fresh file the way an application would and report its hugepage-mappable share.
+pub fn fresh(a: FreshArgs) -> Result<u8, Fail> {
+    let p = a.pool.display().to_string();
+    if a.size == 0 || !a.size.is_multiple_of(4096) {
+        return Err(fail("fresh", "--size must be a positive multiple of 4 KiB"));
+    }
+    // No background rewrite: the file is measured as the allocator placed it.
+    let fs = Fs::mount(
+        &a.pool,
+        MountOptions {
+            no_background_rewrite: true,
+            ..Default::default()
+        },
+    )
+    .ctx(|| format!("mount {p}"))?;
+    let f = fs
+        .create_file(&a.path)
+        .ctx(|| format!("create {}", a.path))?;
+    let r = (|| {
+        match a.how {
+            FreshHow::Fallocate => f.fallocate(0, a.size)?,
+            FreshHow::Write4k => {
+                let page = vec![0x5au8; 4096];
+                for off in (0..a.size).step_by(4096) {
+                    f.write_at(off, &page)?;
+                }
+            }
+            FreshHow::Touch => {
+                f.set_len(a.size)?;
+                let m = f.mmap(0, a.size as usize)?;
+                for off in (0..a.size as usize).step_by(4096) {
+                    m.store(off, &[1])?;
+                }
+                m.msync(0, a.size as usize)?;
+            }
+        }
+        FileMapReport::new(&fs, f.ino())
+    })();
+    let r = r.ctx(|| format!("allocate {} ({:?})", a.path, a.how))?;
+    drop(f);
+    if a.remove {
+        fs.unlink_path(&a.path)
+            .ctx(|| format!("remove {}", a.path))?;
+    }
+    fs.unmount().ctx(|| format!("unmount {p}"))?;
+    println!(
+        "{}: {} in {} extents; hugepage-mappable {:.2}%",
+        a.path,
+        crate::human(r.size),
+        r.extents.len(),
+        100.0 * r.mappable_share()
+    );
+    Ok(0)
+}
