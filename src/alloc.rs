@@ -162,6 +162,56 @@ impl Pool {
         got
     }
 
+    /// Move every free block of `[a, b)` out of this pool into `out` (parts of free runs
+    /// outside the range stay free).
+    fn take_range(&mut self, a: u64, b: u64, out: &mut Vec<BlockRun>) {
+        let units: Vec<u64> = self
+            .aligned_set
+            .range(a - a % H..b)
+            .copied()
+            .filter(|&u| u + H > a)
+            .collect();
+        for u in units {
+            self.aligned_set.remove(&u);
+            self.aligned.retain(|&x| x != u);
+            let (s, e) = (u.max(a), (u + H).min(b));
+            out.push(BlockRun {
+                start: s,
+                len: e - s,
+            });
+            if u < s {
+                self.insert_free(u, s);
+            }
+            if e < u + H {
+                self.insert_free(e, u + H);
+            }
+        }
+        let holes: Vec<(u64, u64)> = {
+            let first = self
+                .holes
+                .range(..a)
+                .next_back()
+                .map(|(&s, _)| s)
+                .unwrap_or(a);
+            self.holes
+                .range(first..b)
+                .filter(|&(&s, &l)| s + l > a)
+                .map(|(&s, &l)| (s, l))
+                .collect()
+        };
+        for (hs, hl) in holes {
+            self.remove_hole(hs);
+            let (s, e) = (hs.max(a), (hs + hl).min(b));
+            out.push(BlockRun {
+                start: s,
+                len: e - s,
+            });
+            // What is left of a hole holds no whole aligned unit: it stays a hole.
+            self.add_hole(hs, s - hs);
+            self.add_hole(e, hs + hl - e);
+        }
+    }
+
     /// Pop the head aligned extent, keep its first `r` blocks, return the rest as a hole.
     fn break_aligned(&mut self, r: u64) -> Option<u64> {
         let u = self.pop_aligned()?;
@@ -468,6 +518,30 @@ impl Allocator {
         Ok(())
     }
 
+    /// Take every free block of `[s, e)` out of the allocator, so no allocation lands there
+    /// (hole compaction empties a 2 MiB unit this way). The blocks stay free on media; give
+    /// them back with [`Allocator::free`]. Returns the runs taken.
+    pub fn take_free_in(&self, s: u64, e: u64) -> Vec<BlockRun> {
+        let mut out = Vec::new();
+        if let Ok(pieces) = self.split(s, e) {
+            for (i, a, b) in pieces {
+                self.with(i, |p| p.take_range(a, b, &mut out));
+            }
+        }
+        out
+    }
+
+    /// Whether the aligned 2 MiB extent starting at block `u` is free as a whole.
+    pub fn is_free_aligned(&self, u: u64) -> bool {
+        self.partition_of(u)
+            .is_some_and(|i| self.with(i, |p| p.aligned_set.contains(&u)))
+    }
+
+    /// Free blocks in holes (outside free aligned extents), from the counters.
+    pub fn hole_blocks(&self) -> u64 {
+        self.parts.iter().map(|p| p.hole_blocks.load(Relaxed)).sum()
+    }
+
     /// Free blocks, summed from the per-partition counters.
     pub fn free_blocks(&self) -> u64 {
         self.parts
@@ -722,6 +796,33 @@ mod tests {
         assert_eq!(a.free_blocks(), fb);
         assert_eq!(a.free_runs(), before);
         assert!(e.to_string().contains("no space"));
+        a.check_consistency().unwrap();
+    }
+
+    #[test]
+    fn take_free_in_holds_a_unit_back_until_freed() {
+        // Unit 1 (blocks 512..1024) has a used block at 600; the rest of 0..2048 is free.
+        let a = Allocator::from_free_runs(&[(0, 2048)], [br(0, 600), br(601, 1447)]).unwrap();
+        let before = a.free_blocks();
+        let taken = a.take_free_in(512, 1024);
+        assert_eq!(taken.iter().map(|r| r.len).sum::<u64>(), 511);
+        assert!(taken.iter().all(|r| r.start >= 512 && r.end() <= 1024));
+        assert_eq!(a.free_blocks(), before - 511);
+        // Nothing is allocated inside the unit while it is held.
+        let got = a.alloc(100, 0).unwrap();
+        assert!(
+            got.iter().all(|r| r.end() <= 512 || r.start >= 1024),
+            "{got:?}"
+        );
+        for r in got {
+            a.free(r).unwrap();
+        }
+        // Freeing the used block and the taken runs makes the unit an aligned extent again.
+        a.free(br(600, 1)).unwrap();
+        for r in taken {
+            a.free(r).unwrap();
+        }
+        assert_eq!(aligned_total(&a), 4);
         a.check_consistency().unwrap();
     }
 

@@ -562,36 +562,49 @@ pub(crate) fn rewrite_unit(inner: &Inner, g: &mut Node, unit: u64) -> Result<boo
     Ok(true)
 }
 
-/// Move blocks [l, l+n) of the file onto the single blocks `news` (one per block, in order):
-/// copy, then remap and free the old blocks in one transaction. The layout counterpart of
-/// [`rewrite_unit`], used to build 4 KiB-scattered files for benchmarks and tests.
+/// Move blocks [l, l+n) of the file onto the single blocks `news` (one per block, in order).
+/// The layout counterpart of [`rewrite_unit`], used to build 4 KiB-scattered files for
+/// benchmarks and tests.
 pub(crate) fn relocate_blocks(inner: &Inner, g: &mut Node, l: u64, news: &[u64]) -> Result<()> {
-    let ino = g.ino;
-    let n = news.len() as u64;
-    crate::mmap::before_move(inner, g, l, l + n)?;
-    for (i, &dst) in news.iter().enumerate() {
-        let src = g.map.lookup(l + i as u64).map(|(p, _)| p);
-        match src {
-            Some(p) => inner.pool.copy_flush(
-                p * BLOCK_SIZE,
-                dst * BLOCK_SIZE,
-                BLOCK_SIZE,
-                Category::Data,
-            )?,
-            None => inner
-                .pool
-                .zero_flush(dst * BLOCK_SIZE, BLOCK_SIZE, Category::Data)?,
-        }
-    }
     let runs: Vec<BlockRun> = news
         .iter()
         .map(|&b| BlockRun { start: b, len: 1 })
         .collect();
+    relocate_runs(inner, g, l, &runs)
+}
+
+/// Move blocks [l, l+n) of the file onto the freshly allocated `runs` (n blocks in all, in
+/// order): copy (unmapped blocks become zeros), then remap and free the old blocks in one
+/// transaction. The content is the same before and after, so a crash at any point is harmless:
+/// before the commit the new blocks are unreferenced (free again after recovery), after it the
+/// old ones are. Used by hole compaction and, one block per run, by [`relocate_blocks`].
+pub(crate) fn relocate_runs(inner: &Inner, g: &mut Node, l: u64, runs: &[BlockRun]) -> Result<()> {
+    let ino = g.ino;
+    let n: u64 = runs.iter().map(|r| r.len).sum();
+    crate::mmap::before_move(inner, g, l, l + n)?;
+    let pool = &inner.pool;
+    let mut pos = l;
+    for r in runs {
+        let end = pos + r.len;
+        let dst = |x: u64| (r.start + x - pos) * BLOCK_SIZE;
+        let mut cur = pos;
+        for (sl, sp, sn) in g.map.segments(pos, end) {
+            if sl > cur {
+                pool.zero_flush(dst(cur), (sl - cur) * BLOCK_SIZE, Category::Data)?;
+            }
+            pool.copy_flush(sp * BLOCK_SIZE, dst(sl), sn * BLOCK_SIZE, Category::Data)?;
+            cur = sl + sn;
+        }
+        if cur < end {
+            pool.zero_flush(dst(cur), (end - cur) * BLOCK_SIZE, Category::Data)?;
+        }
+        pos = end;
+    }
     let mut res = Reserved::new(inner);
     let mut upd = MapUpdate::default();
     inner.reserve_slots(&mut res, &mut g.map, runs.len() + 2, &mut upd)?;
     guarded(inner, || {
-        g.map.remap(l, n, &runs, &mut upd);
+        g.map.remap(l, n, runs, &mut upd);
         let mut hdr = g.hdr.clone();
         hdr.map_end = hdr.map_end.max(l + n);
         let mut tx = Tx::new();

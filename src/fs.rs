@@ -335,6 +335,10 @@ impl Inner {
                 eprintln!("winefs: allocator refused a free: {e}");
             }
         }
+        // Frees are what leave holes behind; compaction starts from here when they pile up.
+        if runs.iter().any(|r| r.len > 0) {
+            crate::rewrite::maybe_compact(self);
+        }
     }
 
     pub fn alloc_inode_number(&self) -> Result<u64> {
@@ -1442,6 +1446,18 @@ impl Fs {
     #[doc(hidden)]
     pub fn scatter(&self, ino: u64) -> Result<u64> {
         crate::rewrite::scatter_file(&self.inner, ino)
+    }
+
+    /// Compact holes now (docs/DESIGN.md §4, "Hole compaction"): empty broken 2 MiB units that
+    /// hold little file data into holes elsewhere, until holes hold at most 4% of free space.
+    pub fn compact(&self) -> Result<crate::compact::CompactStats> {
+        crate::compact::compact_with(
+            &Arc::downgrade(&self.inner),
+            crate::compact::GOAL_SHARE,
+            u64::MAX,
+            false,
+            0,
+        )
     }
 
     /// All free space of the pool as sorted, merged runs of blocks.

@@ -25,6 +25,7 @@
 pub mod age;
 pub mod alloc;
 pub mod bench;
+pub mod compact;
 pub mod crash;
 pub mod dir;
 pub mod error;

@@ -241,7 +241,8 @@ mod tests {
         assert_eq!(rb.mappable_bytes, 0);
         assert_eq!(rb.extents.len(), 1024);
         assert_eq!(b.read_all().unwrap(), vec![7u8; 4 << 20]);
-        assert!(fs.check().is_clean());
+        let ck = fs.check();
+        assert!(ck.is_clean(), "{:?}", ck.problems);
         assert!(FragReport::new(&fs).to_string().contains("total: free"));
     }
 }

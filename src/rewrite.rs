@@ -35,19 +35,17 @@ pub(crate) struct Rewriter {
 struct Queue {
     order: VecDeque<u64>,
     queued: HashSet<u64>,
-    /// An inode being rewritten right now.
+    /// An inode being rewritten (or holes being compacted) right now.
     busy: bool,
+    /// Hole compaction asked for (free space in holes passed the trigger).
+    compact: bool,
     done: RewriteStats,
+    compacted: crate::compact::CompactStats,
 }
 
-/// Queue `ino` for a background rewrite (starting the thread on first use).
-pub(crate) fn queue(inner: &Inner, ino: u64) {
-    if !inner.background_rewrite {
-        return;
-    }
-    let Some(me) = inner.me.get().cloned() else {
-        return;
-    };
+/// The background thread of this mount, started on first use.
+fn thread_of(inner: &Inner) -> Option<Arc<Rewriter>> {
+    let me = inner.me.get().cloned()?;
     let rw = {
         let mut slot = lock(&inner.rewriter);
         if let Some(rw) = slot.as_ref() {
@@ -60,11 +58,40 @@ pub(crate) fn queue(inner: &Inner, ino: u64) {
                 .spawn(move || run(weak, &thread_rw));
             if let Err(e) = started {
                 eprintln!("winefs: cannot start the rewrite thread: {e}");
-                return;
+                return None;
             }
             *slot = Some(rw.clone());
             rw
         }
+    };
+    Some(rw)
+}
+
+/// Ask the background thread to compact holes (docs: `compact`), once free space in holes
+/// passes the trigger. Cheap when it has not: two counter sums.
+pub(crate) fn maybe_compact(inner: &Inner) {
+    if !inner.background_rewrite
+        || inner.pool.is_private()
+        || !crate::compact::holes_exceed(inner, crate::compact::TRIGGER_SHARE)
+    {
+        return;
+    }
+    if let Some(rw) = thread_of(inner) {
+        let mut q = lock(&rw.state);
+        if !q.compact {
+            q.compact = true;
+            rw.changed.notify_all();
+        }
+    }
+}
+
+/// Queue `ino` for a background rewrite (starting the thread on first use).
+pub(crate) fn queue(inner: &Inner, ino: u64) {
+    if !inner.background_rewrite {
+        return;
+    }
+    let Some(rw) = thread_of(inner) else {
+        return;
     };
     let mut q = lock(&rw.state);
     if q.queued.insert(ino) {
@@ -84,7 +111,12 @@ fn run(inner: Weak<Inner>, rw: &Rewriter) {
                 if let Some(i) = q.order.pop_front() {
                     q.queued.remove(&i);
                     q.busy = true;
-                    break i;
+                    break Some(i);
+                }
+                if q.compact {
+                    q.compact = false;
+                    q.busy = true;
+                    break None;
                 }
                 q = rw
                     .changed
@@ -92,6 +124,25 @@ fn run(inner: Weak<Inner>, rw: &Rewriter) {
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
             }
+        };
+        let Some(ino) = ino else {
+            // Units per pass: a pass ends (and queued rewrites go first) every 64 units.
+            let r = crate::compact::compact(&inner, crate::compact::GOAL_SHARE, 64, true);
+            let mut q = lock(&rw.state);
+            q.busy = false;
+            match r {
+                Ok(s) => {
+                    q.compacted.units_freed += s.units_freed;
+                    q.compacted.blocks_moved += s.blocks_moved;
+                    // More to do: go on after anything queued meanwhile.
+                    if s.units_freed == 64 {
+                        q.compact = true;
+                    }
+                }
+                Err(e) => eprintln!("winefs: background hole compaction stopped: {e}"),
+            }
+            rw.changed.notify_all();
+            continue;
         };
         let r = rewrite_file(&inner, ino, true);
         let mut q = lock(&rw.state);
@@ -123,7 +174,14 @@ pub(crate) fn rewrite_file(inner: &Weak<Inner>, ino: u64, throttle: bool) -> Res
         };
         let start = Instant::now();
         let moved = {
+            // Like any foreground operation: fsck (which takes it for writing) sees no unit
+            // half moved.
+            let _ns = inner.ns.read().unwrap_or_else(|e| e.into_inner());
             let mut g = wlock(&node);
+            // Freed after the lookup: its DRAM map still lists blocks that are free now.
+            if !crate::compact::still_live(&inner, ino, &node) {
+                break;
+            }
             let Some(first) = g.map.next_mapped(lb) else {
                 break;
             };
@@ -152,7 +210,7 @@ pub(crate) fn settle(inner: &Inner, timeout: Duration) -> Option<RewriteStats> {
     };
     let deadline = Instant::now() + timeout;
     let mut q = lock(&rw.state);
-    while q.busy || !q.order.is_empty() {
+    while q.busy || q.compact || !q.order.is_empty() {
         let left = deadline.checked_duration_since(Instant::now())?;
         q = rw
             .changed

@@ -220,6 +220,34 @@ pub(crate) fn set_locked(
     Ok(())
 }
 
+/// Move the inode's xattr block, which must be at `from`, onto a newly allocated block (hole
+/// compaction): the same copy-on-write step as [`set_locked`], with the same attributes.
+/// Returns the new block, or None when the block is not at `from` any more.
+pub(crate) fn relocate_block(inner: &Inner, g: &mut Node, from: u64) -> Result<Option<u64>> {
+    if from == 0 || g.hdr.xattr_block != from {
+        return Ok(None);
+    }
+    let mut bytes = vec![0u8; BLOCK_SIZE as usize];
+    inner.pool.read(from * BLOCK_SIZE, &mut bytes)?;
+    let mut res = Reserved::new(inner);
+    let b = res.alloc_one()?;
+    inner
+        .pool
+        .write_flush(b * BLOCK_SIZE, &bytes, Category::Metadata)?;
+    let mut hdr = g.hdr.clone();
+    hdr.xattr_block = b;
+    let mut tx = Tx::new();
+    inner.header_tx(&mut tx, g.ino, &g.hdr, &hdr);
+    inner.commit(tx)?;
+    res.keep();
+    g.hdr = hdr;
+    inner.free_runs(&[crate::alloc::BlockRun {
+        start: from,
+        len: 1,
+    }]);
+    Ok(Some(b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

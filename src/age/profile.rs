@@ -328,9 +328,10 @@ mod tests {
         let (s, _) = chi_square(&[30, 10], &[1.0, 3.0]);
         assert!(s > 3.841);
         // Categories expecting fewer than 5 are pooled with their neighbours.
-        let (s, df) = chi_square(&[1, 2, 97], &[1.0, 2.0, 97.0]);
-        assert_eq!((s, df), (0.0, 1));
-        let (_, df) = chi_square(&[0, 0, 100], &[1.0, 1.0, 98.0]);
+        let (s, df) = chi_square(&[3, 2, 45, 50], &[3.0, 2.0, 45.0, 50.0]);
+        assert_eq!((s, df), (0.0, 2));
+        // A trailing small category joins the last cell.
+        let (_, df) = chi_square(&[50, 48, 2], &[50.0, 48.0, 2.0]);
         assert_eq!(df, 1);
     }
 }

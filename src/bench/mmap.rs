@@ -45,7 +45,7 @@ impl Default for MmapBenchConfig {
 /// One layout's figures.
 #[derive(Clone, Debug, Default)]
 pub struct MmapCase {
-    pub name: &'static str,
+    pub name: String,
     /// GB/s (10^9 bytes per second).
     pub seq_write: f64,
     pub seq_read: f64,
@@ -76,7 +76,7 @@ pub struct MmapBenchReport {
 }
 
 /// A mapping under test: winefs's or a plain file mapping.
-trait Mem {
+pub(crate) trait Mem {
     fn store(&self, at: usize, data: &[u8]) -> Result<()>;
     fn load(&self, at: usize, buf: &mut [u8]) -> Result<()>;
     /// One 8-byte load (a memcpy call per 8 bytes would dominate the figure).
@@ -99,9 +99,9 @@ impl Mem for Mapping {
     }
 }
 
-struct PlainMap {
-    addr: usize,
-    len: usize,
+pub(crate) struct PlainMap {
+    pub(crate) addr: usize,
+    pub(crate) len: usize,
 }
 
 impl PlainMap {
@@ -155,8 +155,8 @@ fn gbs(bytes: u64, secs: f64) -> f64 {
 }
 
 /// Measure `repeats` fresh mappings made by `map`; keep the best of each figure.
-fn measure(
-    name: &'static str,
+pub(crate) fn measure(
+    name: &str,
     cfg: &MmapBenchConfig,
     extents: usize,
     mut map: impl FnMut() -> Result<Box<dyn Mem>>,
@@ -166,7 +166,7 @@ fn measure(
     let mut big = vec![0x3cu8; MIB as usize];
     let mut page = vec![0xc3u8; 4096];
     let mut best = MmapCase {
-        name,
+        name: name.to_string(),
         extents,
         read8_ns: f64::MAX,
         faults: u64::MAX,
@@ -225,7 +225,7 @@ fn measure(
 
 /// Make sure the kernel allows `vmas` mappings in this process (a 4 KiB-scattered file needs
 /// one per block), raising `vm.max_map_count` when allowed.
-fn ensure_map_count(vmas: u64) -> Result<()> {
+pub(crate) fn ensure_map_count(vmas: u64) -> Result<()> {
     const KNOB: &str = "/proc/sys/vm/max_map_count";
     let cur: u64 = std::fs::read_to_string(KNOB)
         .ok()

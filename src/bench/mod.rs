@@ -2,9 +2,11 @@
 //! prints ratios (no test asserts on time).
 //! - [`syscall`]: the library against `std::fs` on tmpfs (`winefs bench syscall`).
 //! - [`fuse`]: a FUSE mount of winefs against tmpfs (`winefs bench fuse`).
+//! - [`layout`]: the mmap benchmark over aged winefs files and replayed ext4/xfs layouts (`winefs bench layout`).
 //! - [`mmap`]: memory-mapped access to aligned, 4 KiB-scattered and plain tmpfs files (`winefs bench mmap`).
 
 pub mod fuse;
+pub mod layout;
 pub mod mmap;
 pub mod syscall;
 

@@ -107,6 +107,9 @@ enum Cmd {
     /// Allocate a fresh large file in a pool the way an application would (fallocate, 4 KiB
     /// writes, or ftruncate + stores through a mapping) and report its hugepage-mappable share.
     Fresh(age::FreshArgs),
+    /// Compact holes now: empty broken 2 MiB units that hold little file data, so free space
+    /// returns to aligned extents (a mounted pool does this in the background).
+    Compact { pool: PathBuf },
     /// Crash-consistency testing: the persistence-point crash explorer and the FUSE kill
     /// harness, for runs longer than CI's.
     Crashtest {
@@ -136,6 +139,27 @@ enum BenchCmd {
         /// Random 8-byte reads per measurement.
         #[arg(long, default_value_t = 4_000_000)]
         reads: u64,
+    },
+    /// The mmap benchmark over given layouts in one run: files of winefs pools, and layouts
+    /// of other file systems' files replayed onto a hugepage tmpfs at their physical offsets.
+    Layout {
+        /// NAME=winefs:POOL:PATH or NAME=replay:LAYOUT_FILE:DEVICE_BYTES (repeatable); a layout
+        /// file has lines "file_offset physical_offset length" in bytes.
+        #[arg(long = "case", required = true)]
+        cases: Vec<String>,
+        /// Bytes of each file mapped (a multiple of 2 MiB).
+        #[arg(long, value_parser = parse_size)]
+        size: u64,
+        /// Directory on a hugepage tmpfs for replay images (default: /mnt/winefs-huge).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        #[arg(long, default_value_t = 3)]
+        repeats: u32,
+        #[arg(long, default_value_t = 2_000_000)]
+        reads: u64,
+        /// Also write one JSON object per case here.
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
     /// create/unlink and 4 KiB / 1 MiB sequential I/O: a FUSE mount of winefs vs tmpfs.
     Fuse {
@@ -241,6 +265,60 @@ impl<T> Ctx<T> for winefs::Result<T> {
     }
 }
 
+fn compact(pool: &Path) -> Result<u8, Fail> {
+    let p = pool.display();
+    let fs = Fs::mount(
+        pool,
+        MountOptions {
+            no_background_rewrite: true,
+            ..Default::default()
+        },
+    )
+    .ctx(|| format!("mount {p}"))?;
+    let before = FragReport::new(&fs);
+    let st = fs.compact().ctx(|| format!("compact {p}"))?;
+    let after = FragReport::new(&fs);
+    fs.unmount().ctx(|| format!("unmount {p}"))?;
+    println!(
+        "{} of {} candidate units emptied, {} moved; free space in aligned 2 MiB extents {:.1}% -> {:.1}%",
+        st.units_freed,
+        st.candidates,
+        human(st.blocks_moved * BLOCK_SIZE),
+        before.aligned_share() * 100.0,
+        after.aligned_share() * 100.0
+    );
+    Ok(0)
+}
+
+fn bench_layout(
+    cases: Vec<String>,
+    size: u64,
+    dir: Option<PathBuf>,
+    repeats: u32,
+    reads: u64,
+    json: Option<PathBuf>,
+) -> Result<u8, Fail> {
+    use winefs::bench::layout::{LayoutCase, layout_bench, table};
+    let cases: Vec<LayoutCase> = cases
+        .iter()
+        .map(|c| LayoutCase::parse(c))
+        .collect::<winefs::Result<_>>()
+        .ctx(|| "bench layout".into())?;
+    let cfg = MmapBenchConfig {
+        dir,
+        size,
+        repeats,
+        reads,
+    };
+    let r = layout_bench(&cfg, &cases).ctx(|| "bench layout".into())?;
+    println!("{}", table(&cfg, &r));
+    if let Some(j) = json {
+        std::fs::write(&j, winefs::bench::layout::json(&r))
+            .map_err(|e| fail(format!("write {}", j.display()), e))?;
+    }
+    Ok(0)
+}
+
 fn private_mount(pool: &Path) -> winefs::Result<Fs> {
     Fs::mount(
         pool,
@@ -288,6 +366,18 @@ fn main() -> ExitCode {
         Cmd::Filemap { pool, path } => filemap(&pool, &path),
         Cmd::Rewrite { pool, path } => rewrite(&pool, &path),
         Cmd::Crashtest { which } => crashtest::run(which),
+        Cmd::Bench {
+            which:
+                BenchCmd::Layout {
+                    cases,
+                    size,
+                    dir,
+                    repeats,
+                    reads,
+                    json,
+                },
+        } => bench_layout(cases, size, dir, repeats, reads, json),
+        Cmd::Compact { pool } => compact(&pool),
         Cmd::Age(a) => age::age(a),
         Cmd::Fresh(a) => age::fresh(a),
         Cmd::Bench {

@@ -493,7 +493,7 @@ pub fn explore(cfg: &ExploreConfig) -> Result<Summary> {
     };
     let dir = Scratch::new(cfg.dir.as_deref())?;
     let mut templates = BTreeMap::new();
-    for start in [Start::Fresh, Start::Populated] {
+    for start in Start::ALL {
         let p = dir.0.join(format!("template-{start}.pool"));
         make_template(&p, start)?;
         templates.insert(start, p);

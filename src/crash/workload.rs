@@ -64,6 +64,9 @@ pub enum Op {
         name: String,
     },
     Fsync(String),
+    /// Hole compaction (`Fs::compact`): data, directory and xattr blocks move; nothing
+    /// observable changes, at any crash point.
+    Compact,
     /// Map the file, store `len` bytes at `off` through the mapping (clipped to the file's
     /// size: a store past EOF would fault) and msync them. Strict mode uses an atomic mapping
     /// (`File::mmap_atomic`: the msync is one transaction); relaxed mode a plain shared
@@ -122,6 +125,7 @@ impl fmt::Display for Op {
             } => write!(f, "setxattr {path} {name} {len} bytes fill {fill}"),
             Op::RemoveXattr { path, name } => write!(f, "removexattr {path} {name}"),
             Op::Fsync(p) => write!(f, "fsync {p}"),
+            Op::Compact => write!(f, "compact"),
             Op::Msync {
                 path,
                 off,
@@ -194,6 +198,7 @@ impl Op {
                 fs.removexattr(fs.resolve(path, false)?, name.as_bytes())
             }
             Op::Fsync(p) => fs.fsync(fs.resolve(p, false)?),
+            Op::Compact => fs.compact().map(drop),
             Op::Msync {
                 path,
                 off,
@@ -267,6 +272,13 @@ pub enum Start {
     /// A few files (one with an aligned 2 MiB extent), directories, a symlink, a hard link
     /// and extended attributes.
     Populated,
+    /// Two 2 MiB units broken up by small files, one nearly empty (three files, one with an
+    /// xattr block, and a directory's block) and one half empty: what hole compaction empties.
+    Fragmented,
+}
+
+impl Start {
+    pub const ALL: [Start; 3] = [Start::Fresh, Start::Populated, Start::Fragmented];
 }
 
 impl fmt::Display for Start {
@@ -274,6 +286,7 @@ impl fmt::Display for Start {
         f.write_str(match self {
             Start::Fresh => "fresh",
             Start::Populated => "populated",
+            Start::Fragmented => "fragmented",
         })
     }
 }
@@ -283,6 +296,42 @@ impl Start {
     pub fn setup(self) -> Vec<Op> {
         match self {
             Start::Fresh => Vec::new(),
+            Start::Fragmented => {
+                let mut v = Vec::new();
+                for g in ["g", "h"] {
+                    for i in 0..40 {
+                        let path = format!("/{g}{i}");
+                        v.push(Op::Create(path.clone()));
+                        v.push(Op::Write {
+                            path,
+                            off: 0,
+                            len: 48 << 10,
+                            fill: i as u8,
+                        });
+                    }
+                }
+                v.push(Op::SetXattr {
+                    path: "/g10".into(),
+                    name: "user.k".into(),
+                    len: 100,
+                    fill: 9,
+                });
+                v.push(Op::Mkdir("/M".into()));
+                v.push(Op::Create("/M/f".into()));
+                v.push(Op::Write {
+                    path: "/M/f".into(),
+                    off: 0,
+                    len: 5000,
+                    fill: 8,
+                });
+                for i in (0..40).filter(|i| ![0, 10, 20].contains(i)) {
+                    v.push(Op::Unlink(format!("/g{i}")));
+                }
+                for i in 0..20 {
+                    v.push(Op::Unlink(format!("/h{i}")));
+                }
+                v
+            }
             Start::Populated => vec![
                 Op::Create("/A".into()),
                 Op::Write {
@@ -491,6 +540,7 @@ pub fn catalogue() -> Vec<Op> {
             name: s("user.a"),
         },
     ]);
+    ops.push(Op::Compact);
     let msync = |p: &str, off: u64, len: u64, fill: u8| Op::Msync {
         path: s(p),
         off,
@@ -556,6 +606,7 @@ impl Model {
             | Op::Truncate { path, .. }
             | Op::Fallocate { path, .. } => self.is_file(path) && path != "/S",
             Op::Msync { path, .. } => self.is_file(path) && path != "/S",
+            Op::Compact => true,
             Op::Fsync(p) | Op::Unlink(p) => self.is_file(p),
             Op::Link { from, to } => self.is_file(from) && self.absent_in_dir(to),
             Op::Rmdir(p) => p != "/" && self.empty_dir(p),
@@ -627,6 +678,7 @@ impl Model {
             | Op::Truncate { .. }
             | Op::Fallocate { .. }
             | Op::Fsync(_)
+            | Op::Compact
             | Op::Msync { .. } => {}
         }
     }
@@ -660,7 +712,7 @@ impl Rng {
 pub fn enumerate(len: usize) -> Vec<(Start, Vec<Op>)> {
     let cat = catalogue();
     let mut out = Vec::new();
-    for start in [Start::Fresh, Start::Populated] {
+    for start in Start::ALL {
         let mut frontier = vec![(Model::of(start), Vec::new())];
         for _ in 0..len {
             let mut next = Vec::new();
