@@ -32,6 +32,11 @@ import time
 MIB = 1 << 20
 HUGE = 2 * MIB
 IMG_DIR = "/mnt/winefs-age-img"
+POSIX = ["ext4", "xfs", "xfs-su2m"]
+# Every file system compared, in table order; winefs-nocompact is winefs aged with background
+# work off (the allocator alone), measured but left out of the mmap run (memory).
+KINDS = ["winefs", "winefs-nocompact"] + POSIX
+BENCHED = ["winefs"] + POSIX
 HUGE_DIR = "/mnt/winefs-huge"
 
 
@@ -165,6 +170,9 @@ class LoopFs:
         sh(["truncate", "-s", str(self.size), self.img])
         if self.kind == "ext4":
             sh(["mkfs.ext4", "-q", "-F", self.img])
+        elif self.kind == "xfs-su2m":
+            # What xfs's DAX documentation recommends for 2 MiB faults: a 2 MiB stripe unit.
+            sh(["mkfs.xfs", "-q", "-f", "-d", "su=2m,sw=1", self.img])
         else:
             sh(["mkfs.xfs", "-q", "-f", self.img])
         self.dev = sh(["losetup", "-f", "--show", self.img]).strip()
@@ -238,31 +246,32 @@ def run_posix(a, kind, out):
         fs.destroy()
 
 
-def run_winefs(a, out):
-    clean = f"{HUGE_DIR}/aging-clean.pool"
-    aged = f"{HUGE_DIR}/aging-aged.pool"
+def run_winefs(a, out, name="winefs", background=True):
+    clean = f"{HUGE_DIR}/aging-{name}-clean.pool"
+    aged = f"{HUGE_DIR}/aging-{name}-aged.pool"
     for p in (clean, aged):
         if os.path.exists(p):
             os.remove(p)
     res = {}
     sh([a.winefs, "mkfs", clean, "--size", str(a.size)])
     res["clean_fresh"] = fresh_winefs(a, clean, "fallocate", keep=True)
-    log(f"winefs: clean fresh file {res['clean_fresh']}")
+    log(f"{name}: clean fresh file {res['clean_fresh']}")
     t = time.time()
-    state = f"{out}/winefs.age-state"
+    state = f"{out}/{name}.age-state"
     if os.path.exists(state):
         os.remove(state)
     sh([a.winefs, "age", aged, "--size", str(a.size), "--state", state, "--json",
-        f"{out}/winefs-age.json"] + age_args(a, a.util, a.writes))
-    res["age"] = json.load(open(f"{out}/winefs-age.json"))
-    log(f"winefs: aged in {time.time() - t:.0f} s: util {res['age']['utilization']:.3f}, "
+        f"{out}/{name}-age.json"] + age_args(a, a.util, a.writes)
+       + ([] if background else ["--no-background"]))
+    res["age"] = json.load(open(f"{out}/{name}-age.json"))
+    log(f"{name}: aged in {time.time() - t:.0f} s: util {res['age']['utilization']:.3f}, "
         f"writes {res['age']['writes_x_capacity']:.1f}x")
     res["free"] = free_winefs(a.winefs, aged)
-    log(f"winefs: free space {res['free']}")
+    log(f"{name}: free space {res['free']}")
     res["fresh_write4k"] = fresh_winefs(a, aged, "write4k", keep=False)
     res["fresh_touch"] = fresh_winefs(a, aged, "touch", keep=False)
     res["fresh_fallocate"] = fresh_winefs(a, aged, "fallocate", keep=True)
-    log(f"winefs: fresh file fallocate {res['fresh_fallocate']}, 4 KiB writes "
+    log(f"{name}: fresh file fallocate {res['fresh_fallocate']}, 4 KiB writes "
         f"{res['fresh_write4k']}, ftruncate+touch {res['fresh_touch']}")
     return res, clean, aged
 
@@ -283,12 +292,13 @@ def fresh_winefs(a, pool, how, keep):
 def sweep(a, out):
     utils = [50, 60, 70, 80, 90]
     res = {"utils": utils, "size": a.sweep_size, "writes_per_step": a.sweep_writes}
-    for kind in ("winefs", "ext4", "xfs"):
+    for kind in KINDS:
         shares = []
         state = f"{out}/sweep-{kind}.age-state"
         if os.path.exists(state):
             os.remove(state)
-        if kind == "winefs":
+        winefs = kind.startswith("winefs")
+        if winefs:
             pool = f"{HUGE_DIR}/aging-sweep.pool"
             if os.path.exists(pool):
                 os.remove(pool)
@@ -299,13 +309,15 @@ def sweep(a, out):
         try:
             for i, u in enumerate(utils):
                 writes = a.sweep_writes * (i + 1)  # cumulative: each step churns sweep_writes more
-                target = [pool] if kind == "winefs" else ["--dir", fs.mnt]
+                target = [pool] if winefs else ["--dir", fs.mnt]
+                if kind == "winefs-nocompact":
+                    target.append("--no-background")
                 sh([a.winefs, "age"] + target + ["--state", state] + age_args(a, u, writes))
-                free = free_winefs(a.winefs, pool) if kind == "winefs" else fs.free()
+                free = free_winefs(a.winefs, pool) if winefs else fs.free()
                 shares.append(free["aligned_share"])
                 log(f"sweep {kind} {u}%: aligned share of free space {free['aligned_share']:.3f}")
         finally:
-            if kind == "winefs":
+            if winefs:
                 os.remove(pool)
             else:
                 fs.destroy()
@@ -323,7 +335,7 @@ def tables(R):
              f"{a['fresh'] >> 20} MiB ({a['fresh'] // HUGE} 2 MiB extents).\n")
     s.append("| file system | utilization | writes (x capacity) | aging time s | free space | free in aligned 2 MiB extents | fresh file: fallocate mappable | 4 KiB writes mappable | ftruncate + touch mappable |")
     s.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
-    for k in ("winefs", "ext4", "xfs"):
+    for k in KINDS:
         r = R[k]
         touch = r.get("fresh_touch")
         s.append(f"| {k} | {100 * r['age']['utilization']:.1f}% | {r['age']['writes_x_capacity']:.1f} | "
@@ -342,7 +354,7 @@ def tables(R):
                  f"{c['seq_read']:.2f} | {c['read8_ns']:.1f} | {c['faults']} | {100 * c['pmd_share']:.0f}% |")
     s.append("")
     by = {c["name"]: c for c in R["bench"]}
-    for k in ("winefs", "ext4", "xfs"):
+    for k in BENCHED:
         c, g = by[f"{k}-clean"], by[f"{k}-aged"]
         s.append(f"- {k}: aged/clean seq write {g['seq_write'] / c['seq_write']:.2f}, "
                  f"random 4K write {g['rand_write_cold'] / c['rand_write_cold']:.2f}")
@@ -363,7 +375,7 @@ def tables(R):
                  f"{sw['writes_per_step']}x capacity of writes per step, cumulative):\n")
         s.append("| utilization | " + " | ".join(f"{u}%" for u in sw["utils"]) + " |")
         s.append("|---|" + "--:|" * len(sw["utils"]))
-        for k in ("winefs", "ext4", "xfs"):
+        for k in KINDS:
             s.append(f"| {k} | " + " | ".join(f"{100 * x:.1f}%" for x in sw[k]) + " |")
     return "\n".join(s) + "\n"
 
@@ -377,8 +389,8 @@ def plots(R, out):
         log("matplotlib missing (apt-get install python3-matplotlib): no plots")
         return
     by = {c["name"]: c for c in R["bench"]}
-    kinds = ["winefs", "ext4", "xfs"]
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    kinds = BENCHED
+    fig, ax = plt.subplots(figsize=(7, 3.8))
     xs = range(len(kinds))
     ax.bar([x - 0.2 for x in xs], [by[f"{k}-clean"]["seq_write"] for k in kinds], 0.4, label="clean")
     ax.bar([x + 0.2 for x in xs], [by[f"{k}-aged"]["seq_write"] for k in kinds], 0.4, label="aged")
@@ -391,8 +403,8 @@ def plots(R, out):
     fig.savefig(f"{out}/fig1.png", dpi=120)
     if "sweep" in R:
         sw = R["sweep"]
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        for k, m in zip(kinds, "os^"):
+        fig, ax = plt.subplots(figsize=(7, 3.8))
+        for k, m in zip(KINDS, "oxs^v"):
             ax.plot(sw["utils"], [100 * x for x in sw[k]], marker=m, label=k)
         ax.set_xlabel("utilization, %")
         ax.set_ylabel("free space in aligned 2 MiB extents, %")
@@ -432,12 +444,15 @@ def main():
     ensure_tmpfs(IMG_DIR, a.size + 2 * (1 << 30), huge=False)
     ensure_tmpfs(HUGE_DIR, 2 * a.size + 4 * a.fresh + 2 * (1 << 30), huge=True)
     R = {"args": {k: getattr(a, k) for k in ("size", "util", "writes", "profile", "seed", "fresh")}}
+    R["winefs-nocompact"], c2, g2 = run_winefs(a, a.out, "winefs-nocompact", background=False)
+    os.remove(c2)
+    os.remove(g2)
     R["winefs"], clean, aged = run_winefs(a, a.out)
-    for kind in ("ext4", "xfs"):
+    for kind in POSIX:
         R[kind] = run_posix(a, kind, a.out)
-    log("mmap benchmark over all six layouts (one run)")
+    log("mmap benchmark over every clean and aged layout (one run)")
     cases = [f"winefs-clean=winefs:{clean}:/fresh", f"winefs-aged=winefs:{aged}:/fresh"]
-    for kind in ("ext4", "xfs"):
+    for kind in POSIX:
         for st in ("clean", "aged"):
             cases.append(f"{kind}-{st}=replay:{a.out}/{kind}-{st}.layout:{a.size}")
     cmd = [a.winefs, "bench", "layout", "--size", str(a.fresh), "--repeats", str(a.repeats),

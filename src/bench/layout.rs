@@ -118,22 +118,7 @@ pub fn mappable_share(layout: &[(u64, u64, u64)], size: u64) -> f64 {
 
 /// Measure every case with files of `cfg.size` bytes (each case's file must be at least that).
 pub fn layout_bench(cfg: &MmapBenchConfig, cases: &[LayoutCase]) -> Result<Vec<MmapCase>> {
-    if cfg.size == 0 || !cfg.size.is_multiple_of(2 << 20) {
-        return Err(Error::Invalid(format!(
-            "size {} is not a positive multiple of 2 MiB",
-            cfg.size
-        )));
-    }
-    let dir = match &cfg.dir {
-        Some(d) => d.clone(),
-        None => {
-            let (p, warning) = crate::hugepool::default_pool("bench-layout");
-            if let Some(w) = warning {
-                eprintln!("winefs: {w}");
-            }
-            p.parent().map(Path::to_path_buf).unwrap_or_default()
-        }
-    };
+    let dir = super::mmap::prepare(cfg, "bench-layout")?;
     ensure_map_count(cfg.size / 4096)?;
     let mut out = Vec::new();
     for case in cases {

@@ -246,24 +246,29 @@ pub(crate) fn ensure_map_count(vmas: u64) -> Result<()> {
     })
 }
 
-/// Run the benchmark.
-pub fn mmap_bench(cfg: &MmapBenchConfig) -> Result<MmapBenchReport> {
+/// Check the size and find the hugepage directory of a run (`name`: the default pool's name).
+pub(crate) fn prepare(cfg: &MmapBenchConfig, name: &str) -> Result<PathBuf> {
     if cfg.size == 0 || !cfg.size.is_multiple_of(HUGE) {
         return Err(Error::Invalid(format!(
             "size {} is not a positive multiple of 2 MiB",
             cfg.size
         )));
     }
-    let dir = match &cfg.dir {
+    Ok(match &cfg.dir {
         Some(d) => d.clone(),
         None => {
-            let (p, warning) = crate::hugepool::default_pool("bench-mmap");
+            let (p, warning) = crate::hugepool::default_pool(name);
             if let Some(w) = warning {
                 eprintln!("winefs: {w}");
             }
             p.parent().map(Path::to_path_buf).unwrap_or_default()
         }
-    };
+    })
+}
+
+/// Run the benchmark.
+pub fn mmap_bench(cfg: &MmapBenchConfig) -> Result<MmapBenchReport> {
+    let dir = prepare(cfg, "bench-mmap")?;
     let blocks = cfg.size / 4096;
     ensure_map_count(blocks)?;
     // (c) first, and its file removed before the pool is made, to keep the tmpfs small.

@@ -57,6 +57,10 @@ pub struct AgeArgs {
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
+    /// Pools only: mount without background work (no hole compaction, no reactive rewrite), to
+    /// see what the allocator alone keeps.
+    #[arg(long, conflicts_with = "dir")]
+    no_background: bool,
 }
 
 fn sibling(path: &Path, suffix: &str) -> PathBuf {
@@ -122,14 +126,25 @@ pub fn age(a: AgeArgs) -> Result<u8, Fail> {
             .unwrap_or_else(|| sibling(&pool, ".age-state"));
         prepare_state(&state, a.restart)?;
         cfg.state = Some(state);
-        let fs = Fs::mount(&pool, MountOptions::default())
-            .ctx(|| format!("mount {}", pool.display()))?;
+        let fs = Fs::mount(
+            &pool,
+            MountOptions {
+                no_background_rewrite: a.no_background,
+                ..Default::default()
+            },
+        )
+        .ctx(|| format!("mount {}", pool.display()))?;
         let target = LibraryTarget {
             fs: fs.clone(),
             method,
         };
         (run(&cfg, target)?, Some((fs, pool)))
     };
+    if let Some((fs, _)) = &fs {
+        // Let background compaction finish what the last frees started, so the report below
+        // shows the pool as it settles.
+        let _ = fs.settle_rewrites(std::time::Duration::from_secs(600));
+    }
     println!("{report}");
     if let Some((fs, pool)) = fs {
         println!("{}", FragReport::new(&fs));
