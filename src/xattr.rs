@@ -191,37 +191,52 @@ pub(crate) fn set_locked(
             attrs.remove(i);
         }
     }
-    let mut res = Reserved::new(inner);
-    let new_block = if attrs.is_empty() {
-        0
+    let bytes = if attrs.is_empty() {
+        None
     } else {
-        let bytes = encode(&attrs)?;
-        let b = res.alloc_one()?;
-        inner
-            .pool
-            .write_flush(b * BLOCK_SIZE, &bytes, Category::Metadata)?;
-        b
+        Some(encode(&attrs)?)
     };
-    let mut hdr = g.hdr.clone();
-    hdr.xattr_block = new_block;
-    hdr.ctime = now_ns();
-    let mut tx = Tx::new();
-    inner.header_tx(&mut tx, ino, &g.hdr, &hdr);
-    inner.commit(tx)?;
-    res.keep();
-    let old = g.hdr.xattr_block;
-    g.hdr = hdr;
+    install(inner, g, bytes.as_deref(), true)?;
     if name == HUGEPAGE_HINT {
         g.hugepage_hint = Some(value.is_some());
-    }
-    if old != 0 {
-        inner.free_runs(&[crate::alloc::BlockRun { start: old, len: 1 }]);
     }
     Ok(())
 }
 
+/// The copy-on-write step of every xattr change: write `bytes` (None: no attributes left) to a
+/// new block, point the inode at it in one transaction (with a new ctime if `touch`), then free
+/// the old block. Returns the new block (0 for none).
+fn install(inner: &Inner, g: &mut Node, bytes: Option<&[u8]>, touch: bool) -> Result<u64> {
+    let mut res = Reserved::new(inner);
+    let new_block = match bytes {
+        None => 0,
+        Some(bytes) => {
+            let b = res.alloc_one()?;
+            inner
+                .pool
+                .write_flush(b * BLOCK_SIZE, bytes, Category::Metadata)?;
+            b
+        }
+    };
+    let mut hdr = g.hdr.clone();
+    hdr.xattr_block = new_block;
+    if touch {
+        hdr.ctime = now_ns();
+    }
+    let mut tx = Tx::new();
+    inner.header_tx(&mut tx, g.ino, &g.hdr, &hdr);
+    inner.commit(tx)?;
+    res.keep();
+    let old = g.hdr.xattr_block;
+    g.hdr = hdr;
+    if old != 0 {
+        inner.free_runs(&[crate::alloc::BlockRun { start: old, len: 1 }]);
+    }
+    Ok(new_block)
+}
+
 /// Move the inode's xattr block, which must be at `from`, onto a newly allocated block (hole
-/// compaction): the same copy-on-write step as [`set_locked`], with the same attributes.
+/// compaction): the copy-on-write step of [`set_locked`] with the same bytes and no new ctime.
 /// Returns the new block, or None when the block is not at `from` any more.
 pub(crate) fn relocate_block(inner: &Inner, g: &mut Node, from: u64) -> Result<Option<u64>> {
     if from == 0 || g.hdr.xattr_block != from {
@@ -229,23 +244,7 @@ pub(crate) fn relocate_block(inner: &Inner, g: &mut Node, from: u64) -> Result<O
     }
     let mut bytes = vec![0u8; BLOCK_SIZE as usize];
     inner.pool.read(from * BLOCK_SIZE, &mut bytes)?;
-    let mut res = Reserved::new(inner);
-    let b = res.alloc_one()?;
-    inner
-        .pool
-        .write_flush(b * BLOCK_SIZE, &bytes, Category::Metadata)?;
-    let mut hdr = g.hdr.clone();
-    hdr.xattr_block = b;
-    let mut tx = Tx::new();
-    inner.header_tx(&mut tx, g.ino, &g.hdr, &hdr);
-    inner.commit(tx)?;
-    res.keep();
-    g.hdr = hdr;
-    inner.free_runs(&[crate::alloc::BlockRun {
-        start: from,
-        len: 1,
-    }]);
-    Ok(Some(b))
+    install(inner, g, Some(&bytes), false).map(Some)
 }
 
 #[cfg(test)]
