@@ -336,8 +336,9 @@ impl Inner {
             }
         }
         // Frees are what leave holes behind; compaction starts from here when they pile up.
-        if runs.iter().any(|r| r.len > 0) {
-            crate::rewrite::maybe_compact(self);
+        let freed: u64 = runs.iter().map(|r| r.len).sum();
+        if freed > 0 {
+            crate::rewrite::maybe_compact(self, freed);
         }
     }
 

@@ -39,8 +39,22 @@ struct Queue {
     busy: bool,
     /// Hole compaction asked for (free space in holes passed the trigger).
     compact: bool,
+    /// After a pass that emptied nothing, requests are ignored until this many more blocks
+    /// have been freed: otherwise, with holes above the trigger and no unit worth emptying,
+    /// every free would start another scan of every inode.
+    compact_quiet_blocks: u64,
     done: RewriteStats,
     compacted: crate::compact::CompactStats,
+}
+
+/// Units emptied per compaction pass: a pass ends (and queued rewrites go first) every 64.
+const COMPACT_PASS: u64 = 64;
+/// After a compaction pass that emptied nothing, requests wait for this many 2 MiB units to
+/// be freed (or 1/32 of the free space, if more) before another pass can find something new.
+const COMPACT_QUIET_UNITS: u64 = 4;
+
+fn inner_free_blocks(inner: &Weak<Inner>) -> u64 {
+    inner.upgrade().map_or(0, |i| i.alloc.free_blocks())
 }
 
 /// The background thread of this mount, started on first use.
@@ -69,7 +83,7 @@ fn thread_of(inner: &Inner) -> Option<Arc<Rewriter>> {
 
 /// Ask the background thread to compact holes (docs: `compact`), once free space in holes
 /// passes the trigger. Cheap when it has not: two counter sums.
-pub(crate) fn maybe_compact(inner: &Inner) {
+pub(crate) fn maybe_compact(inner: &Inner, freed_blocks: u64) {
     if !inner.background_rewrite
         || inner.pool.is_private()
         || !crate::compact::holes_exceed(inner, crate::compact::TRIGGER_SHARE)
@@ -78,6 +92,10 @@ pub(crate) fn maybe_compact(inner: &Inner) {
     }
     if let Some(rw) = thread_of(inner) {
         let mut q = lock(&rw.state);
+        if q.compact_quiet_blocks > 0 {
+            q.compact_quiet_blocks = q.compact_quiet_blocks.saturating_sub(freed_blocks);
+            return;
+        }
         if !q.compact {
             q.compact = true;
             rw.changed.notify_all();
@@ -126,17 +144,20 @@ fn run(inner: Weak<Inner>, rw: &Rewriter) {
             }
         };
         let Some(ino) = ino else {
-            // Units per pass: a pass ends (and queued rewrites go first) every 64 units.
-            let r = crate::compact::compact(&inner, crate::compact::GOAL_SHARE, 64, true);
+            let r = crate::compact::compact(&inner, crate::compact::GOAL_SHARE, COMPACT_PASS, true);
             let mut q = lock(&rw.state);
             q.busy = false;
             match r {
                 Ok(s) => {
                     q.compacted.units_freed += s.units_freed;
                     q.compacted.blocks_moved += s.blocks_moved;
-                    // More to do: go on after anything queued meanwhile.
-                    if s.units_freed == 64 {
-                        q.compact = true;
+                    // A full pass may have more to do: go on after anything queued meanwhile.
+                    // Requests made during the pass (its own moves free blocks) are covered by
+                    // it; a pass that emptied nothing quiets requests for a while.
+                    q.compact = s.units_freed == COMPACT_PASS;
+                    if s.units_freed == 0 {
+                        q.compact_quiet_blocks =
+                            COMPACT_QUIET_UNITS.max(inner_free_blocks(&inner) / 32 / 512) * 512;
                     }
                 }
                 Err(e) => eprintln!("winefs: background hole compaction stopped: {e}"),
