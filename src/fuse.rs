@@ -121,7 +121,7 @@ pub fn file_attr(a: &Attr) -> FileAttr {
         uid: a.uid,
         gid: a.gid,
         rdev: a.rdev,
-        blksize: crate::layout::BLOCK_SIZE as u32,
+        blksize: crate::media::layout::BLOCK_SIZE as u32,
         flags: 0,
     }
 }

@@ -2,28 +2,14 @@
 //! extents per partition (`winefs frag`), and a file's extents with the share of its bytes
 //! that can be mapped with hugepages (`winefs filemap`).
 
-use crate::alloc::PartitionStats;
 use crate::error::Result;
 use crate::fs::Fs;
-use crate::layout::BLOCK_SIZE;
+use crate::media::alloc::PartitionStats;
+use crate::media::layout::BLOCK_SIZE;
+use crate::units::format_size as human;
 use std::fmt;
 
 const UNIT: u64 = 512;
-
-fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
 
 fn pct(part: u64, whole: u64) -> f64 {
     if whole == 0 {
@@ -139,7 +125,7 @@ pub struct FileMapReport {
 impl FileMapReport {
     pub fn new(fs: &Fs, ino: u64) -> Result<FileMapReport> {
         let attr = fs.getattr(ino)?;
-        if attr.kind != crate::layout::FileKind::File {
+        if attr.kind != crate::media::layout::FileKind::File {
             return Err(crate::error::Error::Invalid(format!(
                 "inode {ino} is a {:?}, not a regular file",
                 attr.kind
@@ -205,7 +191,7 @@ impl fmt::Display for FileMapReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::{MkfsOptions, MountOptions};
+    use crate::types::{MkfsOptions, MountOptions};
 
     #[test]
     fn reports_follow_the_layout() {

@@ -65,7 +65,7 @@ fn tree(fs: &Fs, dir: &str, out: &mut BTreeMap<String, u64>) {
             continue;
         }
         let path = format!("{dir}/{name}");
-        if e.kind == winefs::layout::FileKind::Dir {
+        if e.kind == winefs::media::layout::FileKind::Dir {
             tree(fs, &path, out);
         } else {
             out.insert(path, fs.getattr(e.ino).unwrap().size);

@@ -35,7 +35,7 @@ fn snapshot(fs: &Fs, dir: &str, out: &mut Snapshot) {
             continue;
         }
         let path = format!("{dir}/{}", String::from_utf8(e.name.clone()).unwrap());
-        if e.kind == winefs::layout::FileKind::Dir {
+        if e.kind == winefs::media::layout::FileKind::Dir {
             snapshot(fs, &path, out);
             continue;
         }

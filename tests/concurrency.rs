@@ -1,9 +1,9 @@
 //! Many threads at once: per-CPU journals, partitions and inode locks under contention.
 
 use std::sync::Arc;
-use winefs::{Fs, MkfsOptions, Mode, MountOptions, RenameFlags};
+use winefs::{Consistency, Fs, MkfsOptions, MountOptions, RenameFlags};
 
-fn run(mode: Mode) {
+fn run(mode: Consistency) {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("pool");
     Fs::mkfs(
@@ -19,7 +19,7 @@ fn run(mode: Mode) {
         Fs::mount(
             &p,
             MountOptions {
-                mode,
+                consistency: mode,
                 ..Default::default()
             },
         )
@@ -92,10 +92,10 @@ fn run(mode: Mode) {
 
 #[test]
 fn concurrent_namespace_and_data_operations_strict() {
-    run(Mode::Strict);
+    run(Consistency::Strict);
 }
 
 #[test]
 fn concurrent_namespace_and_data_operations_relaxed() {
-    run(Mode::Relaxed);
+    run(Consistency::Relaxed);
 }

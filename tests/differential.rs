@@ -8,7 +8,7 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use winefs::{Error, FileKind, Fs, MkfsOptions, Mode, MountOptions, XattrSet};
+use winefs::{Consistency, Error, FileKind, Fs, MkfsOptions, MountOptions, XattrSet};
 
 const MIB2: u64 = 2 << 20;
 
@@ -342,7 +342,7 @@ fn host_apply(root: &Path, op: &Op) -> Out {
             |mut v| {
                 // The alignment hint winefs adds to files given aligned extents has no host
                 // counterpart.
-                v.retain(|n| n != winefs::xattr::HUGEPAGE_HINT);
+                v.retain(|n| n != winefs::meta::xattr::HUGEPAGE_HINT);
                 v.sort();
                 Out::Names(v)
             },
@@ -501,7 +501,7 @@ fn win_apply(fs: &Fs, op: &Op) -> Out {
             |mut v| {
                 // The alignment hint winefs adds to files given aligned extents has no host
                 // counterpart.
-                v.retain(|n| n != winefs::xattr::HUGEPAGE_HINT);
+                v.retain(|n| n != winefs::meta::xattr::HUGEPAGE_HINT);
                 v.sort();
                 Out::Names(v)
             },
@@ -609,7 +609,7 @@ fn compare_trees(fs: &Fs, root: &Path) -> Result<(), String> {
                     let mut hx = host_listxattr(&hp).unwrap();
                     hx.sort();
                     let mut wx = fs.listxattr(e.ino).map_err(|x| x.to_string())?;
-                    wx.retain(|n| n != winefs::xattr::HUGEPAGE_HINT);
+                    wx.retain(|n| n != winefs::meta::xattr::HUGEPAGE_HINT);
                     wx.sort();
                     if hx != wx {
                         return Err(format!("{r}: xattr names differ"));
@@ -633,7 +633,7 @@ fn compare_trees(fs: &Fs, root: &Path) -> Result<(), String> {
 // ---------------------------------------------------------------------------------------------
 // The driver.
 
-fn run_sequence(mode: Mode, ops: &[Op]) -> Result<(), TestCaseError> {
+fn run_sequence(mode: Consistency, ops: &[Op]) -> Result<(), TestCaseError> {
     let pool_dir = tempfile::tempdir().unwrap();
     let pool = pool_dir.path().join("pool");
     Fs::mkfs(
@@ -646,7 +646,7 @@ fn run_sequence(mode: Mode, ops: &[Op]) -> Result<(), TestCaseError> {
     )
     .unwrap();
     let opts = MountOptions {
-        mode,
+        consistency: mode,
         ..Default::default()
     };
     let host_dir = tempfile::tempdir_in("/dev/shm").unwrap();
@@ -733,7 +733,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, max_shrink_iters: 2000, ..ProptestConfig::default() })]
     #[test]
     fn differential_strict(ops in prop::collection::vec(op_strat(), 100..300), bits in any::<u64>()) {
-        run_sequence(Mode::Strict, &with_remounts(ops, bits))?;
+        run_sequence(Consistency::Strict, &with_remounts(ops, bits))?;
     }
 }
 
@@ -741,6 +741,6 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, max_shrink_iters: 2000, ..ProptestConfig::default() })]
     #[test]
     fn differential_relaxed(ops in prop::collection::vec(op_strat(), 100..300), bits in any::<u64>()) {
-        run_sequence(Mode::Relaxed, &with_remounts(ops, bits))?;
+        run_sequence(Consistency::Relaxed, &with_remounts(ops, bits))?;
     }
 }

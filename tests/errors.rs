@@ -32,7 +32,7 @@ fn prime_root(fs: &Fs) {
     fs.unlink(fs.root(), b"primer").unwrap();
 }
 
-fn assert_clean(fs: &Fs, when: &str) -> winefs::fsck::Report {
+fn assert_clean(fs: &Fs, when: &str) -> winefs::state::fsck::Report {
     let r = fs.check();
     assert!(r.is_clean(), "{when}: fsck problems: {:#?}", r.problems);
     r

@@ -4,13 +4,13 @@
 //! real pool written by mkfs, a journal commit and ordinary operations) at the documented offsets.
 
 use std::collections::BTreeMap;
-use winefs::journal::{self, Journals, Tx, entry};
-use winefs::layout::{
+use winefs::media::journal::{self, Journals, Tx, entry};
+use winefs::media::layout::{
     self, BLOCK_SIZE, DENTRY_HEADER, DIR_MAGIC, DIR_SLOT, EXTENT_SIZE, ExtentRecord, FileKind,
     Geometry, INDEX_MAGIC, INDEX_SLOTS, INDEX_SLOTS_OFF, INLINE_SLOTS, INODE_SIZE, INODE_SLOTS_OFF,
     InodeHeader, JOURNAL_ENTRY_SIZE, SbState, Superblock, XATTR_MAGIC, ino, sb,
 };
-use winefs::pool::{Category, Pool};
+use winefs::media::pool::{Category, Pool};
 use winefs::{Fs, MkfsOptions, MountOptions, XattrSet};
 
 #[derive(Debug, Clone)]
@@ -183,8 +183,8 @@ fn mapping() -> Vec<(&'static str, &'static str, usize, usize)> {
         (
             XA,
             "entries",
-            BLOCK_SIZE as usize - winefs::xattr::XATTR_SPACE,
-            winefs::xattr::XATTR_SPACE,
+            BLOCK_SIZE as usize - winefs::meta::xattr::XATTR_SPACE,
+            winefs::meta::xattr::XATTR_SPACE,
         ),
     ]
 }

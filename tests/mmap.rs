@@ -5,7 +5,7 @@
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use winefs::mmap::thread_page_faults;
+use winefs::sys::thread_page_faults;
 use winefs::{Fs, MkfsOptions, MountOptions};
 
 const MIB: u64 = 1 << 20;
@@ -150,7 +150,8 @@ fn scattered_file_maps_reads_back_and_is_rewritten_onto_hugepages() {
     assert!(got == data, "content changed by the rewrite");
     assert_eq!(m.pmd_mapped_bytes().unwrap(), 2 * MIB);
     assert_eq!(
-        fs.getxattr(a.ino(), winefs::xattr::HUGEPAGE_HINT).unwrap(),
+        fs.getxattr(a.ino(), winefs::meta::xattr::HUGEPAGE_HINT)
+            .unwrap(),
         b"1"
     );
     // An unaligned mapping offset also works.
@@ -213,7 +214,7 @@ fn rewrite_under_concurrent_stores_loses_nothing() {
 fn alignment_hint_is_recorded_inherited_and_honoured() {
     let pool = HugePool::new("hint", 128 * MIB);
     let fs = pool.mount();
-    let hint = winefs::xattr::HUGEPAGE_HINT;
+    let hint = winefs::meta::xattr::HUGEPAGE_HINT;
     // A file that receives an aligned extent records the hint.
     let big = fs.create_file("/big").unwrap();
     big.write_at(0, &pattern(HUGE as usize, 1)).unwrap();

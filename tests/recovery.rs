@@ -2,7 +2,9 @@
 //! transaction interrupted after its in-place writes but before its COMMIT is rolled back.
 
 use std::collections::BTreeMap;
-use winefs::{FileKind, Fs, MkfsOptions, Mode, MountOptions, RenameFlags, SetAttr, XattrSet};
+use winefs::{
+    Consistency, FileKind, Fs, MkfsOptions, MountOptions, RenameFlags, SetAttr, XattrSet,
+};
 
 type Tree = BTreeMap<String, (FileKind, u64, u32, Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>)>;
 
@@ -39,7 +41,7 @@ fn dump(fs: &Fs) -> Tree {
     t
 }
 
-fn setup(mode: Mode) -> (tempfile::TempDir, std::path::PathBuf, Fs) {
+fn setup(mode: Consistency) -> (tempfile::TempDir, std::path::PathBuf, Fs) {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("pool");
     Fs::mkfs(
@@ -54,7 +56,7 @@ fn setup(mode: Mode) -> (tempfile::TempDir, std::path::PathBuf, Fs) {
     let fs = Fs::mount(
         &p,
         MountOptions {
-            mode,
+            consistency: mode,
             ..Default::default()
         },
     )
@@ -200,7 +202,7 @@ fn ops() -> Vec<Op> {
 
 #[test]
 fn interrupted_transactions_roll_back() {
-    for mode in [Mode::Strict, Mode::Relaxed] {
+    for mode in [Consistency::Strict, Consistency::Relaxed] {
         for (name, op) in ops() {
             let (_d, p, fs) = setup(mode);
             let before = dump(&fs);
@@ -211,7 +213,7 @@ fn interrupted_transactions_roll_back() {
             let fs = Fs::mount(
                 &p,
                 MountOptions {
-                    mode,
+                    consistency: mode,
                     ..Default::default()
                 },
             )
@@ -221,7 +223,7 @@ fn interrupted_transactions_roll_back() {
             assert!(r.is_clean(), "{mode:?} {name}: {:?}", r.problems);
             let after = dump(&fs);
             // In relaxed mode in-place data writes are not atomic, so only the shape is compared.
-            let relaxed_data = mode == Mode::Relaxed && name.starts_with("overwrite");
+            let relaxed_data = mode == Consistency::Relaxed && name.starts_with("overwrite");
             if !relaxed_data {
                 assert!(
                     rolled == 1,
@@ -243,7 +245,7 @@ fn interrupted_transactions_roll_back() {
 
 #[test]
 fn completed_operations_survive_a_crash_and_the_allocator_is_rebuilt() {
-    let (_d, p, fs) = setup(Mode::Strict);
+    let (_d, p, fs) = setup(Consistency::Strict);
     fs.unlink_path("/e/many-003").unwrap();
     fs.truncate(fs.resolve("/big", true).unwrap(), 1 << 20)
         .unwrap();

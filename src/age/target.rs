@@ -115,7 +115,7 @@ impl AgeTarget for LibraryTarget {
         let dir = self.fs.resolve(&abs(path), true)?;
         let mut out = Vec::new();
         for e in self.fs.readdir(dir, 0)? {
-            if e.kind != crate::layout::FileKind::Dir {
+            if e.kind != crate::media::layout::FileKind::Dir {
                 out.push(String::from_utf8_lossy(&e.name).into_owned());
             }
         }

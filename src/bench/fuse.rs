@@ -7,8 +7,9 @@
 
 use super::syscall::{TempDir, best_of, default_dir, fmt_rate, fs_type, io_err};
 use crate::error::{Error, Result};
-use crate::fs::{Fs, MkfsOptions, Mode, MountOptions};
+use crate::fs::Fs;
 use crate::fuse::WinefsFuse;
+use crate::types::{Consistency, MkfsOptions, MountOptions};
 use fuser::{Config, MountOption, Session};
 use std::fmt;
 use std::io::{Read, Write};
@@ -200,7 +201,7 @@ pub fn fuse_bench(cfg: &FuseBenchConfig) -> Result<FuseBenchReport> {
     let fs = Arc::new(Fs::mount(
         &pool,
         MountOptions {
-            mode: Mode::Strict,
+            consistency: Consistency::Strict,
             ..Default::default()
         },
     )?);

@@ -12,8 +12,9 @@
 
 use super::mmap::{Mem, MmapBenchConfig, MmapCase, PlainMap, ensure_map_count, measure};
 use crate::error::{Error, Result};
-use crate::fs::{Fs, MountOptions};
-use crate::vm;
+use crate::fs::Fs;
+use crate::sys::vm;
+use crate::types::MountOptions;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 

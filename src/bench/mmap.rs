@@ -7,9 +7,10 @@
 //! 8-byte read latency, page faults taken while first touching the mapping, PMD-mapped share.
 
 use crate::error::{Error, Result};
-use crate::fs::{Fs, MkfsOptions, MountOptions};
-use crate::mmap::{Mapping, thread_page_faults};
-use crate::vm;
+use crate::fs::{Fs, Mapping};
+use crate::sys::thread_page_faults;
+use crate::sys::vm;
+use crate::types::{MkfsOptions, MountOptions};
 use std::fmt;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -129,7 +130,7 @@ impl Mem for PlainMap {
         Ok(vm::read_u64(self.addr + at))
     }
     fn pmd_bytes(&self) -> Result<u64> {
-        crate::mmap::pmd_mapped_bytes(self.addr, self.len)
+        crate::sys::pmd_mapped_bytes(self.addr, self.len)
     }
 }
 

@@ -5,8 +5,9 @@
 //! kept, which filters out most of the noise of a shared machine. Nothing here asserts on time.
 
 use crate::error::{Error, Result};
-use crate::fs::{Fs, MkfsOptions, Mode, MountOptions};
-use crate::pool::PersistStats;
+use crate::fs::Fs;
+use crate::media::pool::PersistStats;
+use crate::types::{Consistency, MkfsOptions, MountOptions};
 use std::fmt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -324,7 +325,7 @@ pub fn syscall_bench(cfg: &SyscallBenchConfig) -> Result<SyscallBenchReport> {
     let fs = Fs::mount(
         &pool,
         MountOptions {
-            mode: Mode::Strict,
+            consistency: Consistency::Strict,
             ..Default::default()
         },
     )?;
@@ -415,7 +416,7 @@ pub fn syscall_bench(cfg: &SyscallBenchConfig) -> Result<SyscallBenchReport> {
     let fs = Fs::mount(
         &pool,
         MountOptions {
-            mode: Mode::Relaxed,
+            consistency: Consistency::Relaxed,
             ..Default::default()
         },
     )?;

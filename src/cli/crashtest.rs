@@ -1,9 +1,9 @@
 //! `winefs crashtest`: the crash explorer and the FUSE kill harness, run longer than CI runs
 //! them, with a summary (each failure printed with what reproduces it).
 
-use crate::{Fail, fail};
+use crate::fail::{Fail, fail};
 use clap::Subcommand;
-use winefs::Mode;
+use winefs::Consistency;
 use winefs::crash::kill::{KillConfig, run as kill_run};
 use winefs::crash::{ExploreConfig, explore, workloads};
 
@@ -83,9 +83,9 @@ pub(crate) fn run(cmd: CrashCmd) -> Result<u8, Fail> {
                 pairs: if seqs >= 2 { pairs } else { 0 },
                 triples: if seqs >= 3 { triples } else { 0 },
                 modes: match mode.as_deref() {
-                    Some("strict") => vec![Mode::Strict],
-                    Some(_) => vec![Mode::Relaxed],
-                    None => vec![Mode::Strict, Mode::Relaxed],
+                    Some("strict") => vec![Consistency::Strict],
+                    Some(_) => vec![Consistency::Relaxed],
+                    None => vec![Consistency::Strict, Consistency::Relaxed],
                 },
                 exhaustive_lines,
                 samples: states,

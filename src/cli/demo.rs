@@ -1,10 +1,11 @@
 //! `winefs demo`: a guided tour of the library on a default (or given) pool.
 
-use crate::{Ctx, Fail, fail, human};
+use crate::fail::{Ctx, Fail, fail};
 use std::path::{Path, PathBuf};
 use winefs::hugepool::default_pool;
-use winefs::layout::BLOCKS_PER_HUGE;
-use winefs::{Error, FileKind, Fs, MkfsOptions, Mode, MountOptions, XattrSet};
+use winefs::media::layout::BLOCKS_PER_HUGE;
+use winefs::units::format_size as human;
+use winefs::{Consistency, Error, FileKind, Fs, MkfsOptions, MountOptions, XattrSet};
 
 /// KiB of this process's mappings of `pool` that are backed by 2 MiB pages, and in total.
 fn pmd_mapped_kib(pool: &Path) -> Option<(u64, u64)> {
@@ -79,7 +80,7 @@ pub fn demo(pool: Option<PathBuf>, size: u64) -> Result<u8, Fail> {
     let fs = Fs::mount(
         &pool,
         MountOptions {
-            mode: Mode::Strict,
+            consistency: Consistency::Strict,
             ..Default::default()
         },
     )
@@ -90,7 +91,7 @@ pub fn demo(pool: Option<PathBuf>, size: u64) -> Result<u8, Fail> {
         "mounted (strict mode): {} partitions, {} inodes, mount #{}{}",
         g.partitions,
         g.total_inodes(),
-        winefs::recovery::read_superblock(&pool)
+        winefs::state::mount::read_superblock(&pool)
             .map(|(_, s)| s.mount_count)
             .unwrap_or(0),
         if rec.rolled_back.is_empty() {

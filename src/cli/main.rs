@@ -3,17 +3,21 @@
 mod age;
 mod crashtest;
 mod demo;
+mod fail;
+mod fresh;
 mod mount;
 
 use clap::{Parser, Subcommand};
+use fail::{Ctx, Fail, fail};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use winefs::bench::{
     FuseBenchConfig, MmapBenchConfig, SyscallBenchConfig, fuse_bench, mmap_bench, syscall_bench,
 };
-use winefs::layout::{BLOCK_SIZE, FORMAT_VERSION};
+use winefs::media::layout::{BLOCK_SIZE, FORMAT_VERSION};
 use winefs::report::{FileMapReport, FragReport};
-use winefs::{Fs, MkfsOptions, Mode, MountOptions};
+use winefs::units::{format_size as human, parse_size};
+use winefs::{Consistency, Fs, MkfsOptions, MountOptions};
 
 #[derive(Parser)]
 #[command(
@@ -106,7 +110,7 @@ enum Cmd {
     Age(age::AgeArgs),
     /// Allocate a fresh large file in a pool the way an application would (fallocate, 4 KiB
     /// writes, or ftruncate + stores through a mapping) and report its hugepage-mappable share.
-    Fresh(age::FreshArgs),
+    Fresh(fresh::FreshArgs),
     /// Compact holes now: empty broken 2 MiB units that hold little file data, so free space
     /// returns to aligned extents (a mounted pool does this in the background).
     Compact { pool: PathBuf },
@@ -199,72 +203,6 @@ enum BenchCmd {
     },
 }
 
-/// Parse "4096", "64K", "256M", "4G", "1T" (binary; optional trailing "B" or "iB").
-pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let t = t
-        .strip_suffix("iB")
-        .or_else(|| t.strip_suffix("ib"))
-        .unwrap_or(t);
-    let t = if t.len() > 1 {
-        t.strip_suffix(['B', 'b']).unwrap_or(t)
-    } else {
-        t
-    };
-    let (num, shift) = match t.chars().last() {
-        Some('k' | 'K') => (&t[..t.len() - 1], 10),
-        Some('m' | 'M') => (&t[..t.len() - 1], 20),
-        Some('g' | 'G') => (&t[..t.len() - 1], 30),
-        Some('t' | 'T') => (&t[..t.len() - 1], 40),
-        _ => (t, 0),
-    };
-    let n: u64 = num.trim().parse().map_err(|_| {
-        format!("bad size {s:?}: expected a number with an optional K/M/G/T suffix")
-    })?;
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("size {s:?} is too large"))
-}
-
-pub(crate) fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
-/// A failure: what was being done, and the library's error.
-pub(crate) struct Fail {
-    what: String,
-    err: String,
-    code: u8,
-}
-
-pub(crate) fn fail(what: impl Into<String>, e: impl std::fmt::Display) -> Fail {
-    Fail {
-        what: what.into(),
-        err: e.to_string(),
-        code: 1,
-    }
-}
-
-pub(crate) trait Ctx<T> {
-    fn ctx(self, what: impl FnOnce() -> String) -> Result<T, Fail>;
-}
-
-impl<T> Ctx<T> for winefs::Result<T> {
-    fn ctx(self, what: impl FnOnce() -> String) -> Result<T, Fail> {
-        self.map_err(|e| fail(what(), e))
-    }
-}
-
 fn compact(pool: &Path) -> Result<u8, Fail> {
     let p = pool.display();
     let fs = Fs::mount(
@@ -346,7 +284,11 @@ fn main() -> ExitCode {
         } => mount::run(mount::MountArgs {
             pool,
             mountpoint,
-            mode: if relaxed { Mode::Relaxed } else { Mode::Strict },
+            consistency: if relaxed {
+                Consistency::Relaxed
+            } else {
+                Consistency::Strict
+            },
             threads,
             foreground,
             size,
@@ -379,7 +321,7 @@ fn main() -> ExitCode {
         } => bench_layout(cases, size, dir, repeats, reads, json),
         Cmd::Compact { pool } => compact(&pool),
         Cmd::Age(a) => age::age(a),
-        Cmd::Fresh(a) => age::fresh(a),
+        Cmd::Fresh(a) => fresh::fresh(a),
         Cmd::Bench {
             which:
                 BenchCmd::Mmap {
@@ -509,7 +451,7 @@ fn mkfs(
 
 fn fsck(pool: &Path) -> Result<u8, Fail> {
     let p = pool.display();
-    let rep = winefs::fsck::check_pool(pool).map_err(|e| Fail {
+    let rep = winefs::state::fsck::check_pool(pool).map_err(|e| Fail {
         code: 2,
         ..fail(format!("fsck {p}"), e)
     })?;
@@ -566,7 +508,7 @@ fn rewrite(pool: &Path, path: &str) -> Result<u8, Fail> {
 fn info(pool: &Path) -> Result<u8, Fail> {
     let p = pool.display();
     let (sb, state) =
-        winefs::recovery::read_superblock(pool).ctx(|| format!("read superblock of {p}"))?;
+        winefs::state::mount::read_superblock(pool).ctx(|| format!("read superblock of {p}"))?;
     let fs = private_mount(pool).ctx(|| format!("mount {p} (private, read-only)"))?;
     let g = &sb.geometry;
     let st = fs.statfs();
@@ -619,24 +561,4 @@ fn bench(cfg: SyscallBenchConfig) -> Result<u8, Fail> {
     let rep = syscall_bench(&cfg).ctx(|| "bench syscall".into())?;
     print!("{rep}");
     Ok(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes_parse_with_binary_suffixes() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("64K"), Ok(64 << 10));
-        assert_eq!(parse_size("256M"), Ok(256 << 20));
-        assert_eq!(parse_size("4g"), Ok(4 << 30));
-        assert_eq!(parse_size("1T"), Ok(1 << 40));
-        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
-        assert_eq!(parse_size("8MB"), Ok(8 << 20));
-        assert!(parse_size("12Q").is_err());
-        assert!(parse_size("").is_err());
-        assert!(parse_size("M").is_err());
-        assert!(parse_size("99999999T").is_err());
-    }
 }

@@ -7,7 +7,7 @@
 //! away (`umount`, `fusermount3 -u`) or SIGINT/SIGTERM/SIGHUP asks for it, then unmounts the
 //! pool cleanly (allocator state saved, superblock marked clean).
 
-use crate::{Ctx, Fail, fail, human};
+use crate::fail::{Ctx, Fail, fail};
 use fuser::{Config, MountOption, Session, SessionACL};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -15,12 +15,13 @@ use std::sync::Arc;
 use winefs::fuse::WinefsFuse;
 use winefs::hugepool::default_pool;
 use winefs::sys::{self, Forked};
-use winefs::{Fs, MkfsOptions, Mode, MountOptions};
+use winefs::units::format_size as human;
+use winefs::{Consistency, Fs, MkfsOptions, MountOptions};
 
 pub struct MountArgs {
     pub pool: Option<PathBuf>,
     pub mountpoint: Option<PathBuf>,
-    pub mode: Mode,
+    pub consistency: Consistency,
     pub threads: Option<usize>,
     pub foreground: bool,
     pub size: u64,
@@ -188,7 +189,7 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
     let fs = Fs::mount(
         &pool,
         MountOptions {
-            mode: a.mode,
+            consistency: a.consistency,
             ..Default::default()
         },
     )
@@ -201,9 +202,9 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
         .clamp(1, 64);
-    let mode = match a.mode {
-        Mode::Strict => "strict",
-        Mode::Relaxed => "relaxed",
+    let mode = match a.consistency {
+        Consistency::Strict => "strict",
+        Consistency::Relaxed => "relaxed",
     };
     let summary = format!(
         "mounted {p} on {} ({mode} mode, {threads} threads)",

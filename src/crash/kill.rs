@@ -471,7 +471,7 @@ pub fn run(cfg: &KillConfig) -> Result<KillSummary> {
         }
         sum.synced_ops += round.synced.load(Ordering::Relaxed);
         expect = round.expect.into_inner().unwrap_or_else(|e| e.into_inner());
-        let report = crate::fsck::check_pool(&pool)?;
+        let report = crate::state::fsck::check_pool(&pool)?;
         if !report.is_clean() {
             sum.failures.push(format!(
                 "round {r}: fsck after the kill: {:?}",

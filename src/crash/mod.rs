@@ -15,9 +15,10 @@ pub mod tree;
 pub mod workload;
 
 use crate::error::{Error, Result};
-use crate::fs::{Fs, MkfsOptions, Mode, MountOptions};
-use crate::layout::ROOT_INO;
-use crate::pool::{Category, Pool};
+use crate::fs::Fs;
+use crate::media::layout::ROOT_INO;
+use crate::media::pool::{Category, Pool};
+use crate::types::{Consistency, MkfsOptions, MountOptions};
 use record::{CrashPoint, Line, Recorder};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -40,7 +41,7 @@ pub struct ExploreConfig {
     pub pairs: usize,
     /// Length-3 workloads drawn with the seed.
     pub triples: usize,
-    pub modes: Vec<Mode>,
+    pub modes: Vec<Consistency>,
     /// Crash points with at most this many pending lines get every subset of them.
     pub exhaustive_lines: u32,
     /// Beyond that, this many random subsets (plus none and all).
@@ -64,7 +65,7 @@ impl Default for ExploreConfig {
             all_singles: true,
             pairs: 0,
             triples: 0,
-            modes: vec![Mode::Strict, Mode::Relaxed],
+            modes: vec![Consistency::Strict, Consistency::Relaxed],
             exhaustive_lines: 8,
             samples: 24,
             seed: 1,
@@ -157,16 +158,16 @@ pub fn workloads(cfg: &ExploreConfig) -> Vec<Workload> {
     let mut out = Vec::new();
     let mut rng = Rng::new(cfg.seed);
     let modes = if cfg.modes.is_empty() {
-        vec![Mode::Strict]
+        vec![Consistency::Strict]
     } else {
         cfg.modes.clone()
     };
     if cfg.all_singles {
         for (start, ops) in workload::enumerate(1) {
-            for &mode in &modes {
+            for &consistency in &modes {
                 out.push(Workload {
                     start,
-                    mode,
+                    consistency,
                     ops: ops.clone(),
                 });
             }
@@ -185,7 +186,7 @@ pub fn workloads(cfg: &ExploreConfig) -> Vec<Workload> {
         for (i, (start, ops)) in all.into_iter().enumerate() {
             out.push(Workload {
                 start,
-                mode: modes[i % modes.len()],
+                consistency: modes[i % modes.len()],
                 ops,
             });
         }
@@ -199,7 +200,7 @@ pub fn workloads(cfg: &ExploreConfig) -> Vec<Workload> {
         if let Ok(ops) = workload::sample(start, 3, &mut rng) {
             out.push(Workload {
                 start,
-                mode: modes[i % modes.len()],
+                consistency: modes[i % modes.len()],
                 ops,
             });
         }
@@ -235,9 +236,9 @@ impl Drop for Scratch {
     }
 }
 
-fn mount_opts(mode: Mode, private: bool) -> MountOptions {
+fn mount_opts(consistency: Consistency, private: bool) -> MountOptions {
     MountOptions {
-        mode,
+        consistency,
         private,
         no_background_rewrite: true,
     }
@@ -254,7 +255,7 @@ fn make_template(path: &Path, start: Start) -> Result<()> {
             force: false,
         },
     )?;
-    let fs = Fs::mount(path, mount_opts(Mode::Strict, false))?;
+    let fs = Fs::mount(path, mount_opts(Consistency::Strict, false))?;
     for op in start.setup() {
         op.apply(&fs)
             .map_err(|e| Error::Invalid(format!("setting up the {start} pool: {op}: {e}")))?;
@@ -286,13 +287,13 @@ fn record(
     scratch: &Path,
     broken: bool,
 ) -> Result<Recording> {
-    let fs = Fs::mount(work, mount_opts(wl.mode, false))?;
+    let fs = Fs::mount(work, mount_opts(wl.consistency, false))?;
     fs.set_broken_skip_undo_fence(broken);
     let image =
         std::fs::read(work).map_err(|e| Error::io(format!("read {}", work.display()), e))?;
     std::fs::write(base, &image).map_err(|e| Error::io(format!("write {}", base.display()), e))?;
     let rec = Arc::new(Recorder::new(image));
-    let pool = &fs.inner.pool;
+    let pool = fs.pool();
     pool.set_observer(Some(rec.clone()));
     let mut allowed = Vec::new();
     let mut refused = 0;
@@ -304,7 +305,7 @@ fn record(
         let steps = op.steps(&fs).unwrap_or_default();
         if steps.len() > 1 {
             copy(work, scratch)?;
-            let s = Fs::mount(scratch, mount_opts(wl.mode, true))?;
+            let s = Fs::mount(scratch, mount_opts(wl.consistency, true))?;
             for step in &steps[..steps.len() - 1] {
                 step.apply(&s)?;
                 states.push(Tree::of(&s)?);
@@ -336,7 +337,7 @@ fn record(
 /// Mount one crash image and run every oracle on it; `Err` describes the failure.
 fn check_state(
     rec: &Recording,
-    mode: Mode,
+    mode: Consistency,
     durable: &BTreeMap<u64, Line>,
     point: &CrashPoint,
     mask: &[bool],
@@ -354,7 +355,7 @@ fn check_state(
         pool.write(off, l, Category::Metadata)
             .map_err(|e| format!("build the image: {e}"))?;
     }
-    let fs = crate::recovery::mount_pool(pool, mount_opts(mode, true))
+    let fs = Fs::mount_pool(pool, mount_opts(mode, true))
         .map_err(|e| format!("mount (recovery) failed: {e}"))?;
     let report = fs.check();
     if !report.is_clean() {
@@ -453,7 +454,7 @@ fn explore_one(
         out.crash_points += 1;
         for mask in subsets(point.pending.len(), cfg, &mut rng) {
             out.states += 1;
-            if let Err(what) = check_state(&rec, wl.mode, &durable, point, &mask) {
+            if let Err(what) = check_state(&rec, wl.consistency, &durable, point, &mask) {
                 out.failure = Some(Failure {
                     index,
                     workload: wl.to_string(),

@@ -9,7 +9,7 @@
 //! is taken at each fence, before it takes effect: the guaranteed image plus, per dirty line
 //! whose content differs from it, either value.
 
-use crate::pool::{CACHE_LINE, PersistObserver, Pool};
+use crate::media::pool::{CACHE_LINE, PersistObserver, Pool};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 

@@ -9,8 +9,9 @@
 //! transaction; a crash may drop it, DESIGN.md §7a).
 
 use crate::error::Result;
-use crate::fs::{Fs, Mode};
-use crate::layout::{FileKind, ROOT_INO};
+use crate::fs::Fs;
+use crate::media::layout::{FileKind, ROOT_INO};
+use crate::types::Consistency;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
@@ -75,7 +76,7 @@ impl Tree {
             };
             let mut xattrs = Vec::new();
             for name in fs.listxattr(ino)? {
-                if name != crate::xattr::HUGEPAGE_HINT {
+                if name != crate::meta::xattr::HUGEPAGE_HINT {
                     let v = fs.getxattr(ino, &name)?;
                     xattrs.push((name, v));
                 }
@@ -162,10 +163,10 @@ fn describe_change(want: &Obj, got: &Obj) -> String {
 /// them. Relaxed mode (data written in place, not atomic): everything but file contents must
 /// equal one allowed state, and each byte of each file must equal that byte in some allowed
 /// state (zero past that state's end) — old or new data, never anything else.
-pub fn matches(got: &Tree, allowed: &[Tree], mode: Mode) -> bool {
+pub fn matches(got: &Tree, allowed: &[Tree], mode: Consistency) -> bool {
     match mode {
-        Mode::Strict => allowed.iter().any(|t| t == got),
-        Mode::Relaxed => allowed.iter().any(|t| relaxed_match(got, t, allowed)),
+        Consistency::Strict => allowed.iter().any(|t| t == got),
+        Consistency::Relaxed => allowed.iter().any(|t| relaxed_match(got, t, allowed)),
     }
 }
 

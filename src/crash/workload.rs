@@ -3,8 +3,9 @@
 //! operation sequences (exhaustive at length 1, sampled beyond).
 
 use crate::error::{Error, Result};
-use crate::fs::{Fs, Mode, XattrSet};
-use crate::layout::{BLOCK_SIZE, HUGE_SIZE};
+use crate::fs::Fs;
+use crate::media::layout::{BLOCK_SIZE, HUGE_SIZE};
+use crate::types::{Consistency, XattrSet};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -213,8 +214,8 @@ impl Op {
                 }
                 let first = off - off % BLOCK_SIZE;
                 let map_len = (end - first).div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
-                let file = crate::file::File::open(fs.clone(), ino)?;
-                let atomic = fs.mode() == Mode::Strict;
+                let file = fs.open_inode(ino)?;
+                let atomic = fs.consistency() == Consistency::Strict;
                 let m = if atomic {
                     file.mmap_atomic(first, map_len as usize)?
                 } else {
@@ -376,19 +377,20 @@ impl Start {
     }
 }
 
-/// A workload: a start, a mount mode and a short sequence of operations.
+/// A workload: a start, a mount consistency (strict or relaxed) and a short sequence of
+/// operations.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Workload {
     pub start: Start,
-    pub mode: Mode,
+    pub consistency: Consistency,
     pub ops: Vec<Op>,
 }
 
 impl fmt::Display for Workload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mode = match self.mode {
-            Mode::Strict => "strict",
-            Mode::Relaxed => "relaxed",
+        let mode = match self.consistency {
+            Consistency::Strict => "strict",
+            Consistency::Relaxed => "relaxed",
         };
         write!(f, "[{} {mode}]", self.start)?;
         for (i, op) in self.ops.iter().enumerate() {

@@ -5,13 +5,13 @@
 //! the slots at mount and keeps, for each extent, the slot that holds it, so an update writes only
 //! the records that changed. Records at logical blocks at or beyond the inode's `map_end` are dead.
 
-use crate::alloc::BlockRun;
 use crate::error::{Result, corrupt};
-use crate::layout::{
+use crate::media::alloc::BlockRun;
+use crate::media::layout::{
     BLOCK_SIZE, EXTENT_SIZE, ExtentRecord, Geometry, INDEX_MAGIC, INDEX_SLOTS, INDEX_SLOTS_OFF,
     INLINE_SLOTS, INODE_SLOTS_OFF, get_u32, get_u64,
 };
-use crate::pool::{Category, Pool};
+use crate::media::pool::{Category, Pool};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A slot: 0..8 are inline in the inode; `8 + k*255 + s` is slot `s` of the k-th index block.

@@ -9,10 +9,10 @@
 //! 3. COMMIT entry; flush; fence. The operation is durable when this fence returns.
 
 use crate::error::{Error, Result, corrupt};
-use crate::layout::{
+use crate::media::layout::{
     self, Geometry, JOURNAL_ENTRY_SIZE, get_u16, get_u32, get_u64, put_u16, put_u32, put_u64,
 };
-use crate::pool::{Category, Pool};
+use crate::media::pool::{Category, Pool};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Mutex;

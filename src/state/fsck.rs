@@ -2,12 +2,15 @@
 //! DRAM indexes. `fsck POOL` mounts the pool privately (recovery runs in this process only,
 //! nothing is written) and runs the same checks.
 
-use crate::alloc::BlockRun;
-use crate::dir::DirIndex;
 use crate::error::Result;
-use crate::fs::{Fs, Inner, MountOptions, rlock};
-use crate::inode::FileMap;
-use crate::layout::{BLOCK_SIZE, FileKind, INODE_SIZE, InodeHeader, ROOT_INO};
+use crate::media::alloc::BlockRun;
+use crate::media::layout::{BLOCK_SIZE, FileKind, INODE_SIZE, InodeHeader, ROOT_INO};
+use crate::meta::dir::DirIndex;
+use crate::meta::inode::FileMap;
+use crate::state::inode_state::{InodeState, rlock};
+use crate::state::mount;
+use crate::state::mount_state::MountState;
+use crate::types::MountOptions;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
 
@@ -16,13 +19,18 @@ use std::path::Path;
 pub struct Report {
     /// Each problem, precisely. Empty means clean.
     pub problems: Vec<String>,
+    /// Inodes in use.
     pub inodes: u64,
+    /// Directories among them.
     pub directories: u64,
+    /// Blocks owned by inodes.
     pub used_blocks: u64,
+    /// Blocks the allocator holds free.
     pub free_blocks: u64,
 }
 
 impl Report {
+    /// No problem found.
     pub fn is_clean(&self) -> bool {
         self.problems.is_empty()
     }
@@ -30,29 +38,30 @@ impl Report {
 
 /// Check a pool offline. The pool is mapped copy-on-write, so recovery happens in memory only.
 pub fn check_pool(path: &Path) -> Result<Report> {
-    let fs = Fs::mount(
+    let state = mount::mount(
         path,
-        MountOptions {
+        &MountOptions {
             private: true,
             ..Default::default()
         },
     )?;
-    Ok(fs.check())
+    Ok(check(&state))
 }
 
-pub(crate) fn check(inner: &Inner) -> Report {
+/// Check every invariant of a mounted file system, holding the namespace lock exclusively.
+pub(crate) fn check(state: &MountState) -> Report {
     let mut r = Report::default();
-    let _ns = inner.ns.write().unwrap_or_else(|e| e.into_inner());
-    let arcs: Vec<_> = inner
-        .nodes
+    let _ns = state.namespace.write().unwrap_or_else(|e| e.into_inner());
+    let arcs: Vec<_> = state
+        .inodes
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .values()
         .cloned()
         .collect();
     let guards: Vec<_> = arcs.iter().map(rlock).collect();
-    let nodes: HashMap<u64, &crate::fs::Node> = guards.iter().map(|g| (g.ino, &**g)).collect();
-    let g = &inner.geo;
+    let nodes: HashMap<u64, &InodeState> = guards.iter().map(|g| (g.ino, &**g)).collect();
+    let g = &state.geo;
     r.inodes = nodes.len() as u64;
     let mut p = |s: String| r.problems.push(s);
 
@@ -66,7 +75,7 @@ pub(crate) fn check(inner: &Inner) -> Report {
             }
         };
         let mut raw = vec![0u8; INODE_SIZE as usize];
-        if let Err(e) = inner.pool.read(off, &mut raw) {
+        if let Err(e) = state.pool.read(off, &mut raw) {
             p(format!("inode {}: {e}", n.ino));
             continue;
         }
@@ -79,7 +88,7 @@ pub(crate) fn check(inner: &Inner) -> Report {
             continue;
         }
         match FileMap::load(
-            &inner.pool,
+            &state.pool,
             g,
             n.ino,
             &raw,
@@ -109,7 +118,7 @@ pub(crate) fn check(inner: &Inner) -> Report {
             for k in 0..n.hdr.size / BLOCK_SIZE {
                 match n.map.lookup(k) {
                     Some((phys, _)) => {
-                        if let Err(e) = inner
+                        if let Err(e) = state
                             .pool
                             .read(phys * BLOCK_SIZE, &mut b)
                             .and_then(|_| fresh.load_block(n.ino, k as u32, &b))
@@ -140,20 +149,8 @@ pub(crate) fn check(inner: &Inner) -> Report {
     }
 
     // 2. Every data block is owned exactly once or free exactly once.
-    let mut owned: Vec<(BlockRun, u64)> = Vec::new();
-    for n in nodes.values() {
-        owned.extend(n.map.owned_runs().into_iter().map(|x| (x, n.ino)));
-        if n.hdr.xattr_block != 0 {
-            owned.push((
-                BlockRun {
-                    start: n.hdr.xattr_block,
-                    len: 1,
-                },
-                n.ino,
-            ));
-        }
-    }
-    let free = inner.alloc.free_runs();
+    let owned: Vec<(BlockRun, u64)> = InodeState::owned_runs_of(nodes.values().copied());
+    let free = state.alloc.free_runs();
     r.free_blocks = free.iter().map(|x| x.len).sum();
     r.used_blocks = owned.iter().map(|x| x.0.len).sum();
     let mut all: Vec<(u64, u64, String)> = owned
@@ -194,7 +191,7 @@ pub(crate) fn check(inner: &Inner) -> Report {
             g.data_start + g.data_blocks
         ));
     }
-    if let Err(e) = inner.alloc.check_consistency() {
+    if let Err(e) = state.alloc.check_consistency() {
         p(format!("allocator: {e}"));
     }
 
@@ -299,7 +296,7 @@ pub(crate) fn check(inner: &Inner) -> Report {
 
     // 4. Inode free lists agree with the table.
     let mut free_inodes = 0u64;
-    for (part, f) in inner.inode_free.iter().enumerate() {
+    for (part, f) in state.inode_free.iter().enumerate() {
         let f = f.lock().unwrap_or_else(|e| e.into_inner());
         free_inodes += f.len() as u64;
         for i in f.iter() {

@@ -20,6 +20,8 @@ pub const MAGIC: [u8; 8] = *b"WINEFSPM";
 pub const NAME_MAX: usize = 255;
 /// Longest symlink target in bytes.
 pub const SYMLINK_MAX: usize = 4095;
+/// Largest file: logical block numbers are 32-bit on media.
+pub const MAX_FILE_SIZE: u64 = u32::MAX as u64 * BLOCK_SIZE;
 
 /// Journal entries per per-CPU journal ring.
 pub const JOURNAL_ENTRIES: u32 = 1024;

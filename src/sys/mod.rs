@@ -1,5 +1,10 @@
-//! The few process-level system calls std does not offer: ids, forking a daemon, signal
-//! masks, lazy unmount. Every `unsafe` block of the front ends lives here.
+//! The system calls std does not offer, and the only `unsafe` code besides the pool mapping:
+//! process-level calls here (ids, the current CPU, the clock, forking a daemon, signal masks,
+//! lazy unmount, file-system statistics) and virtual-memory calls in [`vm`].
+
+pub(crate) mod vm;
+
+pub use vm::{page_faults, pmd_mapped_bytes, thread_page_faults};
 
 use std::ffi::CString;
 use std::io;
@@ -12,6 +17,22 @@ fn check(rc: libc::c_int, what: &str) -> io::Result<()> {
         return Err(io::Error::new(e.kind(), format!("{what}: {e}")));
     }
     Ok(())
+}
+
+/// The CPU the calling thread runs on (0 if the kernel cannot say): picks the per-CPU
+/// journal, allocator partition and inode free list.
+pub fn current_cpu() -> usize {
+    // SAFETY: sched_getcpu has no preconditions; it returns -1 on failure.
+    let c = unsafe { libc::sched_getcpu() };
+    usize::try_from(c).unwrap_or(0)
+}
+
+/// The time now, in nanoseconds since the Unix epoch (0 before it; saturating in 2262).
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 /// The effective user id.

@@ -442,6 +442,31 @@ pub fn poll_readable(fds: &[RawFd], timeout_ms: i32) -> Vec<bool> {
         .collect()
 }
 
+/// Sum of `FilePmdMapped` and `ShmemPmdMapped` over the VMAs inside [addr, addr+len).
+pub fn pmd_mapped_bytes(addr: usize, len: usize) -> Result<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps")
+        .map_err(|e| Error::io("read /proc/self/smaps", e))?;
+    let mut inside = false;
+    let mut kb = 0u64;
+    for line in smaps.lines() {
+        let head = line.split_whitespace().next().unwrap_or("");
+        if let Some((s, e)) = head.split_once('-')
+            && let (Ok(s), Ok(e)) = (usize::from_str_radix(s, 16), usize::from_str_radix(e, 16))
+        {
+            inside = s < addr + len && e > addr;
+            continue;
+        }
+        if inside && (head == "FilePmdMapped:" || head == "ShmemPmdMapped:") {
+            kb += line
+                .split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    Ok(kb * 1024)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,12 +1,12 @@
-//! Alignment-aware block allocator: per-partition pools of free aligned 2 MiB extents and free holes.
+//! Alignment-aware block allocator: per partition, a list of free aligned 2 MiB extents and a
+//! tree of free holes.
+use crate::media::layout::BLOCKS_PER_HUGE;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Blocks per 2 MiB aligned extent (4 KiB blocks).
-pub const BLOCKS_PER_HUGE: u64 = 512;
 const H: u64 = BLOCKS_PER_HUGE;
 const ALIGNED: fn(&Part) -> &AtomicU64 = |p| &p.aligned_cnt;
 const HOLES: fn(&Part) -> &AtomicU64 = |p| &p.hole_blocks;
@@ -67,7 +67,7 @@ pub struct PartitionStats {
 
 /// Free space of one partition; only touched under its mutex.
 #[derive(Default)]
-struct Pool {
+struct FreeSpace {
     start: u64,
     end: u64,
     /// Free aligned extents in list order (pop head, push tail), as in the paper.
@@ -79,7 +79,7 @@ struct Pool {
     hole_blocks: u64,
 }
 
-impl Pool {
+impl FreeSpace {
     fn add_hole(&mut self, s: u64, len: u64) {
         if len > 0 {
             self.holes.insert(s, len);
@@ -282,11 +282,12 @@ fn coalesce(mut runs: Vec<BlockRun>) -> Vec<BlockRun> {
     out
 }
 
-/// One partition: its pool plus counters mirrored under the lock for lock-free "most free" choices.
+/// One partition: its free space plus counters mirrored under the lock for lock-free "most free"
+/// choices.
 struct Part {
     start: u64,
     end: u64,
-    pool: Mutex<Pool>,
+    space: Mutex<FreeSpace>,
     aligned_cnt: AtomicU64,
     hole_blocks: AtomicU64,
 }
@@ -314,7 +315,7 @@ impl Allocator {
                 return Err(format!("partition {i}: range [{start},{end}) {why}"));
             }
             prev_end = end;
-            let pool = Mutex::new(Pool {
+            let space = Mutex::new(FreeSpace {
                 start,
                 end,
                 ..Default::default()
@@ -323,7 +324,7 @@ impl Allocator {
             parts.push(Part {
                 start,
                 end,
-                pool,
+                space,
                 aligned_cnt,
                 hole_blocks,
             });
@@ -363,9 +364,9 @@ impl Allocator {
     }
 
     /// Lock partition `i`, run `f`, then republish its counters before unlocking.
-    fn with<R>(&self, i: usize, f: impl FnOnce(&mut Pool) -> R) -> R {
+    fn with<R>(&self, i: usize, f: impl FnOnce(&mut FreeSpace) -> R) -> R {
         let p = &self.parts[i];
-        let mut g = p.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = p.space.lock().unwrap_or_else(|e| e.into_inner());
         let r = f(&mut g);
         p.aligned_cnt.store(g.aligned.len() as u64, Relaxed);
         p.hole_blocks.store(g.hole_blocks, Relaxed);
@@ -403,7 +404,7 @@ impl Allocator {
         local: usize,
         key: fn(&Part) -> &AtomicU64,
         min: u64,
-        f: impl Fn(&mut Pool) -> Option<T>,
+        f: impl Fn(&mut FreeSpace) -> Option<T>,
     ) -> Option<T> {
         if let Some(x) = self.with(local, &f) {
             return Some(x);
@@ -460,7 +461,7 @@ impl Allocator {
             }
         };
         for _ in 0..nblocks / H {
-            if let Some(u) = self.local_then_most(local, ALIGNED, 1, Pool::pop_aligned) {
+            if let Some(u) = self.local_then_most(local, ALIGNED, 1, FreeSpace::pop_aligned) {
                 out.push(BlockRun { start: u, len: H });
             } else if !self.gather_all(local, H, &mut out) {
                 return Err(fail(out));
@@ -484,7 +485,7 @@ impl Allocator {
 
     /// One free aligned 2 MiB extent (local first, else from the partition with most); never gathers holes.
     pub fn alloc_aligned_extent(&self, cpu: usize) -> Option<u64> {
-        self.local_then_most(cpu % self.parts.len(), ALIGNED, 1, Pool::pop_aligned)
+        self.local_then_most(cpu % self.parts.len(), ALIGNED, 1, FreeSpace::pop_aligned)
     }
 
     /// Return a run to its home partition(s); Err (and no change) on double free or out-of-range blocks.
@@ -543,6 +544,13 @@ impl Allocator {
     }
 
     /// Free blocks, summed from the per-partition counters.
+    /// Whether holes hold more than `share` of the free space, on a pool with at least
+    /// `min_free` free blocks (what starts and stops hole compaction).
+    pub fn holes_exceed(&self, share: f64, min_free: u64) -> bool {
+        let free = self.free_blocks();
+        free >= min_free && self.hole_blocks() as f64 > share * free as f64
+    }
+
     pub fn free_blocks(&self) -> u64 {
         self.parts
             .iter()

@@ -10,22 +10,24 @@
 //!
 //! Invariant kept by every path: bytes of a mapped block beyond the file size read as zero.
 
-use crate::alloc::BlockRun;
 use crate::error::{Error, Result};
-use crate::fs::{Attr, Fs, Inner, Mode, Node, Reserved, SetAttr, TimeSet, now_ns, rlock, wlock};
-use crate::inode::MapUpdate;
-use crate::journal::Tx;
-use crate::layout::{BLOCK_SIZE, FileKind, HUGE_SIZE, InodeHeader};
-use crate::mmap::Mapping;
-use crate::pool::Category;
-use std::sync::atomic::Ordering;
+use crate::media::alloc::BlockRun;
+use crate::media::journal::Tx;
+use crate::media::layout::{self, BLOCK_SIZE, FileKind, HUGE_SIZE, InodeHeader, MAX_FILE_SIZE};
+use crate::media::pool::Category;
+use crate::meta::inode::MapUpdate;
+use crate::ops::xattr;
+use crate::state::inode_state::{InodeState, rlock, wlock};
+use crate::state::map_hooks;
+use crate::state::mount_state::MountState;
+use crate::state::tx::Reserved;
+use crate::sys::now_ns;
+use crate::types::{Attr, Consistency, SetAttr, TimeSet};
 
-/// Largest file: logical block numbers are 32-bit on media.
-pub const MAX_FILE_SIZE: u64 = u32::MAX as u64 * BLOCK_SIZE;
 /// Most existing extents one write transaction may touch (bounds its journal entries).
 const MAX_EXTENTS_PER_TX: usize = 128;
 
-fn file_kind_check(n: &Node) -> Result<()> {
+fn file_kind_check(n: &InodeState) -> Result<()> {
     match n.kind() {
         FileKind::File => Ok(()),
         FileKind::Dir => Err(Error::IsDir),
@@ -34,7 +36,12 @@ fn file_kind_check(n: &Node) -> Result<()> {
 }
 
 /// Read into `buf` from `off` (holding the inode lock).
-pub(crate) fn read_locked(inner: &Inner, n: &Node, off: u64, buf: &mut [u8]) -> Result<usize> {
+pub(crate) fn read_locked(
+    state: &MountState,
+    n: &InodeState,
+    off: u64,
+    buf: &mut [u8],
+) -> Result<usize> {
     let size = n.hdr.size;
     if off >= size {
         return Ok(0);
@@ -48,7 +55,7 @@ pub(crate) fn read_locked(inner: &Inner, n: &Node, off: u64, buf: &mut [u8]) -> 
         match n.map.lookup(lb) {
             Some((phys, cont)) => {
                 let k = ((cont * BLOCK_SIZE - inblk) as usize).min(len - done);
-                inner
+                state
                     .pool
                     .read(phys * BLOCK_SIZE + inblk, &mut buf[done..done + k])?;
                 done += k;
@@ -68,18 +75,18 @@ pub(crate) fn read_locked(inner: &Inner, n: &Node, off: u64, buf: &mut [u8]) -> 
     Ok(len)
 }
 
-pub(crate) fn read(inner: &Inner, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
-    inner.check_alive()?;
-    let n = inner.node(ino)?;
+pub(crate) fn read(state: &MountState, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+    state.check_alive()?;
+    let n = state.inode(ino)?;
     let g = rlock(&n);
     file_kind_check(&g)?;
-    read_locked(inner, &g, off, buf)
+    read_locked(state, &g, off, buf)
 }
 
 /// Run `f`, which may change DRAM state before committing; on error poison the mount, since
 /// DRAM may have moved ahead of media.
-fn guarded<T>(inner: &Inner, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    f().inspect_err(|_| inner.poisoned.store(true, Ordering::Relaxed))
+pub(crate) fn guarded<T>(state: &MountState, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    f().inspect_err(|_| state.poison())
 }
 
 /// Commit `tx` plus the header change `old → new`. The timestamp group (bytes 64..96: atime,
@@ -87,35 +94,54 @@ fn guarded<T>(inner: &Inner, f: impl FnOnce() -> Result<T>) -> Result<T> {
 /// a crash can leave new times on rolled-back content, never an invalid time, and it saves a
 /// journal entry on every data write.
 fn commit_header(
-    inner: &Inner,
+    state: &MountState,
     ino: u64,
     old: &InodeHeader,
     new: &InodeHeader,
     mut tx: Tx<'_>,
 ) -> Result<()> {
-    let times = inner.inode_off(ino) + 64;
-    for (off, b) in crate::layout::header_diff(inner.inode_off(ino), old, new) {
+    let times = state.inode_off(ino) + layout::ino::ATIME as u64;
+    for (off, b) in layout::header_diff(state.inode_off(ino), old, new) {
         if off == times {
-            inner.pool.write_flush(off, &b, Category::Metadata)?;
+            state.pool.write_flush(off, &b, Category::Metadata)?;
         } else {
             tx.write(off, b, Category::Metadata);
         }
     }
     if tx.is_empty() {
-        inner.pool.fence();
+        state.pool.fence();
         return Ok(());
     }
-    inner.commit(tx)
+    state.commit(tx)
+}
+
+/// The last steps of every change to a file's block map: apply `edit` to a copy of the
+/// header, add the map update's slot writes to `tx`, commit both (times in place, see
+/// [`commit_header`]), let DRAM follow, then finish the update (dead slots zeroed, freed
+/// blocks returned). Called inside [`guarded`]: the map in DRAM has changed already.
+pub(crate) fn commit_map_change(
+    state: &MountState,
+    g: &mut InodeState,
+    upd: &MapUpdate,
+    mut tx: Tx<'_>,
+    edit: impl FnOnce(&mut InodeHeader),
+) -> Result<()> {
+    let mut hdr = g.hdr.clone();
+    edit(&mut hdr);
+    state.map_tx(&mut tx, &g.map, g.ino, upd, &mut hdr)?;
+    commit_header(state, g.ino, &g.hdr, &hdr, tx)?;
+    g.hdr = hdr;
+    state.finish_map_update(&g.map, g.ino, upd)
 }
 
 pub(crate) fn write(
-    inner: &Inner,
+    state: &MountState,
     ino: u64,
     off: Option<u64>,
     data: &[u8],
 ) -> Result<(usize, u64)> {
-    inner.check_alive()?;
-    let n = inner.node(ino)?;
+    state.check_alive()?;
+    let n = state.inode(ino)?;
     let mut g = wlock(&n);
     file_kind_check(&g)?;
     let off = off.unwrap_or(g.hdr.size);
@@ -130,22 +156,22 @@ pub(crate) fn write(
     }
     let old_size = g.hdr.size;
     if end > old_size {
-        crate::mmap::before_grow(inner, &g)?;
+        map_hooks::before_grow(state, &g)?;
     }
-    let r = write_pieces(inner, &mut g, off, data);
+    let r = write_pieces(state, &mut g, off, data);
     if g.hdr.size > old_size {
-        crate::mmap::after_grow(inner, &g, old_size)?;
+        map_hooks::after_grow(state, &g, old_size)?;
         // The first unit of a file that grew past two units was written while the file was
         // small (into holes): move it onto an aligned extent in the background.
         if old_size < 2 * HUGE_SIZE && g.hdr.size >= 2 * HUGE_SIZE && unit_fragmented(&g, 0) {
-            crate::rewrite::queue(inner, ino);
+            state.background.queue_rewrite(ino);
         }
     }
     Ok((r?, off))
 }
 
 /// Write `data` at `off` piece by piece; returns the bytes written (short only on ENOSPC).
-fn write_pieces(inner: &Inner, g: &mut Node, off: u64, data: &[u8]) -> Result<usize> {
+fn write_pieces(state: &MountState, g: &mut InodeState, off: u64, data: &[u8]) -> Result<usize> {
     let end = off + data.len() as u64;
     let mut done = 0usize;
     while done < data.len() {
@@ -159,7 +185,7 @@ fn write_pieces(inner: &Inner, g: &mut Node, off: u64, data: &[u8]) -> Result<us
             piece_end = piece_end.min((s.0 + s.2) * BLOCK_SIZE).max(pos + 1);
         }
         let k = (piece_end - pos) as usize;
-        match write_piece(inner, g, pos, &data[done..done + k]) {
+        match write_piece(state, g, pos, &data[done..done + k]) {
             Ok(()) => done += k,
             Err(Error::NoSpace(_)) if done > 0 => break,
             Err(e) => return Err(e),
@@ -169,8 +195,7 @@ fn write_pieces(inner: &Inner, g: &mut Node, off: u64, data: &[u8]) -> Result<us
 }
 
 /// Write `buf` at `pos`; the range lies inside one 2 MiB logical unit.
-fn write_piece(inner: &Inner, g: &mut Node, pos: u64, buf: &[u8]) -> Result<()> {
-    let ino = g.ino;
+fn write_piece(state: &MountState, g: &mut InodeState, pos: u64, buf: &[u8]) -> Result<()> {
     let end = pos + buf.len() as u64;
     let (lb0, lb1) = (pos / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
     // A write into an empty 2 MiB unit of a large file (at least 2 MiB already), or of a file
@@ -179,11 +204,11 @@ fn write_piece(inner: &Inner, g: &mut Node, pos: u64, buf: &[u8]) -> Result<()> 
     // then lands in place. Small files are not inflated: they fill holes.
     let unit = lb0 / 512 * 512;
     if g.map.segments(unit, unit + 512).is_empty()
-        && (g.hdr.size >= HUGE_SIZE || crate::xattr::hinted(inner, g)?)
+        && (g.hdr.size >= HUGE_SIZE || xattr::hinted(state, g)?)
     {
-        fill_gaps(inner, g, unit, unit + 512)?;
+        fill_gaps(state, g, unit, unit + 512)?;
     }
-    let strict = inner.mode == Mode::Strict;
+    let strict = state.consistency == Consistency::Strict;
     // A mapped file is never copied on write: its mappings point at the blocks in place.
     let aligned = g.map.in_aligned_unit(lb0) || !g.maps.is_empty();
     // Targets that need new blocks: gaps (None) and, in strict mode outside aligned extents,
@@ -206,7 +231,7 @@ fn write_piece(inner: &Inner, g: &mut Node, pos: u64, buf: &[u8]) -> Result<()> 
         targets.push((cur, lb1 - cur, None));
     }
     let need: u64 = targets.iter().map(|t| t.1).sum();
-    let mut res = Reserved::new(inner);
+    let mut res = Reserved::new(state);
     let runs = if need > 0 {
         res.alloc(need)?
     } else {
@@ -215,10 +240,10 @@ fn write_piece(inner: &Inner, g: &mut Node, pos: u64, buf: &[u8]) -> Result<()> 
     let placements = lay_out(&runs, targets.iter().map(|t| t.1));
     let pieces: usize = placements.iter().map(Vec::len).sum();
     let mut upd = MapUpdate::default();
-    inner.reserve_slots(&mut res, &mut g.map, pieces + targets.len(), &mut upd)?;
+    state.reserve_slots(&mut res, &mut g.map, pieces + targets.len(), &mut upd)?;
     // From here on DRAM changes before the commit: any failure poisons the mount.
-    guarded(inner, || {
-        let pool = &inner.pool;
+    guarded(state, || {
+        let pool = &state.pool;
         // Fill new blocks: written bytes from `buf`, the rest zero (gap) or old content (CoW).
         for (t, pl) in targets.iter().zip(&placements) {
             let mut l = t.0;
@@ -271,57 +296,49 @@ fn write_piece(inner: &Inner, g: &mut Node, pos: u64, buf: &[u8]) -> Result<()> 
         for (t, pl) in targets.iter().zip(&placements) {
             g.map.remap(t.0, t.1, pl, &mut upd);
         }
-        let mut hdr = g.hdr.clone();
         let now = now_ns();
-        hdr.size = hdr.size.max(end);
-        hdr.map_end = hdr.map_end.max(lb1);
-        hdr.mtime = now;
-        hdr.ctime = now;
-        inner.map_tx(&mut tx, &g.map, ino, &upd, &mut hdr)?;
-        commit_header(inner, ino, &g.hdr, &hdr, tx)?;
-        g.hdr = hdr;
-        inner.finish_map_update(&g.map, ino, &upd)
+        commit_map_change(state, g, &upd, tx, |h| {
+            h.size = h.size.max(end);
+            h.map_end = h.map_end.max(lb1);
+            h.mtime = now;
+            h.ctime = now;
+        })
     })?;
     res.keep();
-    mark_if_aligned(inner, g, &runs)
+    mark_if_aligned(state, g, &runs)
 }
 
 /// After `runs` joined the file: if one is a whole aligned 2 MiB extent, record the alignment
 /// hint on the file, so copies of it (`cp --preserve=xattr`, `rsync -X`) stay aligned.
-fn mark_if_aligned(inner: &Inner, g: &mut Node, runs: &[BlockRun]) -> Result<()> {
+fn mark_if_aligned(state: &MountState, g: &mut InodeState, runs: &[BlockRun]) -> Result<()> {
     if runs
         .iter()
         .any(|r| r.len >= 512 && r.start.is_multiple_of(512))
     {
-        crate::xattr::add_hint(inner, g)?;
+        xattr::add_hint(state, g)?;
     }
     Ok(())
 }
 
-pub(crate) fn truncate(inner: &Inner, ino: u64, size: u64) -> Result<()> {
-    inner.check_alive()?;
+pub(crate) fn truncate(state: &MountState, ino: u64, size: u64) -> Result<()> {
+    state.check_alive()?;
     if size > MAX_FILE_SIZE {
         return Err(Error::FileTooBig);
     }
-    let n = inner.node(ino)?;
+    let n = state.inode(ino)?;
     let mut g = wlock(&n);
     file_kind_check(&g)?;
-    truncate_locked(inner, &mut g, size)
+    truncate_locked(state, &mut g, size)
 }
 
-fn truncate_locked(inner: &Inner, g: &mut Node, size: u64) -> Result<()> {
-    let ino = g.ino;
+fn truncate_locked(state: &MountState, g: &mut InodeState, size: u64) -> Result<()> {
     let old_size = g.hdr.size;
     if size < old_size {
-        crate::mmap::before_shrink(inner, g, size)?;
+        map_hooks::before_shrink(state, g, size)?;
     } else if size > old_size {
-        crate::mmap::before_grow(inner, g)?;
+        map_hooks::before_grow(state, g)?;
     }
     let now = now_ns();
-    let mut hdr = g.hdr.clone();
-    hdr.size = size;
-    hdr.mtime = now;
-    hdr.ctime = now;
     let mut tx = Tx::new();
     let mut upd = MapUpdate::default();
     let zeros = vec![0u8; BLOCK_SIZE as usize];
@@ -337,21 +354,25 @@ fn truncate_locked(inner: &Inner, g: &mut Node, size: u64) -> Result<()> {
         }
     }
     let keep = size.div_ceil(BLOCK_SIZE);
-    guarded(inner, || {
-        if keep < g.hdr.map_end {
+    guarded(state, || {
+        let shrinks_map = keep < g.hdr.map_end;
+        if shrinks_map {
             g.map.truncate(keep, &mut upd);
-            hdr.map_end = keep;
         }
-        inner.map_tx(&mut tx, &g.map, ino, &upd, &mut hdr)?;
-        commit_header(inner, ino, &g.hdr, &hdr, tx)?;
-        g.hdr = hdr;
-        inner.finish_map_update(&g.map, ino, &upd)
+        commit_map_change(state, g, &upd, tx, |h| {
+            h.size = size;
+            h.mtime = now;
+            h.ctime = now;
+            if shrinks_map {
+                h.map_end = keep;
+            }
+        })
     })?;
-    crate::mmap::after_grow(inner, g, old_size)
+    map_hooks::after_grow(state, g, old_size)
 }
 
 /// Unmapped sub-ranges of logical blocks [a, b).
-fn gaps(n: &Node, a: u64, b: u64) -> Vec<(u64, u64)> {
+fn gaps(n: &InodeState, a: u64, b: u64) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     let mut cur = a;
     for (l, _, len) in n.map.segments(a, b) {
@@ -367,13 +388,13 @@ fn gaps(n: &Node, a: u64, b: u64) -> Vec<(u64, u64)> {
 }
 
 pub(crate) fn fallocate(
-    inner: &Inner,
+    state: &MountState,
     ino: u64,
     off: u64,
     len: u64,
     keep_size: bool,
 ) -> Result<()> {
-    inner.check_alive()?;
+    state.check_alive()?;
     if len == 0 {
         return Err(Error::Invalid("fallocate length must be positive".into()));
     }
@@ -381,27 +402,27 @@ pub(crate) fn fallocate(
     if end > MAX_FILE_SIZE {
         return Err(Error::FileTooBig);
     }
-    let n = inner.node(ino)?;
+    let n = state.inode(ino)?;
     let mut g = wlock(&n);
     file_kind_check(&g)?;
     let (lb0, lb1) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
     let grows = !keep_size && end > g.hdr.size;
     if grows {
-        crate::mmap::before_grow(inner, &g)?;
+        map_hooks::before_grow(state, &g)?;
     }
     let old_size = g.hdr.size;
     let missing: u64 = gaps(&g, lb0, lb1).iter().map(|x| x.1).sum();
-    if missing > inner.alloc.free_blocks() {
+    if missing > state.alloc.free_blocks() {
         return Err(Error::NoSpace(format!(
             "fallocate needs {missing} blocks, {} free",
-            inner.alloc.free_blocks()
+            state.alloc.free_blocks()
         )));
     }
     // One transaction per 2 MiB logical unit, so whole units get aligned extents.
     let mut a = lb0;
     while a < lb1 {
         let b = lb1.min((a / 512 + 1) * 512);
-        fill_gaps(inner, &mut g, a, b)?;
+        fill_gaps(state, &mut g, a, b)?;
         a = b;
     }
     let mut hdr = g.hdr.clone();
@@ -411,17 +432,17 @@ pub(crate) fn fallocate(
         hdr.size = end;
         hdr.mtime = now;
     }
-    commit_header(inner, ino, &g.hdr, &hdr, Tx::new())?;
+    commit_header(state, ino, &g.hdr, &hdr, Tx::new())?;
     g.hdr = hdr;
     if grows {
-        crate::mmap::after_grow(inner, &g, old_size)?;
+        map_hooks::after_grow(state, &g, old_size)?;
     }
     Ok(())
 }
 
 /// Cut the allocated `runs` into consecutive pieces of the given lengths (their sum is the
 /// runs' total), in order: the placement of each target range.
-fn lay_out(runs: &[BlockRun], lens: impl Iterator<Item = u64>) -> Vec<Vec<BlockRun>> {
+pub(crate) fn lay_out(runs: &[BlockRun], lens: impl Iterator<Item = u64>) -> Vec<Vec<BlockRun>> {
     let mut ri = runs.iter().copied();
     let mut left: Option<BlockRun> = None;
     lens.map(|len| {
@@ -452,37 +473,30 @@ fn lay_out(runs: &[BlockRun], lens: impl Iterator<Item = u64>) -> Vec<Vec<BlockR
 /// Allocate zeroed blocks for the unmapped blocks of [a, b) (inside one 2 MiB logical unit) in
 /// one transaction; a whole-unit gap gets an aligned 2 MiB extent when one is free. Returns
 /// whether anything was allocated. The file size does not change.
-pub(crate) fn fill_gaps(inner: &Inner, g: &mut Node, a: u64, b: u64) -> Result<bool> {
-    let ino = g.ino;
+pub(crate) fn fill_gaps(state: &MountState, g: &mut InodeState, a: u64, b: u64) -> Result<bool> {
     let gs = gaps(g, a, b);
     if gs.is_empty() {
         return Ok(false);
     }
     let need: u64 = gs.iter().map(|x| x.1).sum();
-    let mut res = Reserved::new(inner);
+    let mut res = Reserved::new(state);
     let runs = res.alloc(need)?;
     for r in &runs {
-        inner
+        state
             .pool
             .zero_flush(r.start * BLOCK_SIZE, r.len * BLOCK_SIZE, Category::Data)?;
     }
     let mut upd = MapUpdate::default();
-    inner.reserve_slots(&mut res, &mut g.map, runs.len() + gs.len(), &mut upd)?;
+    state.reserve_slots(&mut res, &mut g.map, runs.len() + gs.len(), &mut upd)?;
     let placements = lay_out(&runs, gs.iter().map(|x| x.1));
-    guarded(inner, || {
+    guarded(state, || {
         for ((gl, glen), pl) in gs.iter().zip(&placements) {
             g.map.remap(*gl, *glen, pl, &mut upd);
         }
-        let mut hdr = g.hdr.clone();
-        hdr.map_end = hdr.map_end.max(b);
-        let mut tx = Tx::new();
-        inner.map_tx(&mut tx, &g.map, ino, &upd, &mut hdr)?;
-        commit_header(inner, ino, &g.hdr, &hdr, tx)?;
-        g.hdr = hdr;
-        Ok(())
+        commit_map_change(state, g, &upd, Tx::new(), |h| h.map_end = h.map_end.max(b))
     })?;
     res.keep();
-    mark_if_aligned(inner, g, &runs)?;
+    mark_if_aligned(state, g, &runs)?;
     Ok(true)
 }
 
@@ -490,139 +504,19 @@ pub(crate) fn fill_gaps(inner: &Inner, g: &mut Node, a: u64, b: u64) -> Result<b
 /// mapped with a hugepage): what a rewrite would fix.
 /// Only units wholly inside the file count: the last, partial unit of a file cannot be mapped
 /// with a hugepage anyway, and rewriting it would only add space.
-pub(crate) fn unit_fragmented(g: &Node, unit: u64) -> bool {
+pub(crate) fn unit_fragmented(g: &InodeState, unit: u64) -> bool {
     let u0 = unit * 512;
     u0 + 512 <= g.hdr.size.div_ceil(BLOCK_SIZE)
         && !g.map.in_aligned_unit(u0)
         && !g.map.segments(u0, u0 + 512).is_empty()
 }
 
-/// Move 2 MiB unit `unit` of the file onto a fresh aligned extent (reactive rewrite): copy
-/// its blocks (holes become zeros), then remap the unit and free the old blocks in one
-/// transaction. The content is the same before and after, so a crash at any point is
-/// harmless. Returns false when the unit needed nothing (empty or already aligned).
-pub(crate) fn rewrite_unit(inner: &Inner, g: &mut Node, unit: u64) -> Result<bool> {
-    // Never under an atomic mapping: its stores not yet msynced live only in its pages.
-    if !unit_fragmented(g, unit) || crate::mmap::has_atomic(g) {
-        return Ok(false);
-    }
-    let ino = g.ino;
-    let (u0, u1) = (unit * 512, unit * 512 + 512);
-    let mut res = Reserved::new(inner);
-    let ext = inner
-        .alloc
-        .alloc_aligned_extent(crate::fs::current_cpu())
-        .ok_or_else(|| Error::NoSpace("no free aligned 2 MiB extent to rewrite onto".into()))?;
-    let run = BlockRun {
-        start: ext,
-        len: 512,
-    };
-    res.runs.push(run);
-    // Mappings stop reaching the old blocks before they are read, so no store is lost.
-    crate::mmap::before_move(inner, g, u0, u1)?;
-    let pool = &inner.pool;
-    let mut cur = u0;
-    for (l, p, n) in g.map.segments(u0, u1) {
-        if l > cur {
-            pool.zero_flush(
-                (ext + cur - u0) * BLOCK_SIZE,
-                (l - cur) * BLOCK_SIZE,
-                Category::Data,
-            )?;
-        }
-        pool.copy_flush(
-            p * BLOCK_SIZE,
-            (ext + l - u0) * BLOCK_SIZE,
-            n * BLOCK_SIZE,
-            Category::Data,
-        )?;
-        cur = l + n;
-    }
-    if cur < u1 {
-        pool.zero_flush(
-            (ext + cur - u0) * BLOCK_SIZE,
-            (u1 - cur) * BLOCK_SIZE,
-            Category::Data,
-        )?;
-    }
-    let mut upd = MapUpdate::default();
-    inner.reserve_slots(&mut res, &mut g.map, 2, &mut upd)?;
-    guarded(inner, || {
-        g.map.remap(u0, 512, &[run], &mut upd);
-        let mut hdr = g.hdr.clone();
-        hdr.map_end = hdr.map_end.max(u1);
-        let mut tx = Tx::new();
-        inner.map_tx(&mut tx, &g.map, ino, &upd, &mut hdr)?;
-        commit_header(inner, ino, &g.hdr, &hdr, tx)?;
-        g.hdr = hdr;
-        inner.finish_map_update(&g.map, ino, &upd)
-    })?;
-    res.keep();
-    crate::xattr::add_hint(inner, g)?;
-    Ok(true)
-}
-
-/// Move blocks [l, l+n) of the file onto the single blocks `news` (one per block, in order).
-/// The layout counterpart of [`rewrite_unit`], used to build 4 KiB-scattered files for
-/// benchmarks and tests.
-pub(crate) fn relocate_blocks(inner: &Inner, g: &mut Node, l: u64, news: &[u64]) -> Result<()> {
-    let runs: Vec<BlockRun> = news
-        .iter()
-        .map(|&b| BlockRun { start: b, len: 1 })
-        .collect();
-    relocate_runs(inner, g, l, &runs)
-}
-
-/// Move blocks [l, l+n) of the file onto the freshly allocated `runs` (n blocks in all, in
-/// order): copy (unmapped blocks become zeros), then remap and free the old blocks in one
-/// transaction. The content is the same before and after, so a crash at any point is harmless:
-/// before the commit the new blocks are unreferenced (free again after recovery), after it the
-/// old ones are. Used by hole compaction and, one block per run, by [`relocate_blocks`].
-pub(crate) fn relocate_runs(inner: &Inner, g: &mut Node, l: u64, runs: &[BlockRun]) -> Result<()> {
-    let ino = g.ino;
-    let n: u64 = runs.iter().map(|r| r.len).sum();
-    crate::mmap::before_move(inner, g, l, l + n)?;
-    let pool = &inner.pool;
-    let mut pos = l;
-    for r in runs {
-        let end = pos + r.len;
-        let dst = |x: u64| (r.start + x - pos) * BLOCK_SIZE;
-        let mut cur = pos;
-        for (sl, sp, sn) in g.map.segments(pos, end) {
-            if sl > cur {
-                pool.zero_flush(dst(cur), (sl - cur) * BLOCK_SIZE, Category::Data)?;
-            }
-            pool.copy_flush(sp * BLOCK_SIZE, dst(sl), sn * BLOCK_SIZE, Category::Data)?;
-            cur = sl + sn;
-        }
-        if cur < end {
-            pool.zero_flush(dst(cur), (end - cur) * BLOCK_SIZE, Category::Data)?;
-        }
-        pos = end;
-    }
-    let mut res = Reserved::new(inner);
-    let mut upd = MapUpdate::default();
-    inner.reserve_slots(&mut res, &mut g.map, runs.len() + 2, &mut upd)?;
-    guarded(inner, || {
-        g.map.remap(l, n, runs, &mut upd);
-        let mut hdr = g.hdr.clone();
-        hdr.map_end = hdr.map_end.max(l + n);
-        let mut tx = Tx::new();
-        inner.map_tx(&mut tx, &g.map, ino, &upd, &mut hdr)?;
-        commit_header(inner, ino, &g.hdr, &hdr, tx)?;
-        g.hdr = hdr;
-        inner.finish_map_update(&g.map, ino, &upd)
-    })?;
-    res.keep();
-    Ok(())
-}
-
-pub(crate) fn punch_hole(inner: &Inner, ino: u64, off: u64, len: u64) -> Result<()> {
-    inner.check_alive()?;
+pub(crate) fn punch_hole(state: &MountState, ino: u64, off: u64, len: u64) -> Result<()> {
+    state.check_alive()?;
     if len == 0 {
         return Err(Error::Invalid("punch length must be positive".into()));
     }
-    let n = inner.node(ino)?;
+    let n = state.inode(ino)?;
     let mut g = wlock(&n);
     file_kind_check(&g)?;
     let end = off.saturating_add(len).min(g.hdr.map_end * BLOCK_SIZE);
@@ -652,33 +546,29 @@ pub(crate) fn punch_hole(inner: &Inner, ino: u64, off: u64, len: u64) -> Result<
             tx.write_ref(o, &zeros[..(e - s) as usize], Category::Data);
         }
     }
-    crate::mmap::before_move(inner, &g, first_full, last_full)?;
+    map_hooks::before_move(state, &g, first_full, last_full)?;
     let mut a = first_full;
     let mut first = true;
     loop {
         let b = last_full.min((a / 512 + 1) * 512).max(a);
         let mut upd = MapUpdate::default();
-        let mut res = Reserved::new(inner);
-        inner.reserve_slots(&mut res, &mut g.map, 1, &mut upd)?;
+        let mut res = Reserved::new(state);
+        state.reserve_slots(&mut res, &mut g.map, 1, &mut upd)?;
         let piece_tx = if first {
             std::mem::take(&mut tx)
         } else {
             Tx::new()
         };
         first = false;
-        guarded(inner, || {
-            let mut tx = piece_tx;
+        guarded(state, || {
             if b > a {
                 g.map.remap(a, b - a, &[], &mut upd);
             }
-            let mut hdr = g.hdr.clone();
             let now = now_ns();
-            hdr.mtime = now;
-            hdr.ctime = now;
-            inner.map_tx(&mut tx, &g.map, ino, &upd, &mut hdr)?;
-            commit_header(inner, ino, &g.hdr, &hdr, tx)?;
-            g.hdr = hdr;
-            inner.finish_map_update(&g.map, ino, &upd)
+            commit_map_change(state, &mut g, &upd, piece_tx, |h| {
+                h.mtime = now;
+                h.ctime = now;
+            })
         })?;
         res.keep();
         if b >= last_full {
@@ -689,9 +579,9 @@ pub(crate) fn punch_hole(inner: &Inner, ino: u64, off: u64, len: u64) -> Result<
     Ok(())
 }
 
-pub(crate) fn seek_data_hole(inner: &Inner, ino: u64, off: u64, data: bool) -> Result<u64> {
-    inner.check_alive()?;
-    let n = inner.node(ino)?;
+pub(crate) fn seek_data_hole(state: &MountState, ino: u64, off: u64, data: bool) -> Result<u64> {
+    state.check_alive()?;
+    let n = state.inode(ino)?;
     let g = rlock(&n);
     let size = g.hdr.size;
     if off >= size {
@@ -711,16 +601,16 @@ pub(crate) fn seek_data_hole(inner: &Inner, ino: u64, off: u64, data: bool) -> R
     }
 }
 
-pub(crate) fn setattr(inner: &Inner, ino: u64, set: &SetAttr) -> Result<Attr> {
-    inner.check_alive()?;
-    let n = inner.node(ino)?;
+pub(crate) fn setattr(state: &MountState, ino: u64, set: &SetAttr) -> Result<Attr> {
+    state.check_alive()?;
+    let n = state.inode(ino)?;
     let mut g = wlock(&n);
     if let Some(size) = set.size {
         file_kind_check(&g)?;
         if size > MAX_FILE_SIZE {
             return Err(Error::FileTooBig);
         }
-        truncate_locked(inner, &mut g, size)?;
+        truncate_locked(state, &mut g, size)?;
     }
     let now = now_ns();
     let mut hdr = g.hdr.clone();
@@ -750,113 +640,18 @@ pub(crate) fn setattr(inner: &Inner, ino: u64, set: &SetAttr) -> Result<Attr> {
         || set.mtime.is_some()
     {
         hdr.ctime = now;
-        commit_header(inner, ino, &g.hdr, &hdr, Tx::new())?;
+        commit_header(state, ino, &g.hdr, &hdr, Tx::new())?;
         g.hdr = hdr;
     }
-    Ok(inner.attr(&g))
+    Ok(state.attr(&g))
 }
 
-/// An open file: a position plus a handle that keeps an unlinked file alive until dropped.
-pub struct File {
-    fs: Fs,
-    ino: u64,
-    pos: u64,
-}
-
-impl File {
-    pub(crate) fn open(fs: Fs, ino: u64) -> Result<File> {
-        fs.open(ino)?;
-        Ok(File { fs, ino, pos: 0 })
-    }
-    pub fn ino(&self) -> u64 {
-        self.ino
-    }
-    pub fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<usize> {
-        self.fs.read(self.ino, off, buf)
-    }
-    pub fn write_at(&self, off: u64, data: &[u8]) -> Result<usize> {
-        self.fs.write(self.ino, off, data)
-    }
-    /// Append atomically at the end of file; returns the offset written at.
-    pub fn append(&mut self, data: &[u8]) -> Result<u64> {
-        let (n, at) = self.fs.append(self.ino, data)?;
-        self.pos = at + n as u64;
-        Ok(at)
-    }
-    pub fn set_len(&self, size: u64) -> Result<()> {
-        self.fs.truncate(self.ino, size)
-    }
-    pub fn fallocate(&self, off: u64, len: u64) -> Result<()> {
-        self.fs.fallocate(self.ino, off, len, false)
-    }
-    pub fn metadata(&self) -> Result<Attr> {
-        self.fs.getattr(self.ino)
-    }
-    pub fn fsync(&self) -> Result<()> {
-        self.fs.fsync(self.ino)
-    }
-    /// Map `len` bytes of the file from `off` (a multiple of 4 KiB) into memory; see
-    /// [`Mapping`]. Aligned 2 MiB extents are mapped with hugepages on a hugepage pool.
-    pub fn mmap(&self, off: u64, len: usize) -> Result<Mapping> {
-        Mapping::new(File::open(self.fs.clone(), self.ino)?, off, len, false)
-    }
-    /// Map like [`File::mmap`], but atomically: stores stay private to the mapping until
-    /// [`Mapping::msync`] writes the pages dirtied since the last msync into the file in one
-    /// journal transaction (strict mode only). Dirty pages are 4 KiB copies, so stored-to
-    /// pages lose their hugepage mapping until written back.
-    pub fn mmap_atomic(&self, off: u64, len: usize) -> Result<Mapping> {
-        Mapping::new(File::open(self.fs.clone(), self.ino)?, off, len, true)
-    }
-    pub(crate) fn fs(&self) -> &Fs {
-        &self.fs
-    }
-    /// Read the whole file.
-    pub fn read_all(&self) -> Result<Vec<u8>> {
-        let size = self.metadata()?.size as usize;
-        let mut v = vec![0u8; size];
-        let n = self.read_at(0, &mut v)?;
-        v.truncate(n);
-        Ok(v)
-    }
-}
-
-fn to_io(e: Error) -> std::io::Error {
-    std::io::Error::from_raw_os_error(e.errno())
-}
-
-impl std::io::Read for File {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.read_at(self.pos, buf).map_err(to_io)?;
-        self.pos += n as u64;
-        Ok(n)
-    }
-}
-
-impl std::io::Write for File {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.write_at(self.pos, buf).map_err(to_io)?;
-        self.pos += n as u64;
-        Ok(n)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl std::io::Seek for File {
-    fn seek(&mut self, p: std::io::SeekFrom) -> std::io::Result<u64> {
-        let base = match p {
-            std::io::SeekFrom::Start(o) => Some(o),
-            std::io::SeekFrom::Current(d) => self.pos.checked_add_signed(d),
-            std::io::SeekFrom::End(d) => self.metadata().map_err(to_io)?.size.checked_add_signed(d),
-        };
-        self.pos = base.ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-        Ok(self.pos)
-    }
-}
-
-impl Drop for File {
-    fn drop(&mut self) {
-        let _ = self.fs.release(self.ino);
-    }
+/// Every operation is durable when it returns, so fsync only orders this call after them and
+/// writes back what stores through the file's mappings left in the CPU caches.
+pub(crate) fn fsync(state: &MountState, ino: u64) -> Result<()> {
+    state.check_alive()?;
+    let n = state.inode(ino)?;
+    map_hooks::flush_mapped(state, &rlock(&n));
+    state.pool.fence();
+    Ok(())
 }

@@ -10,11 +10,11 @@
 //! and clearing it is the only journaled write of a remove.
 
 use crate::error::{Result, corrupt};
-use crate::layout::{
+use crate::media::layout::{
     BLOCK_SIZE, DIR_MAGIC, DIR_SLOT, DIR_SLOTS, FileKind, decode_dentry, dentry_slots, get_u32,
     get_u64,
 };
-use crate::pool::{Category, Pool};
+use crate::media::pool::{Category, Pool};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Where a name lives and what it points to.
@@ -221,7 +221,7 @@ pub fn slot_offset(phys: u64, slot: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::encode_dentry;
+    use crate::media::layout::encode_dentry;
 
     #[test]
     fn space_search_reuses_removed_slots() {

@@ -1,0 +1,400 @@
+//! The `Fs` facade: a mounted winefs, and the inode-level API that mirrors the FUSE low-level
+//! operations. Each call checks its arguments and hands the work to the layer below (the data
+//! path, mappings and namespace in `ops`, the background work, the mount state); nothing here
+//! touches media directly.
+
+use crate::background;
+use crate::error::{Error, Result};
+use crate::media::alloc::{BlockRun, PartitionStats};
+use crate::media::journal::RecoveryReport;
+use crate::media::layout::{FileKind, Geometry, ROOT_INO, SYMLINK_MAX, Superblock};
+use crate::media::pool::{PersistStats, Pool};
+use crate::meta::xattr::HUGEPAGE_HINT;
+use crate::ops::{file, namespace, relocate, xattr};
+use crate::state::inode_state::rlock;
+use crate::state::mount_state::MountState;
+use crate::state::{fsck, mkfs, mount};
+use crate::types::{
+    Attr, CompactStats, Consistency, DirEntry, MkfsOptions, MountOptions, RenameFlags,
+    RewriteStats, SetAttr, StatFs, XattrSet,
+};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// How long a clean unmount lets queued background work finish first.
+const UNMOUNT_SETTLE: Duration = Duration::from_secs(30);
+
+/// A mounted winefs. Cheap to clone; all clones share one mount. Thread-safe.
+#[derive(Clone)]
+pub struct Fs {
+    pub(crate) state: Arc<MountState>,
+}
+
+impl Fs {
+    /// Format a pool. See [`MkfsOptions`].
+    pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
+        mkfs::mkfs(path, opts)
+    }
+
+    /// Mount a pool: validate the superblock, roll back unfinished transactions, rebuild the DRAM
+    /// indexes.
+    pub fn mount(path: &Path, opts: MountOptions) -> Result<Fs> {
+        Ok(Fs::in_service(mount::mount(path, &opts)?))
+    }
+
+    /// Mount an already mapped pool (the crash explorer patches a private mapping of a crash
+    /// image before recovery runs on it).
+    pub(crate) fn mount_pool(pool: Pool, opts: MountOptions) -> Result<Fs> {
+        Ok(Fs::in_service(mount::mount_pool(pool, &opts)?))
+    }
+
+    /// A freshly mounted state, put in service: background requests now start the worker.
+    fn in_service(state: Arc<MountState>) -> Fs {
+        background::attach(&state);
+        Fs { state }
+    }
+
+    /// Clean unmount: save the allocator state and mark the superblock clean.
+    /// Queued background work gets up to 30 s to finish first.
+    pub fn unmount(self) -> Result<()> {
+        let _ = self.state.background.settle(UNMOUNT_SETTLE);
+        mount::unmount(&self.state)
+    }
+
+    /// The root directory's inode number.
+    pub fn root(&self) -> u64 {
+        ROOT_INO
+    }
+
+    /// Data guarantees of this mount.
+    pub fn consistency(&self) -> Consistency {
+        self.state.consistency
+    }
+
+    /// Persistence counters of the pool (bytes written and lines flushed per category).
+    pub fn persist_stats(&self) -> PersistStats {
+        self.state.pool.stats()
+    }
+
+    /// What recovery did at mount.
+    pub fn recovery_report(&self) -> RecoveryReport {
+        self.state.recovery.clone()
+    }
+
+    /// Fault injection for tests: the `n`-th transaction from now stops after its in-place
+    /// writes and before its COMMIT record, as a crash at that point would; the mount is then
+    /// poisoned and the next mount must roll the transaction back.
+    #[doc(hidden)]
+    pub fn inject_crash_before_commit(&self, n: u64) {
+        self.state
+            .journals
+            .crash_countdown
+            .store(n, Ordering::Relaxed);
+    }
+
+    /// Test-only switch for the crash explorer's self-test: commits skip the fence between
+    /// their undo records and their in-place writes (a deliberately broken build).
+    #[doc(hidden)]
+    pub fn set_broken_skip_undo_fence(&self, on: bool) {
+        self.state
+            .journals
+            .broken_skip_undo_fence
+            .store(on, Ordering::Relaxed);
+    }
+
+    /// The pool's superblock (geometry, uuid, creation time).
+    pub fn superblock(&self) -> &Superblock {
+        &self.state.sb
+    }
+
+    /// Geometry of the pool.
+    pub fn geometry(&self) -> Geometry {
+        self.state.geo.clone()
+    }
+
+    /// Per-partition allocator statistics.
+    pub fn alloc_stats(&self) -> Vec<PartitionStats> {
+        self.state.alloc.stats()
+    }
+
+    /// Look `name` up in directory `parent` ("." and ".." included).
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+        namespace::lookup(&self.state, parent, name)
+    }
+
+    /// Attributes of inode `ino`.
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        self.state.check_alive()?;
+        let n = self.state.inode(ino)?;
+        let g = rlock(&n);
+        Ok(self.state.attr(&g))
+    }
+
+    /// Create a regular file (EEXIST if the name exists).
+    pub fn create(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
+        namespace::make_inode(
+            &self.state,
+            parent,
+            name,
+            FileKind::File,
+            perm,
+            uid,
+            gid,
+            0,
+            None,
+        )
+    }
+
+    /// Create a directory.
+    pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
+        namespace::make_inode(
+            &self.state,
+            parent,
+            name,
+            FileKind::Dir,
+            perm,
+            uid,
+            gid,
+            0,
+            None,
+        )
+    }
+
+    /// Create a special file (FIFO, socket, device) or a regular file.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: FileKind,
+        perm: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u32,
+    ) -> Result<Attr> {
+        if matches!(kind, FileKind::Dir | FileKind::Symlink) {
+            return Err(Error::Invalid(
+                "mknod cannot make directories or symlinks".into(),
+            ));
+        }
+        namespace::make_inode(&self.state, parent, name, kind, perm, uid, gid, rdev, None)
+    }
+
+    /// Create a symbolic link to `target`.
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
+        if target.is_empty() {
+            return Err(Error::NotFound);
+        }
+        if target.len() > SYMLINK_MAX {
+            return Err(Error::NameTooLong(target.len()));
+        }
+        namespace::make_inode(
+            &self.state,
+            parent,
+            name,
+            FileKind::Symlink,
+            0o777,
+            uid,
+            gid,
+            0,
+            Some(target),
+        )
+    }
+
+    /// The target of symlink `ino`.
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        namespace::readlink(&self.state, ino)
+    }
+
+    /// Give inode `ino` another name.
+    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
+        namespace::link(&self.state, ino, newparent, newname)
+    }
+
+    /// Remove a name (not of a directory).
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+        namespace::unlink(&self.state, parent, name, false)
+    }
+
+    /// Remove an empty directory.
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        if parent == ROOT_INO && name == b".." {
+            return Err(Error::Busy("cannot remove the root".into()));
+        }
+        namespace::unlink(&self.state, parent, name, true)
+    }
+
+    /// Rename (or, with `flags.exchange`, swap) atomically.
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        namespace::rename(&self.state, parent, name, newparent, newname, flags)
+    }
+
+    /// Note an open handle: an unlinked inode lives until its last handle is released.
+    pub fn open(&self, ino: u64) -> Result<Attr> {
+        namespace::open(&self.state, ino)
+    }
+
+    /// Drop an open handle; frees the inode if it was the last one and no links remain.
+    pub fn release(&self, ino: u64) -> Result<()> {
+        namespace::release(&self.state, ino)
+    }
+
+    /// Read from `off` into `buf`; returns the bytes read (short at the end of file).
+    pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+        file::read(&self.state, ino, off, buf)
+    }
+
+    /// Write `data` at `off`; returns the bytes written (short only when the pool fills).
+    pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize> {
+        file::write(&self.state, ino, Some(off), data).map(|(n, _)| n)
+    }
+
+    /// Write at the current end of file, atomically with finding it; returns (bytes, offset).
+    pub fn append(&self, ino: u64, data: &[u8]) -> Result<(usize, u64)> {
+        file::write(&self.state, ino, None, data)
+    }
+
+    /// Set the file's size: cut it, or extend it with a hole.
+    pub fn truncate(&self, ino: u64, size: u64) -> Result<()> {
+        file::truncate(&self.state, ino, size)
+    }
+
+    /// Allocate (and zero) the blocks under [off, off+len); extends the size unless `keep_size`.
+    pub fn fallocate(&self, ino: u64, off: u64, len: u64, keep_size: bool) -> Result<()> {
+        file::fallocate(&self.state, ino, off, len, keep_size)
+    }
+
+    /// Deallocate [off, off+len) (FALLOC_FL_PUNCH_HOLE | KEEP_SIZE): it reads back as zeros.
+    pub fn punch_hole(&self, ino: u64, off: u64, len: u64) -> Result<()> {
+        file::punch_hole(&self.state, ino, off, len)
+    }
+
+    /// First offset >= `off` that holds data (`data == true`) or a hole (SEEK_DATA/SEEK_HOLE).
+    pub fn seek_data_hole(&self, ino: u64, off: u64, data: bool) -> Result<u64> {
+        file::seek_data_hole(&self.state, ino, off, data)
+    }
+
+    /// Change attributes (mode, owner, size, times); returns the new attributes.
+    pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<Attr> {
+        file::setattr(&self.state, ino, set)
+    }
+
+    /// Every operation is durable when it returns, so fsync only orders this call after them
+    /// (and writes back stores made through the file's mappings).
+    pub fn fsync(&self, ino: u64) -> Result<()> {
+        file::fsync(&self.state, ino)
+    }
+
+    /// Entries after position `offset` (0 starts at "."), in a stable order.
+    pub fn readdir(&self, ino: u64, offset: u64) -> Result<Vec<DirEntry>> {
+        self.readdir_page(ino, offset, usize::MAX)
+    }
+
+    /// At most `max` entries after position `offset` (for paged readers such as FUSE).
+    pub fn readdir_page(&self, ino: u64, offset: u64, max: usize) -> Result<Vec<DirEntry>> {
+        namespace::readdir_page(&self.state, ino, offset, max)
+    }
+
+    /// Set an extended attribute.
+    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
+        xattr::set(&self.state, ino, name, Some(value), how)?;
+        // The hint given to a file that already has data (as `cp --preserve=xattr` and
+        // `rsync -X` do, after copying) moves that data onto aligned extents.
+        if name == HUGEPAGE_HINT && self.getattr(ino)?.kind == FileKind::File {
+            self.state.background.queue_rewrite(ino);
+        }
+        Ok(())
+    }
+
+    /// Move every 2 MiB unit of file `ino` that holds data but is not one aligned extent onto
+    /// a fresh aligned extent, now (the background rewriter does the same, throttled).
+    pub fn rewrite(&self, ino: u64) -> Result<RewriteStats> {
+        self.state.check_alive()?;
+        if self.getattr(ino)?.kind != FileKind::File {
+            return Err(Error::Invalid("only regular files can be rewritten".into()));
+        }
+        background::rewrite_file(&Arc::downgrade(&self.state), ino, false)
+    }
+
+    /// Move every block of file `ino` onto its own 4 KiB block with free gaps between them,
+    /// the layout of a badly aged file system (a benchmark and test baseline). Needs twice
+    /// the file's size free. Returns the blocks moved.
+    #[doc(hidden)]
+    pub fn scatter(&self, ino: u64) -> Result<u64> {
+        relocate::scatter_file(&self.state, ino)
+    }
+
+    /// Compact holes now (docs/DESIGN.md §4, "Hole compaction"): empty broken 2 MiB units that
+    /// hold little file data into holes elsewhere, until holes hold at most 4% of free space.
+    pub fn compact(&self) -> Result<CompactStats> {
+        background::compact_now(&Arc::downgrade(&self.state))
+    }
+
+    /// All free space of the pool as sorted, merged runs of blocks.
+    pub fn free_runs(&self) -> Vec<BlockRun> {
+        self.state.alloc.free_runs()
+    }
+
+    /// Wait for queued background rewrites to finish (None if `timeout` passes first);
+    /// returns what the background rewriter has done so far.
+    pub fn settle_rewrites(&self, timeout: Duration) -> Option<RewriteStats> {
+        self.state.background.settle(timeout)
+    }
+
+    /// The value of extended attribute `name`.
+    pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+        xattr::get(&self.state, ino, name)
+    }
+
+    /// The names of the inode's extended attributes.
+    pub fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
+        xattr::list(&self.state, ino)
+    }
+
+    /// Remove extended attribute `name` (ENODATA if absent).
+    pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
+        xattr::set(&self.state, ino, name, None, XattrSet::Replace)
+    }
+
+    /// File-system statistics.
+    pub fn statfs(&self) -> StatFs {
+        self.state.statfs()
+    }
+
+    /// Check every invariant of the mounted file system (see `fsck`).
+    pub fn check(&self) -> fsck::Report {
+        fsck::check(&self.state)
+    }
+
+    /// The physical extents of a file: (logical block, pool block, blocks).
+    pub fn extents(&self, ino: u64) -> Result<Vec<(u64, u64, u64)>> {
+        let n = self.state.inode(ino)?;
+        let g = rlock(&n);
+        Ok(g.map
+            .extents
+            .iter()
+            .map(|(&l, e)| (l, e.phys, e.len))
+            .collect())
+    }
+
+    /// The pool (for tools beside the core: the crash explorer records its persistence).
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.state.pool
+    }
+}

@@ -1,0 +1,7 @@
+//! The media layer: the mapped pool and its persistence primitives, the on-media format, the
+//! alignment-aware allocator and the per-CPU undo journals.
+
+pub mod alloc;
+pub mod journal;
+pub mod layout;
+pub mod pool;

@@ -1,0 +1,6 @@
+//! Metadata structures on media and their DRAM indexes: inode extent maps, directory blocks,
+//! extended-attribute blocks.
+
+pub mod dir;
+pub mod inode;
+pub mod xattr;

@@ -1,0 +1,799 @@
+//! The namespace: lookups, directory listings and every operation that changes names (create,
+//! mkdir, mknod, symlink, link, unlink, rmdir, rename), plus the open count that keeps an
+//! unlinked file alive.
+//!
+//! A namespace change takes the namespace lock exclusively, then locks every inode it touches
+//! (in inode-number order), plans its directory edits, builds one transaction and commits it;
+//! only then do the DRAM directory indexes and headers follow. A new entry's bytes are written
+//! into free directory slots before the transaction that sets its `starts` bit, so the bit is
+//! the only journaled write of an insert, and clearing it the only journaled write of a remove.
+//! Errors come in Linux's order (checked by `tests/errors.rs`).
+
+use crate::error::{Error, Result};
+use crate::media::alloc::BlockRun;
+use crate::media::journal::Tx;
+use crate::media::layout::{
+    self, BLOCK_SIZE, FileKind, INODE_IN_USE, INODE_SIZE, InodeHeader, NAME_MAX, ROOT_INO,
+};
+use crate::media::pool::Category;
+use crate::meta::dir::{self, DirEntryLoc, DirIndex};
+use crate::meta::inode::{FileMap, MapUpdate};
+use crate::ops::file::read_locked;
+use crate::ops::xattr;
+use crate::state::inode_state::{InodeRef, InodeState, rlock, wlock};
+use crate::state::mount_state::MountState;
+use crate::state::tx::Reserved;
+use crate::sys::now_ns;
+use crate::types::{Attr, DirEntry, RenameFlags};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock, RwLockWriteGuard};
+
+/// Validate a single path component.
+pub fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::NotFound);
+    }
+    if name.len() > NAME_MAX {
+        return Err(Error::NameTooLong(name.len()));
+    }
+    if name.contains(&b'/') || name.contains(&0) {
+        return Err(Error::Invalid(format!(
+            "name {:?} contains '/' or NUL",
+            String::from_utf8_lossy(name)
+        )));
+    }
+    Ok(())
+}
+
+fn is_dot(name: &[u8]) -> bool {
+    name == b"." || name == b".."
+}
+
+/// Directory changes of one namespace operation, applied to DRAM after commit.
+#[derive(Default)]
+struct DirEdit {
+    /// starts-word pool offset → new value.
+    starts: HashMap<u64, u64>,
+    inserts: Vec<(u64, Vec<u8>, DirEntryLoc)>,
+    removes: Vec<(u64, Vec<u8>)>,
+    repoints: Vec<(u64, Vec<u8>, u64, FileKind)>,
+    new_blocks: Vec<u64>,
+}
+
+#[allow(clippy::too_many_arguments)]
+/// Plan inserting `name → ino` into directory `d`: writes the entry bytes into free slots
+/// (or a fresh block) unjournaled and records the journaled `starts` change in `edit`.
+fn plan_insert(
+    state: &MountState,
+    d: &mut InodeState,
+    name: &[u8],
+    ino: u64,
+    kind: FileKind,
+    edit: &mut DirEdit,
+    tx: &mut Tx<'_>,
+    res: &mut Reserved<'_>,
+) -> Result<()> {
+    let dino = d.ino;
+    let n = layout::dentry_slots(name.len());
+    // Slots claimed by earlier inserts of this same operation are not visible in the index
+    // yet, so a second insert into one directory within one operation uses a fresh search
+    // that skips them.
+    let dirx = d.dir.as_mut().ok_or(Error::NotDir)?;
+    let pending: Vec<(u32, u32, u32)> = edit
+        .inserts
+        .iter()
+        .filter(|i| i.0 == dino)
+        .map(|i| (i.2.block, i.2.slot, i.2.nslots))
+        .collect();
+    let mut found = None;
+    if pending.is_empty() {
+        found = dirx.find_space(name.len());
+    }
+    let (block, slot, phys) = match found {
+        Some((b, s)) => (
+            b,
+            s,
+            d.map
+                .lookup(b as u64)
+                .ok_or_else(|| Error::Corrupted(format!("directory {dino} block {b} unmapped")))?
+                .0,
+        ),
+        None => {
+            // Blocks this transaction already added to this directory come after its last one.
+            let added = edit.new_blocks.iter().filter(|&&d| d == dino).count() as u32;
+            let b = dirx.blocks() + added;
+            let phys = res.alloc_one()?;
+            dir::init_dir_block(&state.pool, phys)?;
+            let mut upd = MapUpdate::default();
+            state.reserve_slots(res, &mut d.map, 1, &mut upd)?;
+            d.map.remap(
+                b as u64,
+                1,
+                &[BlockRun {
+                    start: phys,
+                    len: 1,
+                }],
+                &mut upd,
+            );
+            let mut hdr = d.hdr.clone();
+            state.map_tx(tx, &d.map, dino, &upd, &mut hdr)?;
+            hdr.size = (b as u64 + 1) * BLOCK_SIZE;
+            hdr.map_end = hdr.map_end.max(b as u64 + 1);
+            state.header_tx(tx, dino, &d.hdr, &hdr);
+            d.hdr = hdr;
+            edit.new_blocks.push(dino);
+            (b, 1, phys)
+        }
+    };
+    let bytes = layout::encode_dentry(ino, kind, name);
+    let off = dir::slot_offset(phys, slot);
+    state.pool.write_flush(off, &bytes, Category::Metadata)?;
+    let so = dir::starts_offset(phys);
+    let cur = match edit.starts.get(&so) {
+        Some(&w) => w,
+        None if (block as usize) < dirx.starts.len() => dirx.starts[block as usize],
+        None => 0,
+    };
+    edit.starts.insert(so, cur | (1u64 << slot));
+    edit.inserts.push((
+        dino,
+        name.to_vec(),
+        DirEntryLoc {
+            ino,
+            kind,
+            block,
+            slot,
+            nslots: n,
+        },
+    ));
+    Ok(())
+}
+
+fn plan_remove(d: &InodeState, name: &[u8], edit: &mut DirEdit) -> Result<()> {
+    let dirx = d.dir.as_ref().ok_or(Error::NotDir)?;
+    let loc = *dirx.get(name).ok_or(Error::NotFound)?;
+    let phys = d
+        .map
+        .lookup(loc.block as u64)
+        .ok_or_else(|| {
+            Error::Corrupted(format!("directory {} block {} unmapped", d.ino, loc.block))
+        })?
+        .0;
+    let so = dir::starts_offset(phys);
+    let cur = edit
+        .starts
+        .get(&so)
+        .copied()
+        .unwrap_or(dirx.starts[loc.block as usize]);
+    edit.starts.insert(so, cur & !(1u64 << loc.slot));
+    edit.removes.push((d.ino, name.to_vec()));
+    Ok(())
+}
+
+fn plan_repoint(
+    d: &InodeState,
+    name: &[u8],
+    ino: u64,
+    kind: FileKind,
+    tx: &mut Tx<'_>,
+    edit: &mut DirEdit,
+) -> Result<()> {
+    let dirx = d.dir.as_ref().ok_or(Error::NotDir)?;
+    let loc = *dirx.get(name).ok_or(Error::NotFound)?;
+    let phys = d
+        .map
+        .lookup(loc.block as u64)
+        .ok_or_else(|| {
+            Error::Corrupted(format!("directory {} block {} unmapped", d.ino, loc.block))
+        })?
+        .0;
+    let bytes = layout::encode_dentry(ino, kind, name);
+    tx.write(
+        dir::slot_offset(phys, loc.slot),
+        bytes[..layout::DENTRY_HEADER].to_vec(),
+        Category::Metadata,
+    );
+    edit.repoints.push((d.ino, name.to_vec(), ino, kind));
+    Ok(())
+}
+
+fn edit_tx(edit: &DirEdit, tx: &mut Tx<'_>) {
+    for (&off, &w) in &edit.starts {
+        tx.write(off, w.to_le_bytes().to_vec(), Category::Metadata);
+    }
+}
+
+fn apply_edit(edit: DirEdit, guards: &mut HashMap<u64, RwLockWriteGuard<'_, InodeState>>) {
+    for d in &edit.new_blocks {
+        if let Some(dx) = guards.get_mut(d).and_then(|g| g.dir.as_mut()) {
+            dx.push_block();
+        }
+    }
+    for (d, name) in &edit.removes {
+        if let Some(dx) = guards.get_mut(d).and_then(|g| g.dir.as_mut()) {
+            dx.remove(name);
+        }
+    }
+    for (d, name, loc) in &edit.inserts {
+        if let Some(dx) = guards.get_mut(d).and_then(|g| g.dir.as_mut()) {
+            dx.insert(name, *loc);
+        }
+    }
+    for (d, name, ino, kind) in &edit.repoints {
+        if let Some(dx) = guards.get_mut(d).and_then(|g| g.dir.as_mut()) {
+            dx.repoint(name, *ino, *kind);
+        }
+    }
+}
+
+fn lock_all<'a>(arcs: &'a [(u64, InodeRef)]) -> HashMap<u64, RwLockWriteGuard<'a, InodeState>> {
+    arcs.iter().map(|(i, a)| (*i, wlock(a))).collect()
+}
+
+fn inode_refs(state: &MountState, inos: &[u64]) -> Result<Vec<(u64, InodeRef)>> {
+    let mut v: Vec<u64> = inos.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v.into_iter().map(|i| Ok((i, state.inode(i)?))).collect()
+}
+
+fn dir_lookup(state: &MountState, parent: u64, name: &[u8]) -> Result<DirEntryLoc> {
+    let p = state.inode(parent)?;
+    let g = rlock(&p);
+    let d = g.dir.as_ref().ok_or(Error::NotDir)?;
+    d.get(name).copied().ok_or(Error::NotFound)
+}
+
+/// Create an inode of `kind` named `name` in `parent`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn make_inode(
+    state: &MountState,
+    parent: u64,
+    name: &[u8],
+    kind: FileKind,
+    perm: u32,
+    uid: u32,
+    gid: u32,
+    rdev: u32,
+    target: Option<&[u8]>,
+) -> Result<Attr> {
+    state.check_alive()?;
+    check_name(name)?;
+    if is_dot(name) {
+        return Err(Error::Exists);
+    }
+    let _ns = state.namespace.write().unwrap_or_else(|e| e.into_inner());
+    let p = state.inode(parent)?;
+    let mut pg = wlock(&p);
+    let pdir = pg.dir.as_ref().ok_or(Error::NotDir)?;
+    if pdir.get(name).is_some() {
+        return Err(Error::Exists);
+    }
+    if pg.hdr.nlink == 0 {
+        return Err(Error::NotFound); // parent was removed while we waited
+    }
+    if kind == FileKind::Dir && pg.hdr.nlink >= MAX_LINKS {
+        return Err(Error::TooManyLinks);
+    }
+    let mut res = Reserved::new(state);
+    let ino = state.alloc_inode_number()?;
+    res.inodes.push(ino);
+    let now = now_ns();
+    let mut hdr = InodeHeader {
+        flags: INODE_IN_USE,
+        mode: kind.mode_bits() | (perm & 0o7777),
+        uid,
+        gid,
+        nlink: if kind == FileKind::Dir { 2 } else { 1 },
+        generation: state.generation.fetch_add(1, Ordering::Relaxed),
+        parent: if kind == FileKind::Dir { parent } else { 0 },
+        atime: now,
+        mtime: now,
+        ctime: now,
+        crtime: now,
+        rdev,
+        ..Default::default()
+    };
+    let mut map = FileMap::new();
+    let ioff = state.inode_off(ino);
+    let mut body = [0u8; INODE_SIZE as usize];
+    if let Some(t) = target {
+        let b = res.alloc_one()?;
+        let off = b * BLOCK_SIZE;
+        state.pool.write_flush(off, t, Category::Data)?;
+        state.pool.zero_flush(
+            off + t.len() as u64,
+            BLOCK_SIZE - t.len() as u64,
+            Category::Data,
+        )?;
+        let mut upd = MapUpdate::default();
+        map.remap(0, 1, &[BlockRun { start: b, len: 1 }], &mut upd);
+        for (slot, rec) in &upd.slot_writes {
+            let o = (map.slot_offset(ioff, *slot) - ioff) as usize;
+            body[o..o + 16].copy_from_slice(&rec.encode());
+        }
+        hdr.size = t.len() as u64;
+        hdr.map_end = 1;
+    }
+    body[..128].copy_from_slice(&hdr.encode());
+    // The inode slot is free, so everything but its first 32 bytes (which hold the in-use
+    // flag) can be written without journaling.
+    state
+        .pool
+        .write_flush(ioff + 32, &body[32..], Category::Metadata)?;
+    let mut tx = Tx::new();
+    tx.write(ioff, body[..32].to_vec(), Category::Metadata);
+    let mut edit = DirEdit::default();
+    plan_insert(
+        state, &mut pg, name, ino, kind, &mut edit, &mut tx, &mut res,
+    )?;
+    let mut ph = pg.hdr.clone();
+    ph.mtime = now;
+    ph.ctime = now;
+    if kind == FileKind::Dir {
+        inc_links(&mut ph);
+    }
+    state.header_tx(&mut tx, parent, &pg.hdr, &ph);
+    edit_tx(&edit, &mut tx);
+    state.commit(tx)?;
+    res.keep();
+    pg.hdr = ph;
+    let dir = (kind == FileKind::Dir).then(DirIndex::default);
+    let mut node = InodeState::new(ino, hdr, map, dir);
+    // Files created directly in a directory with the alignment hint inherit it (its own
+    // transaction: the hint is advice, a crash may drop it without harm).
+    if kind == FileKind::File && xattr::hinted(state, &mut pg)? {
+        xattr::add_hint(state, &mut node)?;
+    }
+    let attr = state.attr(&node);
+    state
+        .inodes
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(ino, Arc::new(RwLock::new(node)));
+    let mut guards = HashMap::new();
+    guards.insert(parent, pg);
+    apply_edit(edit, &mut guards);
+    Ok(attr)
+}
+
+pub(crate) fn unlink(state: &MountState, parent: u64, name: &[u8], want_dir: bool) -> Result<()> {
+    state.check_alive()?;
+    check_name(name)?;
+    if name == b"." {
+        return Err(if want_dir {
+            Error::Invalid("cannot remove '.'".into())
+        } else {
+            Error::IsDir
+        });
+    }
+    if name == b".." {
+        return Err(if want_dir {
+            Error::NotEmpty
+        } else {
+            Error::IsDir
+        });
+    }
+    let _ns = state.namespace.write().unwrap_or_else(|e| e.into_inner());
+    let loc = dir_lookup(state, parent, name)?;
+    match (want_dir, loc.kind == FileKind::Dir) {
+        (false, true) => return Err(Error::IsDir),
+        (true, false) => return Err(Error::NotDir),
+        _ => {}
+    }
+    let arcs = inode_refs(state, &[parent, loc.ino])?;
+    let mut g = lock_all(&arcs);
+    let now = now_ns();
+    let mut tx = Tx::new();
+    let mut edit = DirEdit::default();
+    plan_remove(&g[&parent], name, &mut edit)?;
+    let child = &g[&loc.ino];
+    if want_dir && !child.dir.as_ref().is_some_and(|d| d.is_empty()) {
+        return Err(Error::NotEmpty);
+    }
+    let mut ph = g[&parent].hdr.clone();
+    ph.mtime = now;
+    ph.ctime = now;
+    if want_dir {
+        dec_links(&mut ph);
+    }
+    state.header_tx(&mut tx, parent, &g[&parent].hdr, &ph);
+    let mut ch = child.hdr.clone();
+    ch.nlink = if want_dir {
+        0
+    } else {
+        ch.nlink.saturating_sub(1)
+    };
+    ch.ctime = now;
+    let free_now = ch.nlink == 0 && (want_dir || child.open == 0);
+    if free_now {
+        state.free_inode_tx(child, &mut tx);
+    } else {
+        state.header_tx(&mut tx, loc.ino, &child.hdr, &ch);
+    }
+    edit_tx(&edit, &mut tx);
+    state.commit(tx)?;
+    g.get_mut(&parent).expect("locked").hdr = ph;
+    {
+        let c = g.get_mut(&loc.ino).expect("locked");
+        c.hdr = ch;
+        if free_now {
+            c.hdr.flags &= !INODE_IN_USE;
+            state.forget_inode(c);
+        }
+    }
+    apply_edit(edit, &mut g);
+    Ok(())
+}
+
+/// True if `anc` is `d` or one of its ancestors (walks `parent` fields; caller holds `ns`).
+fn is_ancestor(state: &MountState, anc: u64, mut d: u64) -> Result<bool> {
+    for _ in 0..=state.geo.total_inodes() {
+        if d == anc {
+            return Ok(true);
+        }
+        if d == ROOT_INO {
+            return Ok(false);
+        }
+        d = rlock(&state.inode(d)?).hdr.parent;
+    }
+    Err(Error::Corrupted("directory parent chain has a loop".into()))
+}
+
+pub(crate) fn rename(
+    state: &MountState,
+    p1: u64,
+    n1: &[u8],
+    p2: u64,
+    n2: &[u8],
+    flags: RenameFlags,
+) -> Result<()> {
+    state.check_alive()?;
+    check_name(n1)?;
+    check_name(n2)?;
+    if flags.noreplace && flags.exchange {
+        return Err(Error::Invalid(
+            "RENAME_NOREPLACE and RENAME_EXCHANGE together".into(),
+        ));
+    }
+    if is_dot(n1) || is_dot(n2) {
+        return Err(Error::Busy("cannot rename '.' or '..'".into()));
+    }
+    let _ns = state.namespace.write().unwrap_or_else(|e| e.into_inner());
+    let src = dir_lookup(state, p1, n1)?;
+    let dst = match dir_lookup(state, p2, n2) {
+        Ok(l) => Some(l),
+        Err(Error::NotFound) => None,
+        Err(e) => return Err(e),
+    };
+    if flags.exchange && dst.is_none() {
+        return Err(Error::NotFound);
+    }
+    if flags.noreplace && dst.is_some() {
+        return Err(Error::Exists);
+    }
+    // Checks in Linux's order: the source may not be an ancestor of the target's directory
+    // (EINVAL), the target may not be an ancestor of the source's directory (ENOTEMPTY, or
+    // EINVAL for an exchange), then same-file, then the type rules.
+    if p1 != p2 {
+        if src.kind == FileKind::Dir && is_ancestor(state, src.ino, p2)? {
+            return Err(Error::Invalid("cannot move a directory into itself".into()));
+        }
+        if let Some(d) = dst
+            && d.kind == FileKind::Dir
+            && is_ancestor(state, d.ino, p1)?
+        {
+            return Err(if flags.exchange {
+                Error::Invalid("cannot exchange a directory with its own descendant".into())
+            } else {
+                Error::NotEmpty
+            });
+        }
+    }
+    if let Some(d) = dst {
+        if d.ino == src.ino {
+            return Ok(()); // same file under both names: POSIX says do nothing
+        }
+        if !flags.exchange {
+            match (src.kind == FileKind::Dir, d.kind == FileKind::Dir) {
+                (true, false) => return Err(Error::NotDir),
+                (false, true) => return Err(Error::IsDir),
+                _ => {}
+            }
+        }
+    }
+    let mut inos = vec![p1, p2, src.ino];
+    if let Some(d) = dst {
+        inos.push(d.ino);
+    }
+    let arcs = inode_refs(state, &inos)?;
+    let mut g = lock_all(&arcs);
+    if let Some(d) = dst
+        && !flags.exchange
+        && d.kind == FileKind::Dir
+        && !g[&d.ino].dir.as_ref().is_some_and(|x| x.is_empty())
+    {
+        return Err(Error::NotEmpty);
+    }
+    // A directory moving to a new parent adds a ".." link there, unless it replaces one.
+    let dst_is_dir = dst.is_some_and(|d| d.kind == FileKind::Dir);
+    if src.kind == FileKind::Dir && p1 != p2 && !dst_is_dir && g[&p2].hdr.nlink >= MAX_LINKS {
+        return Err(Error::TooManyLinks);
+    }
+    if flags.exchange
+        && dst_is_dir
+        && src.kind != FileKind::Dir
+        && p1 != p2
+        && g[&p1].hdr.nlink >= MAX_LINKS
+    {
+        return Err(Error::TooManyLinks);
+    }
+    let now = now_ns();
+    let mut tx = Tx::new();
+    let mut edit = DirEdit::default();
+    let mut res = Reserved::new(state);
+    let mut new_hdr: HashMap<u64, InodeHeader> =
+        inos.iter().map(|&i| (i, g[&i].hdr.clone())).collect();
+    let mut victim_freed = None;
+    let src_dir = src.kind == FileKind::Dir;
+    if flags.exchange {
+        let d = dst.expect("checked");
+        plan_repoint(&g[&p1], n1, d.ino, d.kind, &mut tx, &mut edit)?;
+        plan_repoint(&g[&p2], n2, src.ino, src.kind, &mut tx, &mut edit)?;
+        if p1 != p2 {
+            let dst_dir = d.kind == FileKind::Dir;
+            if src_dir {
+                new_hdr.get_mut(&src.ino).expect("in set").parent = p2;
+            }
+            if dst_dir {
+                new_hdr.get_mut(&d.ino).expect("in set").parent = p1;
+            }
+            if src_dir != dst_dir {
+                let (from, to) = if src_dir { (p1, p2) } else { (p2, p1) };
+                dec_links(new_hdr.get_mut(&from).expect("in set"));
+                inc_links(new_hdr.get_mut(&to).expect("in set"));
+            }
+        }
+        new_hdr.get_mut(&d.ino).expect("in set").ctime = now;
+    } else {
+        match dst {
+            Some(d) => {
+                plan_repoint(&g[&p2], n2, src.ino, src.kind, &mut tx, &mut edit)?;
+                let v = new_hdr.get_mut(&d.ino).expect("in set");
+                v.ctime = now;
+                if d.kind == FileKind::Dir {
+                    v.nlink = 0;
+                    dec_links(new_hdr.get_mut(&p2).expect("in set"));
+                } else {
+                    dec_links(v);
+                }
+                if new_hdr[&d.ino].nlink == 0 && (d.kind == FileKind::Dir || g[&d.ino].open == 0) {
+                    victim_freed = Some(d.ino);
+                }
+            }
+            None => {
+                let pg2 = g.get_mut(&p2).expect("locked");
+                // The insert may add a directory block, which updates p2's header itself.
+                plan_insert(
+                    state, pg2, n2, src.ino, src.kind, &mut edit, &mut tx, &mut res,
+                )?;
+                new_hdr.insert(p2, {
+                    let mut h = pg2.hdr.clone();
+                    h.nlink = new_hdr[&p2].nlink;
+                    h
+                });
+            }
+        }
+        plan_remove(&g[&p1], n1, &mut edit)?;
+        if src_dir && p1 != p2 {
+            new_hdr.get_mut(&src.ino).expect("in set").parent = p2;
+            dec_links(new_hdr.get_mut(&p1).expect("in set"));
+            inc_links(new_hdr.get_mut(&p2).expect("in set"));
+        }
+    }
+    new_hdr.get_mut(&src.ino).expect("in set").ctime = now;
+    for p in [p1, p2] {
+        let h = new_hdr.get_mut(&p).expect("in set");
+        h.mtime = now;
+        h.ctime = now;
+    }
+    for (&i, h) in &new_hdr {
+        if Some(i) == victim_freed {
+            continue;
+        }
+        state.header_tx(&mut tx, i, &g[&i].hdr, h);
+    }
+    if let Some(v) = victim_freed {
+        state.free_inode_tx(&g[&v], &mut tx);
+    }
+    edit_tx(&edit, &mut tx);
+    state.commit(tx)?;
+    res.keep();
+    for (i, h) in new_hdr {
+        g.get_mut(&i).expect("locked").hdr = h;
+    }
+    if let Some(v) = victim_freed {
+        let n = g.get_mut(&v).expect("locked");
+        n.hdr.flags &= !INODE_IN_USE;
+        state.forget_inode(n);
+    }
+    apply_edit(edit, &mut g);
+    Ok(())
+}
+
+pub(crate) fn link(state: &MountState, ino: u64, parent: u64, name: &[u8]) -> Result<Attr> {
+    state.check_alive()?;
+    check_name(name)?;
+    if is_dot(name) {
+        return Err(Error::Exists);
+    }
+    let _ns = state.namespace.write().unwrap_or_else(|e| e.into_inner());
+    let arcs = inode_refs(state, &[ino, parent])?;
+    let mut g = lock_all(&arcs);
+    // Linux checks the new name before the source's type.
+    if g[&parent]
+        .dir
+        .as_ref()
+        .ok_or(Error::NotDir)?
+        .get(name)
+        .is_some()
+    {
+        return Err(Error::Exists);
+    }
+    if g[&ino].is_dir() {
+        return Err(Error::NotPermitted(
+            "hard links to directories are not allowed".into(),
+        ));
+    }
+    if g[&ino].hdr.nlink == 0 && g[&ino].open > 0 {
+        return Err(Error::NotFound);
+    }
+    if g[&ino].hdr.nlink >= MAX_LINKS {
+        return Err(Error::TooManyLinks);
+    }
+    let now = now_ns();
+    let mut tx = Tx::new();
+    let mut edit = DirEdit::default();
+    let mut res = Reserved::new(state);
+    let kind = g[&ino].kind();
+    plan_insert(
+        state,
+        g.get_mut(&parent).expect("locked"),
+        name,
+        ino,
+        kind,
+        &mut edit,
+        &mut tx,
+        &mut res,
+    )?;
+    let mut ph = g[&parent].hdr.clone();
+    ph.mtime = now;
+    ph.ctime = now;
+    // If plan_insert added a directory block it has journaled the parent's size and map
+    // change and updated its DRAM header, so `ph` (cloned after it) only adds the times.
+    let mut ih = g[&ino].hdr.clone();
+    inc_links(&mut ih);
+    ih.ctime = now;
+    state.header_tx(&mut tx, ino, &g[&ino].hdr, &ih);
+    state.header_tx(&mut tx, parent, &g[&parent].hdr, &ph);
+    edit_tx(&edit, &mut tx);
+    state.commit(tx)?;
+    res.keep();
+    g.get_mut(&parent).expect("locked").hdr = ph;
+    g.get_mut(&ino).expect("locked").hdr = ih;
+    apply_edit(edit, &mut g);
+    Ok(state.attr(&g[&ino]))
+}
+
+/// Look `name` up in directory `parent` ("." and ".." included).
+pub(crate) fn lookup(state: &MountState, parent: u64, name: &[u8]) -> Result<Attr> {
+    state.check_alive()?;
+    check_name(name)?;
+    let _ns = state.namespace.read().unwrap_or_else(|e| e.into_inner());
+    let p = state.inode(parent)?;
+    let ino = {
+        let g = rlock(&p);
+        let d = g.dir.as_ref().ok_or(Error::NotDir)?;
+        match name {
+            b"." => parent,
+            b".." => g.hdr.parent,
+            _ => d.get(name).ok_or(Error::NotFound)?.ino,
+        }
+    };
+    let n = state.inode(ino)?;
+    let g = rlock(&n);
+    Ok(state.attr(&g))
+}
+
+/// At most `max` entries of directory `ino` after position `offset` (0 starts at ".").
+pub(crate) fn readdir_page(
+    state: &MountState,
+    ino: u64,
+    offset: u64,
+    max: usize,
+) -> Result<Vec<DirEntry>> {
+    state.check_alive()?;
+    let _ns = state.namespace.read().unwrap_or_else(|e| e.into_inner());
+    let n = state.inode(ino)?;
+    let g = rlock(&n);
+    let d = g.dir.as_ref().ok_or(Error::NotDir)?;
+    let mut out = Vec::new();
+    if offset < 1 {
+        out.push(DirEntry {
+            ino,
+            kind: FileKind::Dir,
+            name: b".".to_vec(),
+            offset: 1,
+        });
+    }
+    if offset < 2 {
+        out.push(DirEntry {
+            ino: g.hdr.parent,
+            kind: FileKind::Dir,
+            name: b"..".to_vec(),
+            offset: 2,
+        });
+    }
+    for (pos, name, loc) in d.entries_after(offset.max(2)) {
+        if out.len() >= max {
+            break;
+        }
+        out.push(DirEntry {
+            ino: loc.ino,
+            kind: loc.kind,
+            name: name.to_vec(),
+            offset: pos,
+        });
+    }
+    out.truncate(max);
+    Ok(out)
+}
+
+/// The target of symlink `ino`.
+pub(crate) fn readlink(state: &MountState, ino: u64) -> Result<Vec<u8>> {
+    state.check_alive()?;
+    let n = state.inode(ino)?;
+    let g = rlock(&n);
+    if g.kind() != FileKind::Symlink {
+        return Err(Error::Invalid("not a symbolic link".into()));
+    }
+    let mut buf = vec![0u8; g.hdr.size as usize];
+    read_locked(state, &g, 0, &mut buf)?;
+    Ok(buf)
+}
+
+/// Note an open handle: an unlinked inode lives until its last handle is released.
+pub(crate) fn open(state: &MountState, ino: u64) -> Result<Attr> {
+    state.check_alive()?;
+    let n = state.inode(ino)?;
+    let mut g = wlock(&n);
+    g.open += 1;
+    Ok(state.attr(&g))
+}
+
+/// Drop an open handle; frees the inode if it was the last one and no links remain.
+pub(crate) fn release(state: &MountState, ino: u64) -> Result<()> {
+    state.check_alive()?;
+    let n = state.inode(ino)?;
+    let mut g = wlock(&n);
+    g.open = g.open.saturating_sub(1);
+    if g.open == 0 && g.hdr.nlink == 0 && g.hdr.in_use() {
+        state.free_inode(&mut g)?;
+    }
+    Ok(())
+}
+
+/// Link-count ceiling (`EMLINK` beyond it), kept well below `u32::MAX` so a count read from
+/// media can never overflow.
+pub const MAX_LINKS: u32 = 65000;
+
+/// Drop one link; saturating, so a damaged count from media cannot underflow into a panic.
+fn dec_links(h: &mut InodeHeader) {
+    h.nlink = h.nlink.saturating_sub(1);
+}
+
+/// Add one link; callers check `MAX_LINKS` first, this only keeps a damaged count from wrapping.
+fn inc_links(h: &mut InodeHeader) {
+    h.nlink = h.nlink.saturating_add(1);
+}

@@ -1,0 +1,159 @@
+//! Extended-attribute operations: get, list, set and remove through one copy-on-write step
+//! (a new block, one transaction pointing the inode at it, the old block freed after commit),
+//! and the alignment hint that keeps a file on aligned extents.
+
+use crate::error::{Error, Result};
+use crate::media::alloc::BlockRun;
+use crate::media::journal::Tx;
+use crate::media::layout::BLOCK_SIZE;
+use crate::media::pool::Category;
+use crate::meta::xattr::{self, Attrs, HUGEPAGE_HINT, XATTR_SIZE_MAX, check_name};
+use crate::state::inode_state::{InodeState, rlock, wlock};
+use crate::state::mount_state::MountState;
+use crate::state::tx::Reserved;
+use crate::sys::now_ns;
+use crate::types::XattrSet;
+
+/// The attributes of an inode (empty if it has no block).
+fn load(state: &MountState, g: &InodeState) -> Result<Attrs> {
+    xattr::load(&state.pool, &state.geo, g.ino, g.hdr.xattr_block)
+}
+
+pub(crate) fn get(state: &MountState, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+    state.check_alive()?;
+    check_name(name)?;
+    let n = state.inode(ino)?;
+    let g = rlock(&n);
+    load(state, &g)?
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+        .ok_or(Error::NoAttr)
+}
+
+pub(crate) fn list(state: &MountState, ino: u64) -> Result<Vec<Vec<u8>>> {
+    state.check_alive()?;
+    let n = state.inode(ino)?;
+    let g = rlock(&n);
+    Ok(load(state, &g)?.into_iter().map(|(k, _)| k).collect())
+}
+
+/// Set (`Some`) or remove (`None`) an attribute.
+pub(crate) fn set(
+    state: &MountState,
+    ino: u64,
+    name: &[u8],
+    value: Option<&[u8]>,
+    how: XattrSet,
+) -> Result<()> {
+    state.check_alive()?;
+    check_name(name)?;
+    if value.is_some_and(|v| v.len() > XATTR_SIZE_MAX) {
+        return Err(Error::Range);
+    }
+    let n = state.inode(ino)?;
+    let mut g = wlock(&n);
+    set_locked(state, &mut g, name, value, how)
+}
+
+/// Whether the inode carries the alignment hint (cached in the node).
+pub(crate) fn hinted(state: &MountState, g: &mut InodeState) -> Result<bool> {
+    if let Some(h) = g.hugepage_hint {
+        return Ok(h);
+    }
+    let h = load(state, g)?.iter().any(|(k, _)| k == HUGEPAGE_HINT);
+    g.hugepage_hint = Some(h);
+    Ok(h)
+}
+
+/// Give the inode the alignment hint if it lacks it.
+pub(crate) fn add_hint(state: &MountState, g: &mut InodeState) -> Result<()> {
+    if hinted(state, g)? {
+        return Ok(());
+    }
+    set_locked(state, g, HUGEPAGE_HINT, Some(b"1"), XattrSet::Any)
+}
+
+/// [`set`] with the inode lock held.
+pub(crate) fn set_locked(
+    state: &MountState,
+    g: &mut InodeState,
+    name: &[u8],
+    value: Option<&[u8]>,
+    how: XattrSet,
+) -> Result<()> {
+    let mut attrs = load(state, g)?;
+    let pos = attrs.iter().position(|(k, _)| k == name);
+    match (value, how, pos) {
+        (Some(_), XattrSet::Create, Some(_)) => return Err(Error::Exists),
+        (Some(_), XattrSet::Replace, None) | (None, _, None) => return Err(Error::NoAttr),
+        (Some(v), _, Some(i)) => attrs[i].1 = v.to_vec(),
+        (Some(v), _, None) => attrs.push((name.to_vec(), v.to_vec())),
+        (None, _, Some(i)) => {
+            attrs.remove(i);
+        }
+    }
+    let bytes = if attrs.is_empty() {
+        None
+    } else {
+        Some(xattr::encode(&attrs)?)
+    };
+    install(state, g, bytes.as_deref(), true)?;
+    if name == HUGEPAGE_HINT {
+        g.hugepage_hint = Some(value.is_some());
+    }
+    Ok(())
+}
+
+/// The copy-on-write step of every xattr change: write `bytes` (None: no attributes left) to a
+/// new block, point the inode at it in one transaction (with a new ctime if `touch`), then free
+/// the old block. Returns the new block (0 for none).
+fn install(
+    state: &MountState,
+    g: &mut InodeState,
+    bytes: Option<&[u8]>,
+    touch: bool,
+) -> Result<u64> {
+    let mut res = Reserved::new(state);
+    let new_block = match bytes {
+        None => 0,
+        Some(bytes) => {
+            let b = res.alloc_one()?;
+            state
+                .pool
+                .write_flush(b * BLOCK_SIZE, bytes, Category::Metadata)?;
+            b
+        }
+    };
+    let mut hdr = g.hdr.clone();
+    hdr.xattr_block = new_block;
+    if touch {
+        hdr.ctime = now_ns();
+    }
+    let mut tx = Tx::new();
+    state.header_tx(&mut tx, g.ino, &g.hdr, &hdr);
+    state.commit(tx)?;
+    res.keep();
+    let old = g.hdr.xattr_block;
+    g.hdr = hdr;
+    if old != 0 {
+        state.free_runs(&[BlockRun { start: old, len: 1 }]);
+    }
+    Ok(new_block)
+}
+
+/// Move the inode's xattr block, which must be at `from`, onto a newly allocated block (hole
+/// compaction): the copy-on-write step of [`set_locked`] with the same bytes and no new ctime.
+/// Returns the new block, or None when the block is not at `from` any more.
+pub(crate) fn relocate_block(
+    state: &MountState,
+    g: &mut InodeState,
+    from: u64,
+) -> Result<Option<u64>> {
+    if from == 0 || g.hdr.xattr_block != from {
+        return Ok(None);
+    }
+    let mut bytes = vec![0u8; BLOCK_SIZE as usize];
+    state.pool.read(from * BLOCK_SIZE, &mut bytes)?;
+    install(state, g, Some(&bytes), false).map(Some)
+}

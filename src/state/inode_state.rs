@@ -1,0 +1,86 @@
+//! The DRAM state of one inode: its header as on media, its extent map, its directory index,
+//! its open count and its live memory mappings; and the lock that guards it.
+
+use crate::media::alloc::BlockRun;
+use crate::media::layout::{FileKind, InodeHeader};
+use crate::meta::dir::DirIndex;
+use crate::meta::inode::FileMap;
+use crate::state::mappings::MapState;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// An inode in DRAM. Changed only under its lock, and only after the transaction that changes
+/// its media copy has committed (so DRAM never runs ahead of what a crash would recover).
+pub(crate) struct InodeState {
+    pub ino: u64,
+    /// The header, equal to the media copy between operations.
+    pub hdr: InodeHeader,
+    /// Logical block → extent, with the media slot of each extent.
+    pub map: FileMap,
+    /// Directories only: name → entry location, slot occupancy, readdir order.
+    pub dir: Option<DirIndex>,
+    /// Open handles; an unlinked inode lives until the last one is released.
+    pub open: u32,
+    /// Live memory mappings of this file; every change to its size or block map updates them.
+    pub maps: Vec<Arc<MapState>>,
+    /// Cached presence of the alignment hint xattr (None: not looked up yet).
+    pub hugepage_hint: Option<bool>,
+}
+
+impl InodeState {
+    /// A freshly loaded or created inode: nothing open, nothing mapped.
+    pub fn new(ino: u64, hdr: InodeHeader, map: FileMap, dir: Option<DirIndex>) -> InodeState {
+        InodeState {
+            ino,
+            hdr,
+            map,
+            dir,
+            open: 0,
+            maps: Vec::new(),
+            hugepage_hint: None,
+        }
+    }
+    /// The file type (validated at mount, so the fallback is never taken).
+    pub fn kind(&self) -> FileKind {
+        self.hdr.kind().unwrap_or(FileKind::File)
+    }
+    pub fn is_dir(&self) -> bool {
+        self.kind() == FileKind::Dir
+    }
+    /// Every block the inode owns: mapped blocks, extent-index blocks, its xattr block.
+    pub fn owned_runs(&self) -> Vec<BlockRun> {
+        let mut runs = self.map.owned_runs();
+        if self.hdr.xattr_block != 0 {
+            runs.push(BlockRun {
+                start: self.hdr.xattr_block,
+                len: 1,
+            });
+        }
+        runs
+    }
+    /// The blocks owned by each of `inodes`, as (run, owner) sorted by start (overlaps kept,
+    /// for the caller to judge).
+    pub fn owned_runs_of<'a>(
+        inodes: impl IntoIterator<Item = &'a InodeState>,
+    ) -> Vec<(BlockRun, u64)> {
+        let mut v: Vec<(BlockRun, u64)> = inodes
+            .into_iter()
+            .flat_map(|n| n.owned_runs().into_iter().map(move |r| (r, n.ino)))
+            .collect();
+        v.sort_by_key(|x| x.0.start);
+        v
+    }
+}
+
+/// A shared, locked inode.
+pub(crate) type InodeRef = Arc<RwLock<InodeState>>;
+
+/// Lock an inode for writing (a panic elsewhere does not make the state unusable: every
+/// change is committed to media before DRAM follows).
+pub(crate) fn wlock(n: &InodeRef) -> RwLockWriteGuard<'_, InodeState> {
+    n.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Lock an inode for reading.
+pub(crate) fn rlock(n: &InodeRef) -> RwLockReadGuard<'_, InodeState> {
+    n.read().unwrap_or_else(|e| e.into_inner())
+}

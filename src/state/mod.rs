@@ -1,0 +1,13 @@
+//! The mount state: what a mounted pool holds in DRAM (inodes, locks, mappings, the mailbox of
+//! background work) and how it comes to be and ends (mkfs, mount with recovery, unmount), with
+//! the transaction helpers every operation builds on and fsck's invariant checks.
+
+pub(crate) mod background;
+pub mod fsck;
+pub(crate) mod inode_state;
+pub(crate) mod map_hooks;
+pub(crate) mod mappings;
+pub mod mkfs;
+pub mod mount;
+pub(crate) mod mount_state;
+pub(crate) mod tx;

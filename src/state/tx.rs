@@ -1,0 +1,156 @@
+//! Building and finishing transactions on the mount state: resources reserved for an operation
+//! (given back unless it commits), the journaled writes of inode header and extent-map changes,
+//! the work after a map change commits, and freeing an inode (the one path that unlink, rename,
+//! the last release and mount-time orphan cleanup all take).
+
+use crate::error::Result;
+use crate::media::alloc::BlockRun;
+use crate::media::journal::Tx;
+use crate::media::layout::{self, INODE_IN_USE, InodeHeader};
+use crate::media::pool::Category;
+use crate::meta::inode::{self, FileMap, MapUpdate};
+use crate::state::inode_state::InodeState;
+use crate::state::mount_state::MountState;
+
+/// Resources taken by an operation that are given back unless it commits.
+pub(crate) struct Reserved<'a> {
+    state: &'a MountState,
+    pub runs: Vec<BlockRun>,
+    pub inodes: Vec<u64>,
+}
+
+impl<'a> Reserved<'a> {
+    pub fn new(state: &'a MountState) -> Self {
+        Reserved {
+            state,
+            runs: Vec::new(),
+            inodes: Vec::new(),
+        }
+    }
+    /// The operation committed: keep everything.
+    pub fn keep(mut self) {
+        self.runs.clear();
+        self.inodes.clear();
+    }
+    /// Allocate `nblocks` blocks, given back on drop unless kept.
+    pub fn alloc(&mut self, nblocks: u64) -> Result<Vec<BlockRun>> {
+        let runs = self.state.alloc_blocks(nblocks)?;
+        self.runs.extend_from_slice(&runs);
+        Ok(runs)
+    }
+    /// Allocate one block, given back on drop unless kept.
+    pub fn alloc_one(&mut self) -> Result<u64> {
+        Ok(self.alloc(1)?[0].start)
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        for r in self.runs.drain(..) {
+            let _ = self.state.alloc.free(r);
+        }
+        for i in self.inodes.drain(..) {
+            self.state.release_inode_number(i);
+        }
+    }
+}
+
+/// The header of a freed inode: not in use, no links.
+fn freed_header(h: &InodeHeader) -> InodeHeader {
+    let mut h = h.clone();
+    h.flags &= !INODE_IN_USE;
+    h.nlink = 0;
+    h
+}
+
+impl MountState {
+    /// Journaled writes turning `old` into `new` for inode `ino`.
+    pub fn header_tx(&self, tx: &mut Tx<'_>, ino: u64, old: &InodeHeader, new: &InodeHeader) {
+        for (off, bytes) in layout::header_diff(self.inode_off(ino), old, new) {
+            tx.write(off, bytes, Category::Metadata);
+        }
+    }
+
+    /// Reserve index blocks so `map` can take `pieces` more extents, recording the link writes.
+    pub fn reserve_slots(
+        &self,
+        res: &mut Reserved<'_>,
+        map: &mut FileMap,
+        pieces: usize,
+        upd: &mut MapUpdate,
+    ) -> Result<()> {
+        // Allocate every block first so a failure leaves the map untouched.
+        let blocks = (0..map.index_blocks_needed(pieces))
+            .map(|_| res.alloc_one())
+            .collect::<Result<Vec<u64>>>()?;
+        for b in blocks {
+            inode::init_index_block(&self.pool, b)?;
+            map.add_index_block(b, upd);
+        }
+        Ok(())
+    }
+
+    /// Add a map update's slot and link writes to `tx`, and the first index block to `hdr`.
+    pub fn map_tx(
+        &self,
+        tx: &mut Tx<'_>,
+        map: &FileMap,
+        ino: u64,
+        upd: &MapUpdate,
+        hdr: &mut InodeHeader,
+    ) -> Result<()> {
+        for (off, bytes) in inode::slot_pool_writes(&self.pool, map, self.inode_off(ino), upd)? {
+            tx.write(off, bytes, Category::Metadata);
+        }
+        if let Some(b) = upd.first_index_block {
+            hdr.index_block = b;
+        }
+        Ok(())
+    }
+
+    /// After commit: zero dead slots (unjournaled; they are already dead by `map_end`) and give
+    /// freed blocks back.
+    pub fn finish_map_update(&self, map: &FileMap, ino: u64, upd: &MapUpdate) -> Result<()> {
+        if !upd.dead_slots.is_empty() {
+            for &s in &upd.dead_slots {
+                let off = map.slot_offset(self.inode_off(ino), s);
+                self.pool
+                    .zero(off, layout::EXTENT_SIZE, Category::Metadata)?;
+                self.pool
+                    .flush(off, layout::EXTENT_SIZE, Category::Metadata);
+            }
+            self.pool.fence();
+        }
+        self.free_runs(&upd.freed);
+        Ok(())
+    }
+
+    /// Add to `tx` the freeing of inode `n` (its last link went away and nobody has it open):
+    /// one journaled header change clears its in-use flag and link count. After the commit,
+    /// [`MountState::forget_inode`] gives its blocks and number back.
+    pub fn free_inode_tx(&self, n: &InodeState, tx: &mut Tx<'_>) {
+        self.header_tx(tx, n.ino, &n.hdr, &freed_header(&n.hdr));
+    }
+
+    /// After the transaction of [`MountState::free_inode_tx`] committed: the inode's blocks
+    /// (data, extent index, xattr) go back, and it leaves the inode table.
+    pub fn forget_inode(&self, n: &mut InodeState) {
+        n.hdr = freed_header(&n.hdr);
+        self.free_runs(&n.owned_runs());
+        self.inodes
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&n.ino);
+        self.release_inode_number(n.ino);
+    }
+
+    /// Free inode `n` now, in its own transaction (last release of an unlinked file; orphans
+    /// found at mount).
+    pub fn free_inode(&self, n: &mut InodeState) -> Result<()> {
+        let mut tx = Tx::new();
+        self.free_inode_tx(n, &mut tx);
+        self.commit(tx)?;
+        self.forget_inode(n);
+        Ok(())
+    }
+}

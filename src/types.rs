@@ -1,0 +1,177 @@
+//! The value types of the public API: options, attributes, directory entries, statistics.
+//!
+//! They sit below the mount state so that every layer can speak them; they hold no state and
+//! do no I/O.
+
+use crate::media::layout::FileKind;
+
+/// Data guarantees of a mount (the WineFS paper's strict and relaxed modes), chosen at mount.
+/// Not to be confused with a file's POSIX mode bits ([`Attr::perm`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Consistency {
+    /// Every metadata operation is atomic and durable when it returns; a data write is
+    /// durable when it returns and atomic per 2 MiB-aligned piece (whole for a write inside
+    /// one piece): overwrites are undo-journaled or copied on write.
+    #[default]
+    Strict,
+    /// Metadata atomic and durable; data written in place (durable on return, but a torn
+    /// overwrite is possible after a crash).
+    Relaxed,
+}
+
+/// Mount options.
+#[derive(Clone, Debug, Default)]
+pub struct MountOptions {
+    /// Data guarantees.
+    pub consistency: Consistency,
+    /// Map the pool copy-on-write: recovery and every change stay in this process (fsck).
+    pub private: bool,
+    /// Do not rewrite fragmented files or compact holes in the background (`Fs::rewrite` and
+    /// `Fs::compact` still work); for measuring fragmented layouts as they are.
+    pub no_background_rewrite: bool,
+}
+
+/// mkfs options.
+#[derive(Clone, Debug, Default)]
+pub struct MkfsOptions {
+    /// Pool size in bytes; required when the pool file does not exist yet.
+    pub size: Option<u64>,
+    /// Per-CPU partitions (default: CPUs, fewer for small pools).
+    pub partitions: Option<u32>,
+    /// Total inodes (default: one per 16 KiB of pool).
+    pub inodes: Option<u64>,
+    /// Format an existing file or device (its contents are lost).
+    pub force: bool,
+}
+
+/// Attributes of an inode. Times are nanoseconds since the Unix epoch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    /// Inode number.
+    pub ino: u64,
+    /// File type.
+    pub kind: FileKind,
+    /// Permission bits, including setuid, setgid and sticky (`mode & 0o7777`).
+    pub perm: u32,
+    /// Hard links.
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// 512-byte units allocated (data, extent index and xattr blocks).
+    pub blocks: u64,
+    /// Last access.
+    pub atime: i64,
+    /// Last data change.
+    pub mtime: i64,
+    /// Last inode change.
+    pub ctime: i64,
+    /// Creation.
+    pub crtime: i64,
+    /// Device number of a device special file.
+    pub rdev: u32,
+    /// Inode generation: differs between inodes that reused one inode number.
+    pub generation: u32,
+}
+
+/// A time to set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeSet {
+    /// The current time.
+    Now,
+    /// This time, in nanoseconds since the Unix epoch.
+    At(i64),
+}
+
+/// Attribute changes (setattr); `None` leaves a field as it is.
+#[derive(Clone, Debug, Default)]
+pub struct SetAttr {
+    /// Permission bits (the file type bits are ignored).
+    pub mode: Option<u32>,
+    /// Owner.
+    pub uid: Option<u32>,
+    /// Group.
+    pub gid: Option<u32>,
+    /// Size (truncate or extend).
+    pub size: Option<u64>,
+    /// Access time.
+    pub atime: Option<TimeSet>,
+    /// Modification time.
+    pub mtime: Option<TimeSet>,
+}
+
+/// One readdir entry; `offset` resumes after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Inode the entry names.
+    pub ino: u64,
+    /// Its file type.
+    pub kind: FileKind,
+    /// The name (any bytes but '/' and NUL).
+    pub name: Vec<u8>,
+    /// Position to resume a listing after this entry.
+    pub offset: u64,
+}
+
+/// File-system statistics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatFs {
+    /// Block size in bytes.
+    pub block_size: u64,
+    /// Blocks in the data area.
+    pub blocks: u64,
+    /// Free blocks.
+    pub free_blocks: u64,
+    /// Inodes in all.
+    pub inodes: u64,
+    /// Free inodes.
+    pub free_inodes: u64,
+    /// Longest name.
+    pub name_max: u32,
+    /// Free aligned 2 MiB extents (what hugepage mappings are made of).
+    pub free_aligned_extents: u64,
+}
+
+/// setxattr behaviour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum XattrSet {
+    /// Create or replace.
+    #[default]
+    Any,
+    /// Fail with EEXIST if present (XATTR_CREATE).
+    Create,
+    /// Fail with ENODATA if absent (XATTR_REPLACE).
+    Replace,
+}
+
+/// rename flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RenameFlags {
+    /// Fail with EEXIST if the target exists (RENAME_NOREPLACE).
+    pub noreplace: bool,
+    /// Swap source and target atomically (RENAME_EXCHANGE).
+    pub exchange: bool,
+}
+
+/// What a reactive rewrite did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RewriteStats {
+    /// Units moved onto aligned extents.
+    pub units_rewritten: u64,
+    /// Units holding data that were looked at.
+    pub units_seen: u64,
+}
+
+/// What a hole compaction did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompactStats {
+    /// Broken units emptied and returned as aligned extents.
+    pub units_freed: u64,
+    /// Blocks of file data moved.
+    pub blocks_moved: u64,
+    /// Broken units that qualified (file data only, at most 7/8 full).
+    pub candidates: u64,
+}
