@@ -14,6 +14,8 @@
 //! | facade | [`fs`] | [`Fs`], [`File`], [`Mapping`] |
 //! | front ends and tools | [`fuse`], the `winefs` CLI; [`bench`], [`age`], [`crash`], [`report`], [`hugepool`] | what users run |
 
+#![warn(missing_docs)]
+
 pub mod age;
 pub(crate) mod background;
 pub mod bench;

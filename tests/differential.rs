@@ -1,6 +1,10 @@
 //! Differential test: random operation sequences applied to winefs (through the library API)
 //! and to a directory on the host's tmpfs; every outcome (value or errno) must agree, and after
 //! each sequence fsck must be clean and the two trees must be identical.
+//!
+//! The host side calls the xattr system calls std lacks directly: this test file is allowed
+//! `unsafe` (Cargo.toml [lints]), each block with its SAFETY comment.
+#![allow(unsafe_code)]
 
 use proptest::prelude::*;
 use std::ffi::CString;
@@ -272,10 +276,7 @@ fn host_removexattr(p: &Path, n: &str) -> std::io::Result<()> {
 
 fn host_fallocate(p: &Path, off: u64, len: u64) -> std::io::Result<()> {
     let f = std::fs::OpenOptions::new().write(true).open(p)?;
-    use std::os::fd::AsRawFd;
-    // SAFETY: a valid open descriptor.
-    let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, off as libc::off_t, len as libc::off_t) };
-    if r < 0 { last_err() } else { Ok(()) }
+    winefs::sys::fallocate(&f, off, len)
 }
 
 fn host_apply(root: &Path, op: &Op) -> Out {

@@ -4,6 +4,7 @@
 //! This is the only module that touches raw memory. Every access is bounds-checked against the
 //! mapping and copies bytes in or out; no reference into the mapping ever escapes, so concurrent
 //! writers to other ranges never alias a Rust reference.
+#![allow(unsafe_code)] // one of the few modules allowed `unsafe` (Cargo.toml [lints])
 
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};

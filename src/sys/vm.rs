@@ -5,6 +5,7 @@
 //! The userfaultfd ABI (Linux `include/uapi/linux/userfaultfd.h`) is not in the `libc` crate,
 //! so its structures and ioctl numbers are declared here; their sizes are checked at compile
 //! time against the ioctl encodings.
+#![allow(unsafe_code)] // one of the few modules allowed `unsafe` (Cargo.toml [lints])
 
 use crate::error::{Error, Result};
 use std::io;
@@ -407,10 +408,9 @@ impl Wakeup {
         if fd < 0 {
             return Err(os_err("eventfd"));
         }
-        // SAFETY: `fd` is ours alone.
-        Ok(Wakeup {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Wakeup { fd })
     }
     pub fn signal(&self) {
         let one: u64 = 1;
