@@ -1,24 +1,12 @@
 //! Basic end-to-end behaviour of the library API across remounts.
 
-use winefs::{Error, FileKind, Fs, MkfsOptions, MountOptions, RenameFlags};
+mod common;
+
+use common::mount;
+use winefs::{Error, FileKind, RenameFlags};
 
 fn fresh(size: u64) -> (tempfile::TempDir, std::path::PathBuf) {
-    let d = tempfile::tempdir().unwrap();
-    let p = d.path().join("pool");
-    Fs::mkfs(
-        &p,
-        &MkfsOptions {
-            size: Some(size),
-            partitions: Some(2),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    (d, p)
-}
-
-fn mount(p: &std::path::Path) -> Fs {
-    Fs::mount(p, MountOptions::default()).unwrap()
+    common::fresh_pool(size, Some(2))
 }
 
 #[test]

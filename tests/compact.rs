@@ -7,19 +7,14 @@ use std::collections::BTreeMap;
 use winefs::age::profile::Profile;
 use winefs::age::{AgeConfig, Ager, CreateMethod, LibraryTarget};
 use winefs::report::FragReport;
-use winefs::{Fs, MkfsOptions, MountOptions, XattrSet};
+use winefs::{Fs, MountOptions, XattrSet};
+
+mod common;
 
 const MIB: u64 = 1 << 20;
 
 fn mkfs(path: &std::path::Path, size: u64) {
-    Fs::mkfs(
-        path,
-        &MkfsOptions {
-            size: Some(size),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    common::format(path, size, None);
 }
 
 /// Path -> (content, sorted xattrs).

@@ -1,30 +1,13 @@
 //! Many threads at once: per-CPU journals, partitions and inode locks under contention.
 
+mod common;
+
 use std::sync::Arc;
-use winefs::{Consistency, Fs, MkfsOptions, MountOptions, RenameFlags};
+use winefs::{Consistency, RenameFlags};
 
 fn run(mode: Consistency) {
-    let d = tempfile::tempdir().unwrap();
-    let p = d.path().join("pool");
-    Fs::mkfs(
-        &p,
-        &MkfsOptions {
-            size: Some(128 << 20),
-            partitions: Some(4),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let fs = Arc::new(
-        Fs::mount(
-            &p,
-            MountOptions {
-                consistency: mode,
-                ..Default::default()
-            },
-        )
-        .unwrap(),
-    );
+    let (_d, p) = common::fresh_pool(128 << 20, Some(4));
+    let fs = Arc::new(common::mount_with(&p, mode));
     let shared = fs.create(fs.root(), b"shared", 0o644, 0, 0).unwrap().ino;
     let threads: Vec<_> = (0..6u8)
         .map(|t| {
@@ -85,7 +68,7 @@ fn run(mode: Consistency) {
     }
     let fs = Arc::try_unwrap(fs).ok().expect("threads joined");
     fs.unmount().unwrap();
-    let fs = Fs::mount(&p, MountOptions::default()).unwrap();
+    let fs = common::mount(&p);
     let r = fs.check();
     assert!(r.is_clean(), "after remount: {:?}", r.problems);
 }

@@ -12,7 +12,9 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use winefs::{Consistency, Error, FileKind, Fs, MkfsOptions, MountOptions, XattrSet};
+use winefs::{Consistency, Error, FileKind, Fs, XattrSet};
+
+mod common;
 
 const MIB2: u64 = 2 << 20;
 
@@ -635,24 +637,10 @@ fn compare_trees(fs: &Fs, root: &Path) -> Result<(), String> {
 // The driver.
 
 fn run_sequence(mode: Consistency, ops: &[Op]) -> Result<(), TestCaseError> {
-    let pool_dir = tempfile::tempdir().unwrap();
-    let pool = pool_dir.path().join("pool");
-    Fs::mkfs(
-        &pool,
-        &MkfsOptions {
-            size: Some(64 << 20),
-            partitions: Some(2),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let opts = MountOptions {
-        consistency: mode,
-        ..Default::default()
-    };
+    let (_pool_dir, pool) = common::fresh_pool(64 << 20, Some(2));
     let host_dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let host = host_dir.path();
-    let mut fs = Some(Fs::mount(&pool, opts.clone()).unwrap());
+    let mut fs = Some(common::mount_with(&pool, mode));
     // The starting namespace.
     let setup = [
         Op::Mkdir(P { dir: 0, name: 3 }),                         // d0
@@ -678,7 +666,7 @@ fn run_sequence(mode: Consistency, ops: &[Op]) -> Result<(), TestCaseError> {
             } else {
                 f.unmount().unwrap();
             }
-            let f = Fs::mount(&pool, opts.clone()).unwrap();
+            let f = common::mount_with(&pool, mode);
             let r = f.check();
             prop_assert!(r.is_clean(), "after remount at op {}: {:?}", i, r.problems);
             fs = Some(f);
@@ -707,7 +695,7 @@ fn run_sequence(mode: Consistency, ops: &[Op]) -> Result<(), TestCaseError> {
     }
     f.unmount().unwrap();
     // And once more after a final remount.
-    let f = Fs::mount(&pool, opts).unwrap();
+    let f = common::mount_with(&pool, mode);
     let r = f.check();
     prop_assert!(r.is_clean(), "fsck after final remount: {:?}", r.problems);
     if let Err(e) = compare_trees(&f, host) {

@@ -2,27 +2,19 @@
 //! path APIs, corrupt or foreign pools (which must never be written), mkfs refusals, and
 //! unlinked-but-open files.
 
+mod common;
+
+use common::mount;
 use std::path::{Path, PathBuf};
 use winefs::{Error, FileKind, Fs, MkfsOptions, MountOptions, RenameFlags};
 
 fn fresh(size: u64, partitions: u32, inodes: Option<u64>) -> (tempfile::TempDir, PathBuf) {
-    let d = tempfile::tempdir().unwrap();
-    let p = d.path().join("pool");
-    Fs::mkfs(
-        &p,
-        &MkfsOptions {
-            size: Some(size),
-            partitions: Some(partitions),
-            inodes,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    (d, p)
-}
-
-fn mount(p: &Path) -> Fs {
-    Fs::mount(p, MountOptions::default()).unwrap()
+    common::fresh_pool_with(&MkfsOptions {
+        size: Some(size),
+        partitions: Some(partitions),
+        inodes,
+        ..Default::default()
+    })
 }
 
 /// Give the root directory its first block (directories keep their blocks), so a baseline

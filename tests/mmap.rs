@@ -5,8 +5,10 @@
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use winefs::Fs;
 use winefs::sys::thread_page_faults;
-use winefs::{Fs, MkfsOptions, MountOptions};
+
+mod common;
 
 const MIB: u64 = 1 << 20;
 const HUGE: u64 = 2 * MIB;
@@ -25,19 +27,11 @@ impl HugePool {
             winefs::hugepool::HUGE_DIR
         );
         let _ = std::fs::remove_file(&path);
-        Fs::mkfs(
-            &path,
-            &MkfsOptions {
-                size: Some(size),
-                partitions: Some(2),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        common::format(&path, size, Some(2));
         HugePool { path }
     }
     fn mount(&self) -> Fs {
-        Fs::mount(&self.path, MountOptions::default()).unwrap()
+        common::mount(&self.path)
     }
 }
 
@@ -456,7 +450,7 @@ fn child_sigbus_probe() {
         return;
     };
     let (case, path) = spec.split_once(':').unwrap();
-    let fs = Fs::mount(std::path::Path::new(path), MountOptions::default()).unwrap();
+    let fs = common::mount(std::path::Path::new(path));
     let f = fs.open_file("/f").unwrap();
     let m = f.mmap(0, (8 * HUGE) as usize).unwrap();
     let at = match case {

@@ -1,10 +1,11 @@
 //! Recovery: after a crash (no clean unmount) the allocator is rebuilt from the inodes, and a
 //! transaction interrupted after its in-place writes but before its COMMIT is rolled back.
 
+mod common;
+
+use common::{mount, mount_with};
 use std::collections::BTreeMap;
-use winefs::{
-    Consistency, FileKind, Fs, MkfsOptions, MountOptions, RenameFlags, SetAttr, XattrSet,
-};
+use winefs::{Consistency, FileKind, Fs, RenameFlags, SetAttr, XattrSet};
 
 type Tree = BTreeMap<String, (FileKind, u64, u32, Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>)>;
 
@@ -42,25 +43,8 @@ fn dump(fs: &Fs) -> Tree {
 }
 
 fn setup(mode: Consistency) -> (tempfile::TempDir, std::path::PathBuf, Fs) {
-    let d = tempfile::tempdir().unwrap();
-    let p = d.path().join("pool");
-    Fs::mkfs(
-        &p,
-        &MkfsOptions {
-            size: Some(64 << 20),
-            partitions: Some(2),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let fs = Fs::mount(
-        &p,
-        MountOptions {
-            consistency: mode,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let (d, p) = common::fresh_pool(64 << 20, Some(2));
+    let fs = mount_with(&p, mode);
     fs.mkdir_path("/d").unwrap();
     fs.mkdir_path("/d/sub").unwrap();
     fs.mkdir_path("/e").unwrap();
@@ -210,14 +194,7 @@ fn interrupted_transactions_roll_back() {
             fs.inject_crash_before_commit(1);
             op(&fs);
             drop(fs); // poisoned: not marked clean, like a crash
-            let fs = Fs::mount(
-                &p,
-                MountOptions {
-                    consistency: mode,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+            let fs = mount_with(&p, mode);
             let rolled = fs.recovery_report().rolled_back.len();
             let r = fs.check();
             assert!(r.is_clean(), "{mode:?} {name}: {:?}", r.problems);
@@ -253,7 +230,7 @@ fn completed_operations_survive_a_crash_and_the_allocator_is_rebuilt() {
     let free = fs.statfs().free_blocks;
     let aligned = fs.statfs().free_aligned_extents;
     drop(fs); // crash: dropped without a clean unmount, nothing saved
-    let fs = Fs::mount(&p, MountOptions::default()).unwrap();
+    let fs = mount(&p);
     assert!(fs.recovery_report().rolled_back.is_empty());
     let r = fs.check();
     assert!(r.is_clean(), "{:?}", r.problems);

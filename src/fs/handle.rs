@@ -22,12 +22,15 @@ impl File {
         fs.open(ino)?;
         Ok(File { fs, ino, pos: 0 })
     }
+    /// The inode this handle has open.
     pub fn ino(&self) -> u64 {
         self.ino
     }
+    /// Read from `off` (the handle's position does not move); short at the end of file.
     pub fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<usize> {
         self.fs.read(self.ino, off, buf)
     }
+    /// Write at `off` (the handle's position does not move).
     pub fn write_at(&self, off: u64, data: &[u8]) -> Result<usize> {
         self.fs.write(self.ino, off, data)
     }
@@ -37,15 +40,19 @@ impl File {
         self.pos = at + n as u64;
         Ok(at)
     }
+    /// Truncate or extend (with a hole) to `size` bytes.
     pub fn set_len(&self, size: u64) -> Result<()> {
         self.fs.truncate(self.ino, size)
     }
+    /// Allocate zeroed blocks under [off, off+len), extending the size to cover them.
     pub fn fallocate(&self, off: u64, len: u64) -> Result<()> {
         self.fs.fallocate(self.ino, off, len, false)
     }
+    /// The file's attributes.
     pub fn metadata(&self) -> Result<Attr> {
         self.fs.getattr(self.ino)
     }
+    /// Order this call after every earlier write (see [`Fs::fsync`]).
     pub fn fsync(&self) -> Result<()> {
         self.fs.fsync(self.ino)
     }
@@ -137,6 +144,7 @@ impl Mapping {
     pub fn len(&self) -> usize {
         self.st.len
     }
+    /// Never true: a mapping has at least one page.
     pub fn is_empty(&self) -> bool {
         self.st.len == 0
     }

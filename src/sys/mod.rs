@@ -57,7 +57,12 @@ pub fn default_sigpipe() {
 
 /// Which side of a [`fork`] this process is.
 pub enum Forked {
-    Parent { child: i32 },
+    /// The original process.
+    Parent {
+        /// Process id of the child.
+        child: i32,
+    },
+    /// The new process.
     Child,
 }
 
