@@ -229,7 +229,9 @@ fn completed_operations_survive_a_crash_and_the_allocator_is_rebuilt() {
     let before = dump(&fs);
     let free = fs.statfs().free_blocks;
     let aligned = fs.statfs().free_aligned_extents;
-    drop(fs); // crash: dropped without a clean unmount, nothing saved
+    fs.simulate_crash(); // nothing saved: no bitmap, the pool stays marked "not clean"
+    let (_, sb_state) = winefs::state::mount::read_superblock(&p).unwrap();
+    assert!(!sb_state.clean, "a crash must leave the pool not clean");
     let fs = mount(&p);
     assert!(fs.recovery_report().rolled_back.is_empty());
     let r = fs.check();

@@ -94,6 +94,15 @@ impl Fs {
             .store(n, Ordering::Relaxed);
     }
 
+    /// Fault injection for tests: end the mount the way a power cut right after the last
+    /// commit would — nothing more is written (no allocator bitmap, the superblock stays "not
+    /// clean"), so the next mount recovers and rebuilds free space from the inode tables.
+    /// (Dropping an `Fs` without [`Fs::unmount`] unmounts cleanly.)
+    #[doc(hidden)]
+    pub fn simulate_crash(self) {
+        self.state.unmounted.store(true, Ordering::SeqCst);
+    }
+
     /// Test-only switch for the crash explorer's self-test: commits skip the fence between
     /// their undo records and their in-place writes (a deliberately broken build).
     #[doc(hidden)]
