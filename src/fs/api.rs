@@ -10,6 +10,7 @@ use crate::media::journal::RecoveryReport;
 use crate::media::layout::{FileKind, Geometry, ROOT_INO, SYMLINK_MAX, Superblock};
 use crate::media::pool::{PersistStats, Pool};
 use crate::meta::xattr::HUGEPAGE_HINT;
+use crate::ops::namespace::NewInode;
 use crate::ops::{file, namespace, relocate, xattr};
 use crate::state::inode_state::rlock;
 use crate::state::mount_state::MountState;
@@ -143,32 +144,14 @@ impl Fs {
 
     /// Create a regular file (EEXIST if the name exists).
     pub fn create(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
-        namespace::make_inode(
-            &self.state,
-            parent,
-            name,
-            FileKind::File,
-            perm,
-            uid,
-            gid,
-            0,
-            None,
-        )
+        let new = NewInode::plain(FileKind::File, perm, uid, gid);
+        namespace::make_inode(&self.state, parent, name, new)
     }
 
     /// Create a directory.
     pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
-        namespace::make_inode(
-            &self.state,
-            parent,
-            name,
-            FileKind::Dir,
-            perm,
-            uid,
-            gid,
-            0,
-            None,
-        )
+        let new = NewInode::plain(FileKind::Dir, perm, uid, gid);
+        namespace::make_inode(&self.state, parent, name, new)
     }
 
     /// Create a special file (FIFO, socket, device) or a regular file.
@@ -188,7 +171,11 @@ impl Fs {
                 "mknod cannot make directories or symlinks".into(),
             ));
         }
-        namespace::make_inode(&self.state, parent, name, kind, perm, uid, gid, rdev, None)
+        let new = NewInode {
+            rdev,
+            ..NewInode::plain(kind, perm, uid, gid)
+        };
+        namespace::make_inode(&self.state, parent, name, new)
     }
 
     /// Create a symbolic link to `target`.
@@ -206,17 +193,11 @@ impl Fs {
         if target.len() > SYMLINK_MAX {
             return Err(Error::NameTooLong(target.len()));
         }
-        namespace::make_inode(
-            &self.state,
-            parent,
-            name,
-            FileKind::Symlink,
-            0o777,
-            uid,
-            gid,
-            0,
-            Some(target),
-        )
+        let new = NewInode {
+            target: Some(target),
+            ..NewInode::plain(FileKind::Symlink, 0o777, uid, gid)
+        };
+        namespace::make_inode(&self.state, parent, name, new)
     }
 
     /// The target of symlink `ino`.

@@ -1,8 +1,8 @@
-//! The data path: read, write, append, truncate, fallocate, punch hole, seek, setattr, and the
-//! `File` handle.
+//! The data path: read, write, append, truncate, fallocate, punch hole, seek, setattr, fsync.
 //!
-//! Writes are split at 2 MiB logical boundaries; each piece is one transaction, so a write is
-//! atomic per 2 MiB-aligned piece (and whole for any write inside one piece). In strict mode a
+//! Writes are split at 2 MiB logical boundaries (and so that no piece touches more than 128
+//! existing extents); each piece is one transaction, so a write is atomic per piece (and whole
+//! for any write inside one 2 MiB unit of a file that is not badly fragmented). In strict mode a
 //! piece that lands in an aligned 2 MiB extent is data-journaled in place (the layout, and so the
 //! hugepage mapping, is preserved); a piece in hole-backed blocks is written copy-on-write into
 //! newly allocated blocks. In relaxed mode existing blocks are written in place. Newly allocated
@@ -442,7 +442,7 @@ pub(crate) fn fallocate(
 
 /// Cut the allocated `runs` into consecutive pieces of the given lengths (their sum is the
 /// runs' total), in order: the placement of each target range.
-pub(crate) fn lay_out(runs: &[BlockRun], lens: impl Iterator<Item = u64>) -> Vec<Vec<BlockRun>> {
+fn lay_out(runs: &[BlockRun], lens: impl Iterator<Item = u64>) -> Vec<Vec<BlockRun>> {
     let mut ri = runs.iter().copied();
     let mut left: Option<BlockRun> = None;
     lens.map(|len| {

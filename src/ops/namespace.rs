@@ -30,7 +30,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
 /// Validate a single path component.
-pub fn check_name(name: &[u8]) -> Result<()> {
+pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     if name.is_empty() {
         return Err(Error::NotFound);
     }
@@ -91,14 +91,7 @@ fn plan_insert(
         found = dirx.find_space(name.len());
     }
     let (block, slot, phys) = match found {
-        Some((b, s)) => (
-            b,
-            s,
-            d.map
-                .lookup(b as u64)
-                .ok_or_else(|| Error::Corrupted(format!("directory {dino} block {b} unmapped")))?
-                .0,
-        ),
+        Some((b, s)) => (b, s, block_at(&d.map, dino, b)?),
         None => {
             // Blocks this transaction already added to this directory come after its last one.
             let added = edit.new_blocks.iter().filter(|&&d| d == dino).count() as u32;
@@ -150,16 +143,17 @@ fn plan_insert(
     Ok(())
 }
 
+/// Pool block of block `b` of directory `dino`, whose extent map is `map`.
+fn block_at(map: &FileMap, dino: u64, b: u32) -> Result<u64> {
+    map.lookup(u64::from(b))
+        .map(|(phys, _)| phys)
+        .ok_or_else(|| Error::Corrupted(format!("directory {dino} block {b} unmapped")))
+}
+
 fn plan_remove(d: &InodeState, name: &[u8], edit: &mut DirEdit) -> Result<()> {
     let dirx = d.dir.as_ref().ok_or(Error::NotDir)?;
     let loc = *dirx.get(name).ok_or(Error::NotFound)?;
-    let phys = d
-        .map
-        .lookup(loc.block as u64)
-        .ok_or_else(|| {
-            Error::Corrupted(format!("directory {} block {} unmapped", d.ino, loc.block))
-        })?
-        .0;
+    let phys = block_at(&d.map, d.ino, loc.block)?;
     let so = dir::starts_offset(phys);
     let cur = edit
         .starts
@@ -181,13 +175,7 @@ fn plan_repoint(
 ) -> Result<()> {
     let dirx = d.dir.as_ref().ok_or(Error::NotDir)?;
     let loc = *dirx.get(name).ok_or(Error::NotFound)?;
-    let phys = d
-        .map
-        .lookup(loc.block as u64)
-        .ok_or_else(|| {
-            Error::Corrupted(format!("directory {} block {} unmapped", d.ino, loc.block))
-        })?
-        .0;
+    let phys = block_at(&d.map, d.ino, loc.block)?;
     let bytes = layout::encode_dentry(ino, kind, name);
     tx.write(
         dir::slot_offset(phys, loc.slot),
@@ -245,19 +233,48 @@ fn dir_lookup(state: &MountState, parent: u64, name: &[u8]) -> Result<DirEntryLo
     d.get(name).copied().ok_or(Error::NotFound)
 }
 
-/// Create an inode of `kind` named `name` in `parent`.
-#[allow(clippy::too_many_arguments)]
+/// What a new inode is to be.
+pub(crate) struct NewInode<'a> {
+    pub kind: FileKind,
+    /// Permission bits.
+    pub perm: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Device number (device special files).
+    pub rdev: u32,
+    /// Symlinks: the target.
+    pub target: Option<&'a [u8]>,
+}
+
+impl NewInode<'_> {
+    /// A regular file, directory, FIFO or socket: no device number, no target.
+    pub fn plain(kind: FileKind, perm: u32, uid: u32, gid: u32) -> NewInode<'static> {
+        NewInode {
+            kind,
+            perm,
+            uid,
+            gid,
+            rdev: 0,
+            target: None,
+        }
+    }
+}
+
+/// Create an inode named `name` in `parent`.
 pub(crate) fn make_inode(
     state: &MountState,
     parent: u64,
     name: &[u8],
-    kind: FileKind,
-    perm: u32,
-    uid: u32,
-    gid: u32,
-    rdev: u32,
-    target: Option<&[u8]>,
+    new: NewInode<'_>,
 ) -> Result<Attr> {
+    let NewInode {
+        kind,
+        perm,
+        uid,
+        gid,
+        rdev,
+        target,
+    } = new;
     state.check_alive()?;
     check_name(name)?;
     if is_dot(name) {
@@ -786,7 +803,7 @@ pub(crate) fn release(state: &MountState, ino: u64) -> Result<()> {
 
 /// Link-count ceiling (`EMLINK` beyond it), kept well below `u32::MAX` so a count read from
 /// media can never overflow.
-pub const MAX_LINKS: u32 = 65000;
+pub(crate) const MAX_LINKS: u32 = 65000;
 
 /// Drop one link; saturating, so a damaged count from media cannot underflow into a panic.
 fn dec_links(h: &mut InodeHeader) {

@@ -28,76 +28,28 @@ pub(crate) fn rewrite_unit(state: &MountState, g: &mut InodeState, unit: u64) ->
     if !unit_fragmented(g, unit) || map_hooks::has_atomic(g) {
         return Ok(false);
     }
-    let (u0, u1) = (unit * 512, unit * 512 + 512);
-    let mut res = Reserved::new(state);
     let ext = state
         .alloc
         .alloc_aligned_extent(current_cpu())
         .ok_or_else(|| Error::NoSpace("no free aligned 2 MiB extent to rewrite onto".into()))?;
     let run = BlockRun {
         start: ext,
-        len: 512,
+        len: BLOCKS_PER_HUGE,
     };
+    // Given back unless the move commits.
+    let mut res = Reserved::new(state);
     res.runs.push(run);
-    // Mappings stop reaching the old blocks before they are read, so no store is lost.
-    map_hooks::before_move(state, g, u0, u1)?;
-    let pool = &state.pool;
-    let mut cur = u0;
-    for (l, p, n) in g.map.segments(u0, u1) {
-        if l > cur {
-            pool.zero_flush(
-                (ext + cur - u0) * BLOCK_SIZE,
-                (l - cur) * BLOCK_SIZE,
-                Category::Data,
-            )?;
-        }
-        pool.copy_flush(
-            p * BLOCK_SIZE,
-            (ext + l - u0) * BLOCK_SIZE,
-            n * BLOCK_SIZE,
-            Category::Data,
-        )?;
-        cur = l + n;
-    }
-    if cur < u1 {
-        pool.zero_flush(
-            (ext + cur - u0) * BLOCK_SIZE,
-            (u1 - cur) * BLOCK_SIZE,
-            Category::Data,
-        )?;
-    }
-    let mut upd = MapUpdate::default();
-    state.reserve_slots(&mut res, &mut g.map, 2, &mut upd)?;
-    guarded(state, || {
-        g.map.remap(u0, BLOCKS_PER_HUGE, &[run], &mut upd);
-        commit_map_change(state, g, &upd, Tx::new(), |h| h.map_end = h.map_end.max(u1))
-    })?;
+    relocate_runs(state, g, unit * BLOCKS_PER_HUGE, &[run])?;
     res.keep();
     xattr::add_hint(state, g)?;
     Ok(true)
-}
-
-/// Move blocks [l, l+n) of the file onto the single blocks `news` (one per block, in order).
-/// The layout counterpart of [`rewrite_unit`], used to build 4 KiB-scattered files for
-/// benchmarks and tests.
-pub(crate) fn relocate_blocks(
-    state: &MountState,
-    g: &mut InodeState,
-    l: u64,
-    news: &[u64],
-) -> Result<()> {
-    let runs: Vec<BlockRun> = news
-        .iter()
-        .map(|&b| BlockRun { start: b, len: 1 })
-        .collect();
-    relocate_runs(state, g, l, &runs)
 }
 
 /// Move blocks [l, l+n) of the file onto the freshly allocated `runs` (n blocks in all, in
 /// order): copy (unmapped blocks become zeros), then remap and free the old blocks in one
 /// transaction. The content is the same before and after, so a crash at any point is harmless:
 /// before the commit the new blocks are unreferenced (free again after recovery), after it the
-/// old ones are. Used by hole compaction and, one block per run, by [`relocate_blocks`].
+/// old ones are. Used by hole compaction and, one block per run, by [`scatter_file`].
 pub(crate) fn relocate_runs(
     state: &MountState,
     g: &mut InodeState,
@@ -174,7 +126,7 @@ pub(crate) fn scatter_file(state: &MountState, ino: u64) -> Result<u64> {
                 state.free_runs(&singles(&news));
                 return Err(e);
             }
-            relocate_blocks(state, &mut g, l, &news)?;
+            relocate_runs(state, &mut g, l, &singles(&news))?;
             moved += n;
             l += n;
         }
