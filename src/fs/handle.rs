@@ -160,20 +160,25 @@ impl Mapping {
     /// Check that [at, at+n) lies in the mapping and inside the file (so a copy cannot fault
     /// with SIGBUS, nor store bytes past EOF that the file would not keep).
     fn check_range(&self, at: usize, n: usize) -> Result<()> {
-        let end = at
-            .checked_add(n)
+        let end = self.within(at, n)?;
+        let size = self.file.metadata()?.size;
+        if n > 0 && self.st.off + end as u64 > size {
+            return Err(Error::NoSuchOffset);
+        }
+        Ok(())
+    }
+
+    /// Check that [at, at+n) lies in the mapping; returns its end.
+    #[inline]
+    fn within(&self, at: usize, n: usize) -> Result<usize> {
+        at.checked_add(n)
             .filter(|&e| e <= self.st.len)
             .ok_or_else(|| {
                 Error::Invalid(format!(
                     "range {at}+{n} is outside the {}-byte mapping",
                     self.st.len
                 ))
-            })?;
-        let size = self.file.metadata()?.size;
-        if n > 0 && self.st.off + end as u64 > size {
-            return Err(Error::NoSuchOffset);
-        }
-        Ok(())
+            })
     }
 
     /// Store `data` at byte `at` of the mapping (a memcpy through the mapping).
@@ -187,26 +192,14 @@ impl Mapping {
     /// are checked, so a store past the end of the file raises SIGBUS, as it would through
     /// [`Mapping::as_ptr`].
     pub fn store(&self, at: usize, data: &[u8]) -> Result<()> {
-        if at.checked_add(data.len()).is_none_or(|e| e > self.st.len) {
-            return Err(Error::Invalid(format!(
-                "range {at}+{} is outside the {}-byte mapping",
-                data.len(),
-                self.st.len
-            )));
-        }
+        self.within(at, data.len())?;
         vm::copy_in(self.st.base + at, data);
         Ok(())
     }
 
     /// Load like a plain memcpy from the mapping (the counterpart of [`Mapping::store`]).
     pub fn load(&self, at: usize, buf: &mut [u8]) -> Result<()> {
-        if at.checked_add(buf.len()).is_none_or(|e| e > self.st.len) {
-            return Err(Error::Invalid(format!(
-                "range {at}+{} is outside the {}-byte mapping",
-                buf.len(),
-                self.st.len
-            )));
-        }
+        self.within(at, buf.len())?;
         vm::copy_out(self.st.base + at, buf);
         Ok(())
     }
@@ -214,12 +207,7 @@ impl Mapping {
     /// Load the 8 bytes at byte `at` of the mapping (native endian), like a plain load.
     #[inline]
     pub fn load_u64(&self, at: usize) -> Result<u64> {
-        if at.checked_add(8).is_none_or(|e| e > self.st.len) {
-            return Err(Error::Invalid(format!(
-                "range {at}+8 is outside the {}-byte mapping",
-                self.st.len
-            )));
-        }
+        self.within(at, 8)?;
         Ok(vm::read_u64(self.st.base + at))
     }
 
