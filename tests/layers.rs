@@ -681,3 +681,24 @@ fn a_made_up_cycle_and_upward_import_are_found() {
         .count();
     assert_eq!(up, 1);
 }
+
+/// Files stay small enough to read as one concept: none in `src/` over 1,000 lines.
+#[test]
+fn no_source_file_over_1000_lines() {
+    fn walk(dir: &Path, out: &mut Vec<(String, usize)>) {
+        for e in std::fs::read_dir(dir).expect("read src") {
+            let p = e.expect("directory entry").path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let n = std::fs::read_to_string(&p).expect("read").lines().count();
+                out.push((p.display().to_string(), n));
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&repo().join("src"), &mut files);
+    assert!(files.len() > 40, "only {} source files found", files.len());
+    let long: Vec<_> = files.into_iter().filter(|(_, n)| *n > 1000).collect();
+    assert!(long.is_empty(), "files over 1,000 lines: {long:?}");
+}
