@@ -11,6 +11,18 @@ use std::fmt;
 
 const UNIT: u64 = 512;
 
+/// `x` rounded to `places` decimals, for JSON reports that keep the precision their fixed-point
+/// text had (`{:.4}` and the like); NaN and infinities pass through (JSON writes them as null).
+pub(crate) fn rounded(x: f64, places: i32) -> f64 {
+    if !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powi(places);
+    let r = (x * scale).round() / scale;
+    // Past 2^53 / scale the product has no fraction left to round (and may overflow).
+    if r.is_finite() { r } else { x }
+}
+
 fn pct(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         0.0
