@@ -228,14 +228,24 @@ impl WinefsFuse {
 impl Filesystem for WinefsFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Optional capabilities: a kernel without them still works, only slower.
-        let _ = config.add_capabilities(
-            InitFlags::FUSE_DO_READDIRPLUS
-                | InitFlags::FUSE_READDIRPLUS_AUTO
-                | InitFlags::FUSE_PARALLEL_DIROPS
-                | InitFlags::FUSE_HANDLE_KILLPRIV_V2,
+        let wanted = InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+        let caps = config.add_capabilities(wanted);
+        let size = |r: Result<u32, u32>| match r {
+            Ok(_) => format!("{MAX_WRITE}"),
+            Err(max) => format!("left as it was ({MAX_WRITE} is over {max})"),
+        };
+        let write = size(config.set_max_write(MAX_WRITE));
+        let readahead = size(config.set_max_readahead(MAX_WRITE));
+        log::debug!(
+            "FUSE init: optional capabilities {}; max write {write}; max readahead {readahead}",
+            match caps {
+                Ok(()) => "on".to_string(),
+                Err(missing) => format!("off (the kernel lacks {missing:?})"),
+            },
         );
-        let _ = config.set_max_write(MAX_WRITE);
-        let _ = config.set_max_readahead(MAX_WRITE);
         Ok(())
     }
 

@@ -63,7 +63,7 @@ pub fn default_pool(name: &str) -> (PathBuf, Option<String>) {
             .map(|s| s.success())
             .unwrap_or(false);
         if ok && hugepage_mount(HUGE_DIR) == Some(true) {
-            println!("mounted a hugepage tmpfs (huge=always, {HUGE_TMPFS_SIZE}) on {HUGE_DIR}");
+            log::info!("mounted a hugepage tmpfs (huge=always, {HUGE_TMPFS_SIZE}) on {HUGE_DIR}");
             return (Path::new(HUGE_DIR).join(name), None);
         }
         let _ = std::fs::remove_dir(HUGE_DIR);

@@ -260,7 +260,7 @@ pub(crate) fn prepare(cfg: &MmapBenchConfig, name: &str) -> Result<PathBuf> {
         None => {
             let (p, warning) = crate::hugepool::default_pool(name);
             if let Some(w) = warning {
-                eprintln!("winefs: {w}");
+                log::warn!("{w}");
             }
             p.parent().map(Path::to_path_buf).unwrap_or_default()
         }
