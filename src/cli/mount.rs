@@ -219,12 +219,12 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
         format!("fusermount3 -u {}", canon_mnt.display())
     };
     if a.foreground {
-        return serve(fs, &pool, &canon_mnt, threads, |r| match r {
-            Ok(()) => {
+        return serve(fs, &pool, &canon_mnt, threads, |r| {
+            // A failure is returned by `serve`, and `main` prints it.
+            if r.is_ok() {
                 println!("winefs: {summary}; stop with Ctrl-C or: {how_to_unmount}");
                 let _ = std::io::stdout().flush();
             }
-            Err(e) => eprintln!("winefs: mount on {}: {e}", canon_mnt.display()),
         });
     }
 
