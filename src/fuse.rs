@@ -26,10 +26,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long the kernel may cache attributes and directory entries.
-pub const TTL: Duration = Duration::from_secs(1);
+pub(crate) const TTL: Duration = Duration::from_secs(1);
 
 /// Largest write the kernel may send in one request (it needs `FUSE_MAX_PAGES`).
-pub const MAX_WRITE: u32 = 1 << 20;
+pub(crate) const MAX_WRITE: u32 = 1 << 20;
 
 /// Directory entries fetched from the core per readdir page.
 const READDIR_PAGE: usize = 256;
@@ -69,6 +69,7 @@ impl WinefsFuse {
         }
     }
 
+    /// The adapter serving `fs` (the session holds it; `fs` stays shared with the caller).
     pub fn new(fs: Arc<Fs>) -> Self {
         WinefsFuse { fs }
     }
@@ -106,7 +107,7 @@ fn file_type(k: FileKind) -> FileType {
 }
 
 /// Core attributes in the kernel's form.
-pub fn file_attr(a: &Attr) -> FileAttr {
+pub(crate) fn file_attr(a: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(a.ino),
         size: a.size,

@@ -10,7 +10,7 @@ pub const HUGE_DIR: &str = "/mnt/winefs-huge";
 const HUGE_TMPFS_SIZE: &str = "4G";
 
 /// Whether `dir` is a mount point, and if so whether it is hugepage-capable.
-pub fn hugepage_mount(dir: &str) -> Option<bool> {
+pub(crate) fn hugepage_mount(dir: &str) -> Option<bool> {
     let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
     let mut found = None;
     for l in mounts.lines() {

@@ -11,7 +11,7 @@
 //!   to the profile. Convergence (a chi-square test at 95%) is reported, and stops the run only
 //!   when asked (`stop_on_convergence`): the requested volume of writes is honoured.
 //! * **Directories**: depth d of the profile holds `subdirs(d-1)` subdirectories per directory
-//!   of depth d-1, capped at [`MAX_DIRS_PER_DEPTH`]; a new file picks a depth by weight and a
+//!   of depth d-1, capped at `MAX_DIRS_PER_DEPTH` (256); a new file picks a depth by weight and a
 //!   directory of that depth uniformly; directories are made on first use.
 //! * **Deterministic** under a seed: every choice comes from one seeded generator, so the same
 //!   seed on the same (fresh) file system gives the same sequence of operations.
@@ -34,12 +34,14 @@ pub use target::{AgeTarget, CreateMethod, LibraryTarget, PosixTarget, Usage};
 
 /// Directories per depth at most (the profiles' products of subdirectory counts reach
 /// millions; a few hundred directories per level spread files as widely as small pools need).
-pub const MAX_DIRS_PER_DEPTH: u64 = 256;
+pub(crate) const MAX_DIRS_PER_DEPTH: u64 = 256;
 
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct AgeConfig {
+    /// The distributions to follow.
     pub profile: Profile,
+    /// Seed of every choice: the same seed on the same fresh file system runs the same way.
     pub seed: u64,
     /// Target utilization, 0 < u < 1.
     pub utilization: f64,
@@ -49,12 +51,15 @@ pub struct AgeConfig {
     pub stop_on_convergence: bool,
     /// Where the ager's state lives (checkpointed every `checkpoint_every` and at the end).
     pub state: Option<PathBuf>,
+    /// How often the state is checkpointed while running.
     pub checkpoint_every: Duration,
     /// Draw a progress bar on standard error.
     pub progress: bool,
 }
 
 impl AgeConfig {
+    /// The defaults for `profile`: seed 1, 75% utilization, 10x capacity of writes, no state
+    /// file, a checkpoint every 30 s, no progress bar.
     pub fn new(profile: Profile) -> AgeConfig {
         AgeConfig {
             profile,
@@ -336,34 +341,51 @@ impl State {
 /// Where the run stands; also the final report.
 #[derive(Clone, Debug)]
 pub struct AgeReport {
+    /// What was aged ([`AgeTarget::describe`]).
     pub target: String,
+    /// The profile's name.
     pub profile: String,
+    /// The seed of the run.
     pub seed: u64,
+    /// The utilization asked for, 0 < u < 1.
     pub target_utilization: f64,
+    /// Space in use now.
     pub usage: Usage,
     /// Bytes written (sizes of the files created), in all runs of this state.
     pub written: u64,
+    /// Bytes to write in all: the configured multiple of the capacity.
     pub writes_target: u64,
+    /// Files created, in all runs of this state.
     pub creates: u64,
+    /// Files deleted, in all runs of this state.
     pub deletes: u64,
     /// Creates refused for lack of space (each answered by a deletion).
     pub full: u64,
+    /// Files of the ager's alive now.
     pub live_files: u64,
+    /// Their sizes, summed.
     pub live_bytes: u64,
     /// Live files per age bucket, and the chi-square statistic against the profile.
     pub age_counts: Vec<u64>,
+    /// Pearson's chi-square of `age_counts` against the profile's age weights.
     pub age_chi_square: f64,
+    /// The statistic's critical value at 95% (converged when `age_chi_square` is at most this).
     pub age_critical: f64,
-    /// Files created per size class and per depth entry since the start.
+    /// Files created per size class of the profile since the start.
     pub size_counts: Vec<u64>,
+    /// Files created per depth entry of the profile since the start.
     pub depth_counts: Vec<u64>,
     /// Utilization seen at every create or delete after the fill: (lowest, highest).
     pub churn_range: Option<(f64, f64)>,
+    /// Wall-clock seconds of this run.
     pub seconds: f64,
+    /// Whether this run went on from a saved state.
     pub resumed: bool,
 }
 
 impl AgeReport {
+    /// Whether the live files' ages follow the profile (chi-square at or under the 95%
+    /// critical value).
     pub fn converged(&self) -> bool {
         self.age_chi_square <= self.age_critical
     }

@@ -23,12 +23,18 @@ use std::path::{Path, PathBuf};
 /// One layout to measure.
 #[derive(Clone, Debug)]
 pub enum LayoutCase {
+    /// A file of a winefs pool, mapped through `File::mmap`.
     Winefs {
+        /// The case's name in the results.
         name: String,
+        /// The pool (not mounted elsewhere).
         pool: PathBuf,
+        /// The file's path inside the pool.
         path: String,
     },
+    /// Another file system's layout of a file, replayed on the hugepage tmpfs.
     Replay {
+        /// The case's name in the results.
         name: String,
         /// Lines "file_offset physical_offset length" in bytes (`#` comments allowed).
         layout: PathBuf,
@@ -69,7 +75,7 @@ impl LayoutCase {
 }
 
 /// Read a layout file: (file offset, physical offset, length) in bytes, sorted by file offset.
-pub fn read_layout(path: &Path) -> Result<Vec<(u64, u64, u64)>> {
+pub(crate) fn read_layout(path: &Path) -> Result<Vec<(u64, u64, u64)>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::io(format!("read {}", path.display()), e))?;
     let mut out = Vec::new();
