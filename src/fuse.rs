@@ -1,13 +1,37 @@
 //! FUSE front end: the kernel's low-level requests mapped onto the [`Fs`] API.
 //!
-//! This module only translates: every rule (POSIX semantics, atomicity, errno choice) lives in the
-//! core, which the differential tests check against tmpfs. What is decided here:
+//! The operations' semantics (what each does to the namespace and the data, atomicity,
+//! durability) live in the core, which the differential tests check against tmpfs, and so does
+//! the choice of errno for every error the core returns: `errno` (through `Error::errno`) is
+//! the only place a core error becomes an errno.
+//!
+//! Request-level checks this module answers itself, before or instead of calling the core:
+//! - `EINVAL`: a mknod mode of no known file type, or of a directory or symlink (those have
+//!   their own requests); rename flags beyond NOREPLACE and EXCHANGE (RENAME_WHITEOUT is for
+//!   overlay file systems); setxattr flags other than 0, XATTR_CREATE and XATTR_REPLACE; an
+//!   lseek whence other than SEEK_DATA and SEEK_HOLE (the kernel answers the others);
+//! - `ENXIO`: SEEK_DATA/SEEK_HOLE from a negative offset;
+//! - `EISDIR`: open of a directory, and a create whose name turns out to be a directory;
+//! - `ENOTDIR`: opendir of anything else;
+//! - `EOPNOTSUPP`: POSIX ACL attributes (`system.posix_acl_*`, see `is_posix_acl`), and
+//!   fallocate modes other than plain, KEEP_SIZE and PUNCH_HOLE|KEEP_SIZE;
+//! - `ERANGE`: getxattr or listxattr with a buffer too small for the answer;
+//! - `EACCES`: access(2) refused by the mode bits (`permitted`);
+//! - `ENOSYS` for every FLUSH, so the kernel stops sending them (nothing is buffered);
+//! - a create that loses the race for its name (`EEXIST` without O_EXCL) opens the winner; a
+//!   copy_file_range that fails after copying some bytes reports those bytes, as write(2) does;
+//!   readdirplus skips an entry removed since its page was read.
+//!
+//! The VFS duties the kernel leaves to a FUSE server are done here too: the owner, group and
+//! mode of a new inode (the caller's ids, the umask, the BSD group rule of set-group-ID
+//! directories), and dropping set-user/group-ID bits and file capabilities after a write,
+//! truncate or chown (`FUSE_HANDLE_KILLPRIV_V2`). Besides:
 //! - inode numbers pass through unchanged (the root is inode 1 in both);
 //! - lookup counts are not tracked: an inode lives while it has links or open handles (`open` and
 //!   `release` feed the core's open count), which is what unlinked-but-open files need;
 //! - no writeback cache: every `write(2)` reaches the core before it returns, so strict mode's
 //!   "durable when it returns" holds for applications too;
-//! - attributes and entries are cached by the kernel for [`TTL`]; winefs is the only writer
+//! - attributes and entries are cached by the kernel for `TTL` (1 s); winefs is the only writer
 //!   of its pool, so the kernel's view cannot go stale behind its back.
 
 use crate::{
@@ -26,10 +50,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long the kernel may cache attributes and directory entries.
-pub const TTL: Duration = Duration::from_secs(1);
+pub(crate) const TTL: Duration = Duration::from_secs(1);
 
 /// Largest write the kernel may send in one request (it needs `FUSE_MAX_PAGES`).
-pub const MAX_WRITE: u32 = 1 << 20;
+pub(crate) const MAX_WRITE: u32 = 1 << 20;
 
 /// Directory entries fetched from the core per readdir page.
 const READDIR_PAGE: usize = 256;
@@ -69,11 +93,14 @@ impl WinefsFuse {
         }
     }
 
+    /// The adapter serving `fs` (the session holds it; `fs` stays shared with the caller).
     pub fn new(fs: Arc<Fs>) -> Self {
         WinefsFuse { fs }
     }
 }
 
+/// The errno the kernel gets for a core error: the only translation of core errors, so every
+/// request answers a given failure the same way the library reports it.
 fn errno(e: &Error) -> Errno {
     Errno::from_i32(e.errno())
 }
@@ -106,7 +133,7 @@ fn file_type(k: FileKind) -> FileType {
 }
 
 /// Core attributes in the kernel's form.
-pub fn file_attr(a: &Attr) -> FileAttr {
+pub(crate) fn file_attr(a: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(a.ino),
         size: a.size,
@@ -228,14 +255,24 @@ impl WinefsFuse {
 impl Filesystem for WinefsFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Optional capabilities: a kernel without them still works, only slower.
-        let _ = config.add_capabilities(
-            InitFlags::FUSE_DO_READDIRPLUS
-                | InitFlags::FUSE_READDIRPLUS_AUTO
-                | InitFlags::FUSE_PARALLEL_DIROPS
-                | InitFlags::FUSE_HANDLE_KILLPRIV_V2,
+        let wanted = InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+        let caps = config.add_capabilities(wanted);
+        let size = |r: Result<u32, u32>| match r {
+            Ok(_) => format!("{MAX_WRITE}"),
+            Err(max) => format!("left as it was ({MAX_WRITE} is over {max})"),
+        };
+        let write = size(config.set_max_write(MAX_WRITE));
+        let readahead = size(config.set_max_readahead(MAX_WRITE));
+        log::debug!(
+            "FUSE init: optional capabilities {}; max write {write}; max readahead {readahead}",
+            match caps {
+                Ok(()) => "on".to_string(),
+                Err(missing) => format!("off (the kernel lacks {missing:?})"),
+            },
         );
-        let _ = config.set_max_write(MAX_WRITE);
-        let _ = config.set_max_readahead(MAX_WRITE);
         Ok(())
     }
 
@@ -311,15 +348,15 @@ impl Filesystem for WinefsFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let Some(kind) = FileKind::from_mode(mode) else {
+        // Directories and symlinks have their own requests (mkdir, symlink).
+        let Some(kind) =
+            FileKind::from_mode(mode).filter(|k| !matches!(k, FileKind::Dir | FileKind::Symlink))
+        else {
             return reply.error(Errno::EINVAL);
         };
         let (perm, uid, gid) = self.new_owner(req, parent.0, mode, umask, false);
         let r = match kind {
             FileKind::File => self.fs.create(parent.0, name.as_bytes(), perm, uid, gid),
-            FileKind::Dir | FileKind::Symlink => {
-                Err(Error::Invalid("mknod of a directory or symlink".into()))
-            }
             _ => self
                 .fs
                 .mknod(parent.0, name.as_bytes(), kind, perm, uid, gid, rdev),

@@ -10,7 +10,7 @@ pub const HUGE_DIR: &str = "/mnt/winefs-huge";
 const HUGE_TMPFS_SIZE: &str = "4G";
 
 /// Whether `dir` is a mount point, and if so whether it is hugepage-capable.
-pub fn hugepage_mount(dir: &str) -> Option<bool> {
+pub(crate) fn hugepage_mount(dir: &str) -> Option<bool> {
     let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
     let mut found = None;
     for l in mounts.lines() {
@@ -63,7 +63,7 @@ pub fn default_pool(name: &str) -> (PathBuf, Option<String>) {
             .map(|s| s.success())
             .unwrap_or(false);
         if ok && hugepage_mount(HUGE_DIR) == Some(true) {
-            println!("mounted a hugepage tmpfs (huge=always, {HUGE_TMPFS_SIZE}) on {HUGE_DIR}");
+            log::info!("mounted a hugepage tmpfs (huge=always, {HUGE_TMPFS_SIZE}) on {HUGE_DIR}");
             return (Path::new(HUGE_DIR).join(name), None);
         }
         let _ = std::fs::remove_dir(HUGE_DIR);

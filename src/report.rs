@@ -11,6 +11,18 @@ use std::fmt;
 
 const UNIT: u64 = 512;
 
+/// `x` rounded to `places` decimals, for JSON reports that keep the precision their fixed-point
+/// text had (`{:.4}` and the like); NaN and infinities pass through (JSON writes them as null).
+pub(crate) fn rounded(x: f64, places: i32) -> f64 {
+    if !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powi(places);
+    let r = (x * scale).round() / scale;
+    // Past 2^53 / scale the product has no fraction left to round (and may overflow).
+    if r.is_finite() { r } else { x }
+}
+
 fn pct(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         0.0
@@ -24,11 +36,14 @@ fn pct(part: u64, whole: u64) -> f64 {
 pub struct FragReport {
     /// (smallest run in blocks, largest run in blocks or u64::MAX, runs, blocks).
     pub buckets: Vec<(u64, u64, u64, u64)>,
+    /// The allocator's view of each partition (free aligned extents, holes).
     pub partitions: Vec<PartitionStats>,
+    /// Free blocks in all.
     pub free_blocks: u64,
 }
 
 impl FragReport {
+    /// The report of a mounted pool (read-only).
     pub fn new(fs: &Fs) -> FragReport {
         // Buckets [1], [2, 4), ... [256, 512), then 2 MiB and up.
         let mut buckets: Vec<(u64, u64, u64, u64)> =
@@ -115,6 +130,7 @@ impl fmt::Display for FragReport {
 /// A file's extents and how much of it can be mapped with hugepages.
 #[derive(Clone, Debug)]
 pub struct FileMapReport {
+    /// The file's size in bytes.
     pub size: u64,
     /// (logical block, physical block, blocks).
     pub extents: Vec<(u64, u64, u64)>,
@@ -123,6 +139,7 @@ pub struct FileMapReport {
 }
 
 impl FileMapReport {
+    /// The report of regular file `ino` (read-only); any other kind is refused.
     pub fn new(fs: &Fs, ino: u64) -> Result<FileMapReport> {
         let attr = fs.getattr(ino)?;
         if attr.kind != crate::media::layout::FileKind::File {

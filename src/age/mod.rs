@@ -11,7 +11,7 @@
 //!   to the profile. Convergence (a chi-square test at 95%) is reported, and stops the run only
 //!   when asked (`stop_on_convergence`): the requested volume of writes is honoured.
 //! * **Directories**: depth d of the profile holds `subdirs(d-1)` subdirectories per directory
-//!   of depth d-1, capped at [`MAX_DIRS_PER_DEPTH`]; a new file picks a depth by weight and a
+//!   of depth d-1, capped at `MAX_DIRS_PER_DEPTH` (256); a new file picks a depth by weight and a
 //!   directory of that depth uniformly; directories are made on first use.
 //! * **Deterministic** under a seed: every choice comes from one seeded generator, so the same
 //!   seed on the same (fresh) file system gives the same sequence of operations.
@@ -22,21 +22,26 @@ pub mod profile;
 pub mod target;
 
 use crate::error::{Error, Result};
+use crate::report::rounded;
 use profile::{Profile, Weighted, chi_square, chi_square_critical_95};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 pub use target::{AgeTarget, CreateMethod, LibraryTarget, PosixTarget, Usage};
 
 /// Directories per depth at most (the profiles' products of subdirectory counts reach
 /// millions; a few hundred directories per level spread files as widely as small pools need).
-pub const MAX_DIRS_PER_DEPTH: u64 = 256;
+pub(crate) const MAX_DIRS_PER_DEPTH: u64 = 256;
 
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct AgeConfig {
+    /// The distributions to follow.
     pub profile: Profile,
+    /// Seed of every choice: the same seed on the same fresh file system runs the same way.
     pub seed: u64,
     /// Target utilization, 0 < u < 1.
     pub utilization: f64,
@@ -46,12 +51,15 @@ pub struct AgeConfig {
     pub stop_on_convergence: bool,
     /// Where the ager's state lives (checkpointed every `checkpoint_every` and at the end).
     pub state: Option<PathBuf>,
+    /// How often the state is checkpointed while running.
     pub checkpoint_every: Duration,
     /// Draw a progress bar on standard error.
     pub progress: bool,
 }
 
 impl AgeConfig {
+    /// The defaults for `profile`: seed 1, 75% utilization, 10x capacity of writes, no state
+    /// file, a checkpoint every 30 s, no progress bar.
     pub fn new(profile: Profile) -> AgeConfig {
         AgeConfig {
             profile,
@@ -67,7 +75,7 @@ impl AgeConfig {
 }
 
 /// A small deterministic generator (splitmix64).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Rng(u64);
 
 impl Rng {
@@ -159,7 +167,7 @@ impl Tree {
 }
 
 /// Everything the ager knows, checkpointed for resuming.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct State {
     profile: String,
     seed: u64,
@@ -180,7 +188,33 @@ struct State {
     depth_counts: Vec<u64>,
 }
 
-const STATE_MAGIC: &str = "winefs-age-state 1";
+/// The format of the state file: a JSON object (see [`Checkpoint`]) whose `format` field is
+/// this string. Version 1 was a line format.
+const STATE_MAGIC: &str = "winefs-age-state 2";
+
+/// The ager's state as its file holds it.
+#[derive(Serialize, Deserialize)]
+struct Checkpoint {
+    /// [`STATE_MAGIC`].
+    format: String,
+    profile: String,
+    seed: u64,
+    rng: u64,
+    clock: u64,
+    next_id: u64,
+    written: u64,
+    creates: u64,
+    deletes: u64,
+    full: u64,
+    filled: bool,
+    /// Files created per size class and per depth entry.
+    sizes: Vec<u64>,
+    depths: Vec<u64>,
+    /// Directories made: (depth, index at that depth).
+    dirs: Vec<(u32, u64)>,
+    /// Live files, births ascending: (birth, id, size, depth, directory).
+    files: Vec<(u64, u64, u64, u32, u64)>,
+}
 
 impl State {
     fn new(cfg: &AgeConfig) -> State {
@@ -203,36 +237,41 @@ impl State {
         }
     }
 
+    /// Write the state to `path` atomically (a temporary file renamed into place).
     fn save(&self, path: &Path) -> Result<()> {
-        use std::fmt::Write as _;
-        let mut s = String::new();
-        let _ = writeln!(s, "{STATE_MAGIC}");
-        let _ = writeln!(s, "profile {}", self.profile);
-        let _ = writeln!(
-            s,
-            "counters {} {} {} {} {} {} {} {} {}",
-            self.seed,
-            self.rng.0,
-            self.clock,
-            self.next_id,
-            self.written,
-            self.creates,
-            self.deletes,
-            self.full,
-            self.filled as u8
-        );
-        let join = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ");
-        let _ = writeln!(s, "sizes {}", join(&self.size_counts));
-        let _ = writeln!(s, "depths {}", join(&self.depth_counts));
-        for (d, j) in &self.made {
-            let _ = writeln!(s, "D {d} {j}");
-        }
-        for b in &self.births {
-            let f = &self.files[b];
-            let _ = writeln!(s, "F {b} {} {} {} {}", f.id, f.size, f.depth, f.dir);
-        }
+        let cp = Checkpoint {
+            format: STATE_MAGIC.into(),
+            profile: self.profile.clone(),
+            seed: self.seed,
+            rng: self.rng.0,
+            clock: self.clock,
+            next_id: self.next_id,
+            written: self.written,
+            creates: self.creates,
+            deletes: self.deletes,
+            full: self.full,
+            filled: self.filled,
+            sizes: self.size_counts.clone(),
+            depths: self.depth_counts.clone(),
+            dirs: self.made.iter().copied().collect(),
+            files: self
+                .births
+                .iter()
+                .map(|b| {
+                    let f = &self.files[b];
+                    (*b, f.id, f.size, f.depth, f.dir)
+                })
+                .collect(),
+        };
         let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, s).map_err(|e| Error::io(format!("write {}", tmp.display()), e))?;
+        let write = || -> std::io::Result<()> {
+            let mut w = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+            serde_json::to_writer(&mut w, &cp)?;
+            w.write_all(b"\n")?;
+            w.into_inner().map_err(|e| e.into_error())?;
+            Ok(())
+        };
+        write().map_err(|e| Error::io(format!("write {}", tmp.display()), e))?;
         std::fs::rename(&tmp, path)
             .map_err(|e| Error::io(format!("rename {} into place", tmp.display()), e))
     }
@@ -246,84 +285,54 @@ impl State {
                 path.display()
             ))
         };
-        let mut lines = text.lines();
-        if lines.next() != Some(STATE_MAGIC) {
+        if text.starts_with("winefs-age-state 1\n") {
+            return Err(bad(
+                "it is in the line format of an earlier winefs; start afresh (--restart)",
+            ));
+        }
+        let cp: Checkpoint = serde_json::from_str(&text).map_err(|e| bad(&e.to_string()))?;
+        if cp.format != STATE_MAGIC {
             return Err(bad("wrong header"));
         }
+        if cp.profile != cfg.profile.name {
+            return Err(Error::Invalid(format!(
+                "{} was made with profile {}, not {}; start afresh on a new file system or use \
+                 that profile",
+                path.display(),
+                cp.profile,
+                cfg.profile.name
+            )));
+        }
         let mut st = State::new(cfg);
-        let nums = |rest: &str| -> Result<Vec<u64>> {
-            rest.split_whitespace()
-                .map(|w| w.parse().map_err(|_| bad(&format!("bad number {w:?}"))))
-                .collect()
-        };
-        for line in lines {
-            let (kind, rest) = line.split_once(' ').unwrap_or((line, ""));
-            match kind {
-                "profile" => {
-                    if rest != cfg.profile.name {
-                        return Err(Error::Invalid(format!(
-                            "{} was made with profile {rest}, not {}; start afresh on a new \
-                             file system or use that profile",
-                            path.display(),
-                            cfg.profile.name
-                        )));
-                    }
-                }
-                "counters" => {
-                    let v = nums(rest)?;
-                    if v.len() != 9 {
-                        return Err(bad("counters"));
-                    }
-                    st.seed = v[0];
-                    st.rng = Rng(v[1]);
-                    st.clock = v[2];
-                    st.next_id = v[3];
-                    st.written = v[4];
-                    st.creates = v[5];
-                    st.deletes = v[6];
-                    st.full = v[7];
-                    st.filled = v[8] != 0;
-                }
-                "sizes" | "depths" => {
-                    let v = nums(rest)?;
-                    let want = if kind == "sizes" {
-                        &mut st.size_counts
-                    } else {
-                        &mut st.depth_counts
-                    };
-                    if v.len() != want.len() {
-                        return Err(bad("the profile's classes changed"));
-                    }
-                    *want = v;
-                }
-                "D" => {
-                    let v = nums(rest)?;
-                    if v.len() != 2 {
-                        return Err(bad("directory line"));
-                    }
-                    st.made.insert((v[0] as u32, v[1]));
-                }
-                "F" => {
-                    let v = nums(rest)?;
-                    if v.len() != 5 {
-                        return Err(bad("file line"));
-                    }
-                    if st.births.last().is_some_and(|&b| b >= v[0]) {
-                        return Err(bad("births out of order"));
-                    }
-                    st.births.push(v[0]);
-                    st.files.insert(
-                        v[0],
-                        LiveFile {
-                            id: v[1],
-                            size: v[2],
-                            depth: v[3] as u32,
-                            dir: v[4],
-                        },
-                    );
-                }
-                _ => return Err(bad(&format!("unknown line {kind:?}"))),
+        if cp.sizes.len() != st.size_counts.len() || cp.depths.len() != st.depth_counts.len() {
+            return Err(bad("the profile's classes changed"));
+        }
+        st.seed = cp.seed;
+        st.rng = Rng(cp.rng);
+        st.clock = cp.clock;
+        st.next_id = cp.next_id;
+        st.written = cp.written;
+        st.creates = cp.creates;
+        st.deletes = cp.deletes;
+        st.full = cp.full;
+        st.filled = cp.filled;
+        st.size_counts = cp.sizes;
+        st.depth_counts = cp.depths;
+        st.made = cp.dirs.into_iter().collect();
+        for (birth, id, size, depth, dir) in cp.files {
+            if st.births.last().is_some_and(|&b| b >= birth) {
+                return Err(bad("births out of order"));
             }
+            st.births.push(birth);
+            st.files.insert(
+                birth,
+                LiveFile {
+                    id,
+                    size,
+                    depth,
+                    dir,
+                },
+            );
         }
         Ok(st)
     }
@@ -332,83 +341,123 @@ impl State {
 /// Where the run stands; also the final report.
 #[derive(Clone, Debug)]
 pub struct AgeReport {
+    /// What was aged ([`AgeTarget::describe`]).
     pub target: String,
+    /// The profile's name.
     pub profile: String,
+    /// The seed of the run.
     pub seed: u64,
+    /// The utilization asked for, 0 < u < 1.
     pub target_utilization: f64,
+    /// Space in use now.
     pub usage: Usage,
     /// Bytes written (sizes of the files created), in all runs of this state.
     pub written: u64,
+    /// Bytes to write in all: the configured multiple of the capacity.
     pub writes_target: u64,
+    /// Files created, in all runs of this state.
     pub creates: u64,
+    /// Files deleted, in all runs of this state.
     pub deletes: u64,
     /// Creates refused for lack of space (each answered by a deletion).
     pub full: u64,
+    /// Files of the ager's alive now.
     pub live_files: u64,
+    /// Their sizes, summed.
     pub live_bytes: u64,
     /// Live files per age bucket, and the chi-square statistic against the profile.
     pub age_counts: Vec<u64>,
+    /// Pearson's chi-square of `age_counts` against the profile's age weights.
     pub age_chi_square: f64,
+    /// The statistic's critical value at 95% (converged when `age_chi_square` is at most this).
     pub age_critical: f64,
-    /// Files created per size class and per depth entry since the start.
+    /// Files created per size class of the profile since the start.
     pub size_counts: Vec<u64>,
+    /// Files created per depth entry of the profile since the start.
     pub depth_counts: Vec<u64>,
     /// Utilization seen at every create or delete after the fill: (lowest, highest).
     pub churn_range: Option<(f64, f64)>,
+    /// Wall-clock seconds of this run.
     pub seconds: f64,
+    /// Whether this run went on from a saved state.
     pub resumed: bool,
 }
 
 impl AgeReport {
+    /// Whether the live files' ages follow the profile (chi-square at or under the 95%
+    /// critical value).
     pub fn converged(&self) -> bool {
         self.age_chi_square <= self.age_critical
     }
 
-    /// The report as one JSON object (for scripts).
+    /// The report as one JSON object (for scripts): the fields above, with `usage` as `used` and
+    /// `capacity`, `churn_range` as `churn_min` and `churn_max`, and the derived `utilization`,
+    /// `writes_x_capacity` and `converged`. Ratios keep six decimals (seconds one); one that
+    /// is not a number (no churn yet) is null.
     pub fn to_json(&self) -> String {
-        let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+        let r6 = |x: f64| rounded(x, 6);
         let (lo, hi) = self.churn_range.unwrap_or((f64::NAN, f64::NAN));
-        let num = |x: f64| {
-            if x.is_finite() {
-                format!("{x:.6}")
-            } else {
-                "null".into()
-            }
+        let j = AgeReportJson {
+            target: &self.target,
+            profile: &self.profile,
+            seed: self.seed,
+            target_utilization: r6(self.target_utilization),
+            utilization: r6(self.usage.utilization()),
+            used: self.usage.used,
+            capacity: self.usage.capacity,
+            written: self.written,
+            writes_target: self.writes_target,
+            writes_x_capacity: r6(self.written as f64 / self.usage.capacity.max(1) as f64),
+            creates: self.creates,
+            deletes: self.deletes,
+            full: self.full,
+            live_files: self.live_files,
+            live_bytes: self.live_bytes,
+            age_counts: &self.age_counts,
+            age_chi_square: r6(self.age_chi_square),
+            age_critical: r6(self.age_critical),
+            converged: self.converged(),
+            size_counts: &self.size_counts,
+            depth_counts: &self.depth_counts,
+            churn_min: r6(lo),
+            churn_max: r6(hi),
+            seconds: rounded(self.seconds, 1),
+            resumed: self.resumed,
         };
-        format!(
-            "{{\"target\":{:?},\"profile\":{:?},\"seed\":{},\"target_utilization\":{},\
-             \"utilization\":{},\"used\":{},\"capacity\":{},\"written\":{},\"writes_target\":{},\
-             \"writes_x_capacity\":{},\"creates\":{},\"deletes\":{},\"full\":{},\
-             \"live_files\":{},\"live_bytes\":{},\"age_counts\":[{}],\"age_chi_square\":{},\
-             \"age_critical\":{},\"converged\":{},\"size_counts\":[{}],\"depth_counts\":[{}],\
-             \"churn_min\":{},\"churn_max\":{},\"seconds\":{:.1},\"resumed\":{}}}",
-            self.target,
-            self.profile,
-            self.seed,
-            num(self.target_utilization),
-            num(self.usage.utilization()),
-            self.usage.used,
-            self.usage.capacity,
-            self.written,
-            self.writes_target,
-            num(self.written as f64 / self.usage.capacity.max(1) as f64),
-            self.creates,
-            self.deletes,
-            self.full,
-            self.live_files,
-            self.live_bytes,
-            list(&self.age_counts),
-            num(self.age_chi_square),
-            num(self.age_critical),
-            self.converged(),
-            list(&self.size_counts),
-            list(&self.depth_counts),
-            num(lo),
-            num(hi),
-            self.seconds,
-            self.resumed
-        )
+        serde_json::to_string(&j).expect("a report of strings and numbers serializes")
     }
+}
+
+/// [`AgeReport::to_json`]'s object: the report's fields, with `usage` flattened, the derived
+/// `utilization`, `writes_x_capacity` and `converged`, and `churn_range` as `churn_min` and
+/// `churn_max`. scripts/aging_compare.py reads it.
+#[derive(Serialize)]
+struct AgeReportJson<'a> {
+    target: &'a str,
+    profile: &'a str,
+    seed: u64,
+    target_utilization: f64,
+    utilization: f64,
+    used: u64,
+    capacity: u64,
+    written: u64,
+    writes_target: u64,
+    writes_x_capacity: f64,
+    creates: u64,
+    deletes: u64,
+    full: u64,
+    live_files: u64,
+    live_bytes: u64,
+    age_counts: &'a [u64],
+    age_chi_square: f64,
+    age_critical: f64,
+    converged: bool,
+    size_counts: &'a [u64],
+    depth_counts: &'a [u64],
+    churn_min: f64,
+    churn_max: f64,
+    seconds: f64,
+    resumed: bool,
 }
 
 fn gib(b: u64) -> String {
@@ -844,4 +893,141 @@ fn reconcile<T: AgeTarget>(st: &mut State, target: &mut T, tree: &Tree) -> Resul
     let keep: BTreeSet<u64> = st.births.iter().copied().collect();
     st.files.retain(|b, _| keep.contains(b));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What JSON must escape or carry as UTF-8: a quote, a backslash, control characters, and
+    /// non-ASCII (which Rust's `{:?}` writes as `\u{..}`, not JSON).
+    const AWKWARD: &str = "dir \"q\" \\ tab\t nl\n \u{1} \u{7f} é ✓ \u{1F600}";
+
+    fn report() -> AgeReport {
+        AgeReport {
+            target: format!("directory /tmp/{AWKWARD}"),
+            profile: AWKWARD.into(),
+            seed: 3,
+            target_utilization: 0.75,
+            usage: Usage {
+                used: 3 << 30,
+                capacity: 4 << 30,
+            },
+            written: 40 << 30,
+            writes_target: 40 << 30,
+            creates: 10,
+            deletes: 4,
+            full: 1,
+            live_files: 6,
+            live_bytes: 3 << 30,
+            age_counts: vec![1, 2, 3],
+            age_chi_square: 1.234_567_89,
+            age_critical: 5.991_464_5,
+            size_counts: vec![4, 6],
+            depth_counts: vec![10],
+            churn_range: None,
+            seconds: 12.345,
+            resumed: true,
+        }
+    }
+
+    #[test]
+    fn report_json_keeps_strings_fields_and_precision() {
+        let r = report();
+        let text = r.to_json();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["target"], r.target.as_str(), "{text}");
+        assert_eq!(v["profile"], AWKWARD, "{text}");
+        let keys: BTreeSet<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        let want: BTreeSet<&str> = [
+            "target",
+            "profile",
+            "seed",
+            "target_utilization",
+            "utilization",
+            "used",
+            "capacity",
+            "written",
+            "writes_target",
+            "writes_x_capacity",
+            "creates",
+            "deletes",
+            "full",
+            "live_files",
+            "live_bytes",
+            "age_counts",
+            "age_chi_square",
+            "age_critical",
+            "converged",
+            "size_counts",
+            "depth_counts",
+            "churn_min",
+            "churn_max",
+            "seconds",
+            "resumed",
+        ]
+        .into();
+        assert_eq!(keys, want);
+        assert_eq!(v["utilization"], 0.75);
+        assert_eq!(v["writes_x_capacity"], 10.0);
+        assert_eq!(v["age_chi_square"], 1.234568);
+        assert_eq!(v["seconds"], 12.3);
+        assert_eq!(v["age_counts"], serde_json::json!([1, 2, 3]));
+        assert_eq!(v["converged"], true);
+        assert!(
+            v["churn_min"].is_null() && v["churn_max"].is_null(),
+            "{text}"
+        );
+        let churned = AgeReport {
+            churn_range: Some((0.7, 0.8)),
+            ..r
+        };
+        let v: serde_json::Value = serde_json::from_str(&churned.to_json()).unwrap();
+        assert_eq!(
+            (&v["churn_min"], &v["churn_max"]),
+            (&0.7.into(), &0.8.into())
+        );
+    }
+
+    fn config(profile_name: &str) -> AgeConfig {
+        let mut p = Profile::parse(profile_name, profile::BUILTIN[0].1).unwrap();
+        p.name = profile_name.into();
+        AgeConfig::new(p)
+    }
+
+    #[test]
+    fn checkpoint_round_trips_and_refuses_what_it_cannot_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state");
+        let cfg = config(AWKWARD);
+        let mut st = State::new(&cfg);
+        st.rng.next_u64();
+        (st.clock, st.next_id, st.written, st.creates) = (7, 9, 1 << 40, 5);
+        (st.deletes, st.full, st.filled) = (2, 1, true);
+        st.size_counts[0] = 4;
+        st.depth_counts[1] = 3;
+        st.made.extend([(1, 0), (2, 5)]);
+        for (birth, id) in [(2u64, 1u64), (5, 4), (7, 8)] {
+            st.births.push(birth);
+            let f = LiveFile {
+                id,
+                size: id << 12,
+                depth: 2,
+                dir: 5,
+            };
+            st.files.insert(birth, f);
+        }
+        st.save(&path).unwrap();
+        assert_eq!(State::load(&path, &cfg).unwrap(), st);
+        // Another profile is refused, naming the one the state was made with.
+        let e = State::load(&path, &config("wang")).unwrap_err().to_string();
+        assert!(e.contains(&format!("profile {AWKWARD}")), "{e}");
+        // So are the line format of version 1 and a damaged file.
+        std::fs::write(&path, "winefs-age-state 1\nprofile agrawal\n").unwrap();
+        let e = State::load(&path, &cfg).unwrap_err().to_string();
+        assert!(e.contains("earlier winefs"), "{e}");
+        std::fs::write(&path, "{\"format\": \"winefs-age-state 2\", \"profile\"").unwrap();
+        let e = State::load(&path, &cfg).unwrap_err().to_string();
+        assert!(e.contains("not a usable ager state"), "{e}");
+    }
 }

@@ -10,7 +10,7 @@
 use crate::error::{Error, Result};
 
 /// The profiles built in, by name.
-pub const BUILTIN: [(&str, &str); 3] = [
+pub(crate) const BUILTIN: [(&str, &str); 3] = [
     ("agrawal", include_str!("../../profiles/agrawal.txt")),
     ("wang", include_str!("../../profiles/wang.txt")),
     ("meyer", include_str!("../../profiles/meyer.txt")),
@@ -19,13 +19,18 @@ pub const BUILTIN: [(&str, &str); 3] = [
 /// One depth of the directory tree.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DepthEntry {
+    /// Depth below the aged tree's root (0: the root itself).
     pub depth: u32,
+    /// Share of new files placed at this depth.
     pub weight: f64,
+    /// Subdirectories of each directory at this depth.
     pub subdirs: u64,
 }
 
+/// An aging profile: the distributions of file sizes, relative ages and directory depths.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Profile {
+    /// The built-in name, or the path it was read from.
     pub name: String,
     /// (file size in bytes, weight), sizes ascending.
     pub sizes: Vec<(u64, f64)>,
@@ -79,6 +84,7 @@ impl Profile {
         Profile::parse(name_or_path, &text)
     }
 
+    /// Parse a profile from its text (the format above); `name` names it in errors.
     pub fn parse(name: &str, text: &str) -> Result<Profile> {
         let mut p = Profile {
             name: name.to_string(),
@@ -189,12 +195,13 @@ impl Profile {
 
 /// Draws an index with probability weight / total.
 #[derive(Clone, Debug)]
-pub struct Weighted {
+pub(crate) struct Weighted {
     cumulative: Vec<f64>,
 }
 
 impl Weighted {
-    pub fn new(weights: impl IntoIterator<Item = f64>) -> Weighted {
+    /// A draw over `weights` (each ≥ 0), in their order.
+    pub(crate) fn new(weights: impl IntoIterator<Item = f64>) -> Weighted {
         let mut acc = 0.0;
         let cumulative = weights
             .into_iter()
@@ -207,7 +214,7 @@ impl Weighted {
     }
 
     /// The index for a uniform draw `u` in [0, 1).
-    pub fn pick(&self, u: f64) -> usize {
+    pub(crate) fn pick(&self, u: f64) -> usize {
         let total = self.cumulative.last().copied().unwrap_or(0.0);
         let x = u * total;
         // The first entry whose cumulative weight exceeds x (zero-weight entries never win).

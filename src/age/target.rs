@@ -20,11 +20,14 @@ pub enum CreateMethod {
 /// Space in use, in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Usage {
+    /// Bytes in use.
     pub used: u64,
+    /// Bytes the file system can hold.
     pub capacity: u64,
 }
 
 impl Usage {
+    /// `used / capacity` (1 for a file system of no capacity).
     pub fn utilization(&self) -> f64 {
         if self.capacity == 0 {
             1.0
@@ -36,11 +39,14 @@ impl Usage {
 
 /// A file system the ager drives. Paths are relative to the aged tree's root ("" is the root).
 pub trait AgeTarget {
+    /// Make directory `path` (its parent exists); one that exists already is fine.
     fn mkdir(&mut self, path: &str) -> Result<()>;
     /// Create `path` with `size` bytes. `Ok(false)`: the file system is full (the partial
     /// file is removed).
     fn create(&mut self, path: &str, size: u64) -> Result<bool>;
+    /// Remove file `path`.
     fn remove(&mut self, path: &str) -> Result<()>;
+    /// Space in use and capacity now.
     fn usage(&mut self) -> Result<Usage>;
     /// Names of the regular files directly in directory `path` (for resuming).
     fn files_in(&mut self, path: &str) -> Result<Vec<String>>;
@@ -54,7 +60,9 @@ fn abs(path: &str) -> String {
 
 /// A winefs pool driven through the library.
 pub struct LibraryTarget {
+    /// The mounted pool.
     pub fs: Fs,
+    /// How new files get their bytes.
     pub method: CreateMethod,
 }
 
@@ -129,7 +137,9 @@ impl AgeTarget for LibraryTarget {
 
 /// Any directory, through POSIX calls.
 pub struct PosixTarget {
+    /// The directory the ager's tree goes in.
     pub root: PathBuf,
+    /// How new files get their bytes.
     pub method: CreateMethod,
 }
 

@@ -16,6 +16,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// What to run.
 #[derive(Clone, Debug)]
 pub struct FuseBenchConfig {
     /// Directory for the pool, the tmpfs baseline and the mountpoint (default: /dev/shm).
@@ -24,7 +25,9 @@ pub struct FuseBenchConfig {
     pub files: u64,
     /// Size of the sequentially written and read file.
     pub file_size: u64,
+    /// Size of the winefs pool.
     pub pool_size: u64,
+    /// Timed repetitions of each measurement; the best is reported.
     pub repeats: u32,
     /// FUSE worker threads.
     pub threads: usize,
@@ -46,15 +49,20 @@ impl Default for FuseBenchConfig {
 /// One row: operations per second on both sides (for I/O rows, MB/s is ops/s x size).
 #[derive(Clone, Debug)]
 pub struct FuseRow {
+    /// What was measured.
     pub name: &'static str,
+    /// Operations per timed run.
     pub ops: u64,
     /// Bytes per op (0 for namespace rows).
     pub bytes: u64,
+    /// Operations per second on the winefs FUSE mount.
     pub winefs_ops_per_s: f64,
+    /// Operations per second on tmpfs.
     pub tmpfs_ops_per_s: f64,
 }
 
 impl FuseRow {
+    /// winefs ops/s divided by tmpfs ops/s (0 when tmpfs measured nothing).
     pub fn ratio(&self) -> f64 {
         if self.tmpfs_ops_per_s > 0.0 {
             self.winefs_ops_per_s / self.tmpfs_ops_per_s
@@ -64,12 +72,18 @@ impl FuseRow {
     }
 }
 
+/// What one run measured.
 #[derive(Clone, Debug)]
 pub struct FuseBenchReport {
+    /// One row per measurement, in report order.
     pub rows: Vec<FuseRow>,
+    /// Directory that held the pool, the tmpfs files and the mountpoint.
     pub dir: PathBuf,
+    /// File system type of that directory ("tmpfs", or the magic number in hex).
     pub dir_fs: String,
+    /// FUSE worker threads.
     pub threads: usize,
+    /// Timed repetitions per measurement.
     pub repeats: u32,
 }
 

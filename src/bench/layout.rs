@@ -13,20 +13,28 @@
 use super::mmap::{Mem, MmapBenchConfig, MmapCase, PlainMap, ensure_map_count, measure};
 use crate::error::{Error, Result};
 use crate::fs::Fs;
+use crate::report::rounded;
 use crate::sys::vm;
 use crate::types::MountOptions;
+use serde::Serialize;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// One layout to measure.
 #[derive(Clone, Debug)]
 pub enum LayoutCase {
+    /// A file of a winefs pool, mapped through `File::mmap`.
     Winefs {
+        /// The case's name in the results.
         name: String,
+        /// The pool (not mounted elsewhere).
         pool: PathBuf,
+        /// The file's path inside the pool.
         path: String,
     },
+    /// Another file system's layout of a file, replayed on the hugepage tmpfs.
     Replay {
+        /// The case's name in the results.
         name: String,
         /// Lines "file_offset physical_offset length" in bytes (`#` comments allowed).
         layout: PathBuf,
@@ -67,7 +75,7 @@ impl LayoutCase {
 }
 
 /// Read a layout file: (file offset, physical offset, length) in bytes, sorted by file offset.
-pub fn read_layout(path: &Path) -> Result<Vec<(u64, u64, u64)>> {
+pub(crate) fn read_layout(path: &Path) -> Result<Vec<(u64, u64, u64)>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::io(format!("read {}", path.display()), e))?;
     let mut out = Vec::new();
@@ -235,28 +243,42 @@ pub fn table(cfg: &MmapBenchConfig, cases: &[MmapCase]) -> String {
     s
 }
 
-/// One JSON object per case (for scripts).
+/// One JSON object per case and line (for scripts): the fields of [`MmapCase`], bandwidths
+/// in GB/s with four decimals, `read8_ns` with two.
 pub fn json(cases: &[MmapCase]) -> String {
-    cases
-        .iter()
-        .map(|c| {
-            format!(
-                "{{\"name\":{:?},\"extents\":{},\"seq_write\":{:.4},\"rand_write_cold\":{:.4},\
-                 \"rand_write\":{:.4},\"seq_read\":{:.4},\"rand_read\":{:.4},\"read8_ns\":{:.2},\
-                 \"faults\":{},\"pmd_share\":{:.4}}}\n",
-                c.name,
-                c.extents,
-                c.seq_write,
-                c.rand_write_cold,
-                c.rand_write,
-                c.seq_read,
-                c.rand_read,
-                c.read8_ns,
-                c.faults,
-                c.pmd_share
-            )
-        })
-        .collect()
+    let mut out = String::new();
+    for c in cases {
+        let j = CaseJson {
+            name: &c.name,
+            extents: c.extents,
+            seq_write: rounded(c.seq_write, 4),
+            rand_write_cold: rounded(c.rand_write_cold, 4),
+            rand_write: rounded(c.rand_write, 4),
+            seq_read: rounded(c.seq_read, 4),
+            rand_read: rounded(c.rand_read, 4),
+            read8_ns: rounded(c.read8_ns, 2),
+            faults: c.faults,
+            pmd_share: rounded(c.pmd_share, 4),
+        };
+        out += &serde_json::to_string(&j).expect("a case of strings and numbers serializes");
+        out.push('\n');
+    }
+    out
+}
+
+/// One line of [`json`] (scripts/aging_compare.py reads them).
+#[derive(Serialize)]
+struct CaseJson<'a> {
+    name: &'a str,
+    extents: usize,
+    seq_write: f64,
+    rand_write_cold: f64,
+    rand_write: f64,
+    seq_read: f64,
+    rand_read: f64,
+    read8_ns: f64,
+    faults: u64,
+    pmd_share: f64,
 }
 
 #[cfg(test)]
@@ -275,6 +297,41 @@ mod tests {
             mappable_share(&[(0, 2 * M, 2 * M), (2 * M, 7 * M, 2 * M)], 4 * M),
             0.5
         );
+    }
+
+    /// Names go through JSON escaping: each line parses back to the case it describes.
+    #[test]
+    fn json_lines_parse_back() {
+        let awkward = "ext4 \"aged\" \\ \u{1}\t é";
+        let cases = [
+            MmapCase {
+                name: awkward.into(),
+                seq_write: 12.345_678,
+                read8_ns: 81.126,
+                faults: 4,
+                pmd_share: 1.0,
+                extents: 2,
+                ..Default::default()
+            },
+            MmapCase {
+                name: "plain".into(),
+                ..Default::default()
+            },
+        ];
+        let text = json(&cases);
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(lines[0]["name"], awkward);
+        assert_eq!(lines[0]["seq_write"], 12.3457);
+        assert_eq!(lines[0]["read8_ns"], 81.13);
+        assert_eq!(lines[0]["faults"], 4);
+        assert_eq!(lines[0]["extents"], 2);
+        assert_eq!(lines[0]["pmd_share"], 1.0);
+        assert_eq!(lines[1]["name"], "plain");
+        assert_eq!(lines[0].as_object().unwrap().len(), 10);
     }
 
     /// A replayed layout maps with hugepages exactly where it is aligned.

@@ -46,14 +46,17 @@ impl Default for MmapBenchConfig {
 /// One layout's figures.
 #[derive(Clone, Debug, Default)]
 pub struct MmapCase {
+    /// The case's name ("winefs", "scattered", "tmpfs", or a layout case's).
     pub name: String,
     /// GB/s (10^9 bytes per second).
     pub seq_write: f64,
+    /// Sequential reads through the mapping, GB/s.
     pub seq_read: f64,
     /// Random 4 KiB writes over a fresh mapping (each page's first touch faults).
     pub rand_write_cold: f64,
     /// Random 4 KiB writes over a mapping already touched everywhere (TLB effects only).
     pub rand_write: f64,
+    /// Random 4 KiB reads, GB/s.
     pub rand_read: f64,
     /// Nanoseconds per random 8-byte read.
     pub read8_ns: f64,
@@ -68,11 +71,17 @@ pub struct MmapCase {
 /// Results of one run.
 #[derive(Clone, Debug)]
 pub struct MmapBenchReport {
+    /// File size of every case.
     pub size: u64,
+    /// Fresh mappings measured per case.
     pub repeats: u32,
+    /// The hugepage tmpfs directory used.
     pub dir: PathBuf,
+    /// A winefs file on aligned 2 MiB extents.
     pub winefs: MmapCase,
+    /// A winefs file scattered in 4 KiB blocks (the fragmented baseline).
     pub scattered: MmapCase,
+    /// A plain file on the hugepage tmpfs.
     pub tmpfs: MmapCase,
 }
 
@@ -260,7 +269,7 @@ pub(crate) fn prepare(cfg: &MmapBenchConfig, name: &str) -> Result<PathBuf> {
         None => {
             let (p, warning) = crate::hugepool::default_pool(name);
             if let Some(w) = warning {
-                eprintln!("winefs: {w}");
+                log::warn!("{w}");
             }
             p.parent().map(Path::to_path_buf).unwrap_or_default()
         }

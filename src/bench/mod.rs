@@ -12,6 +12,4 @@ pub mod syscall;
 
 pub use fuse::{FuseBenchConfig, FuseBenchReport, fuse_bench};
 pub use mmap::{MmapBenchConfig, MmapBenchReport, mmap_bench};
-pub use syscall::{
-    BenchRow, PersistPerOp, ROWS, SyscallBenchConfig, SyscallBenchReport, syscall_bench,
-};
+pub use syscall::{BenchRow, PersistPerOp, SyscallBenchConfig, SyscallBenchReport, syscall_bench};

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// I/O size of the append, overwrite and read measurements.
-pub const IO_SIZE: usize = 4096;
+pub(crate) const IO_SIZE: usize = 4096;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -50,6 +50,7 @@ pub struct PersistPerOp {
     pub bytes: [f64; 3],
     /// Cache lines flushed per op: data, metadata, journal.
     pub lines: [f64; 3],
+    /// Fences per op.
     pub fences: f64,
 }
 
@@ -71,10 +72,13 @@ impl PersistPerOp {
 /// One measured operation.
 #[derive(Clone, Debug)]
 pub struct BenchRow {
+    /// What was measured (one of the report's row names).
     pub name: &'static str,
     /// Operations per timed run.
     pub ops: u64,
+    /// Operations per second through the library.
     pub winefs_ops_per_s: f64,
+    /// Operations per second through `std::fs` on tmpfs.
     pub tmpfs_ops_per_s: f64,
     /// Target ratio winefs/tmpfs from the issue, if it sets one.
     pub target: Option<f64>,
@@ -101,13 +105,17 @@ impl BenchRow {
 /// What one run measured.
 #[derive(Clone, Debug)]
 pub struct SyscallBenchReport {
+    /// One row per measurement, in report order.
     pub rows: Vec<BenchRow>,
     /// Directory that held the pool and the host files.
     pub dir: PathBuf,
     /// File system type of that directory ("tmpfs", or the magic number in hex).
     pub dir_fs: String,
+    /// Size of the winefs pool.
     pub pool_size: u64,
+    /// Size of the overwrite and read file.
     pub file_size: u64,
+    /// Timed repetitions per measurement.
     pub repeats: u32,
 }
 
@@ -119,7 +127,7 @@ impl SyscallBenchReport {
 }
 
 /// Row names, in report order.
-pub const ROWS: [&str; 6] = [
+pub(crate) const ROWS: [&str; 6] = [
     "append 4K",
     "overwrite 4K strict",
     "overwrite 4K relaxed",

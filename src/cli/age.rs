@@ -163,7 +163,7 @@ fn prepare_state(state: &Path, restart: bool) -> Result<(), Fail> {
         std::fs::remove_file(state).map_err(|e| fail(format!("remove {}", state.display()), e))?;
     }
     if state.exists() {
-        eprintln!("winefs: resuming from {}", state.display());
+        log::info!("resuming from {}", state.display());
     }
     Ok(())
 }

@@ -48,7 +48,7 @@ pub(crate) enum CrashCmd {
     },
     /// Kill the FUSE daemon with SIGKILL at random moments under a multi-threaded fsync'ing
     /// writer workload; fsck and check every fsync'd file after each remount (needs root and
-    /// /dev/fuse).
+    /// /dev/fuse). With -v, a line per round.
     Kill {
         #[arg(long, default_value_t = 200)]
         rounds: usize,
@@ -57,13 +57,11 @@ pub(crate) enum CrashCmd {
         threads: usize,
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// Print a line per round.
-        #[arg(short, long)]
-        verbose: bool,
     },
 }
 
-pub(crate) fn run(cmd: CrashCmd) -> Result<u8, Fail> {
+/// Run a crashtest command; `verbose` (the global -v) asks the kill harness for a line per round.
+pub(crate) fn run(cmd: CrashCmd, verbose: bool) -> Result<u8, Fail> {
     match cmd {
         CrashCmd::Explore {
             seqs,
@@ -125,7 +123,6 @@ pub(crate) fn run(cmd: CrashCmd) -> Result<u8, Fail> {
             rounds,
             threads,
             seed,
-            verbose,
         } => {
             let exe = std::env::current_exe().map_err(|e| fail("crashtest kill", e))?;
             let cfg = KillConfig {

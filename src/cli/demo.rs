@@ -61,7 +61,7 @@ pub fn demo(pool: Option<PathBuf>, size: u64) -> Result<u8, Fail> {
         None => default_pool("demo.pool"),
     };
     if let Some(w) = &warning {
-        println!("warning: {w}");
+        log::warn!("{w}");
     }
     let p = pool.display().to_string();
     if pool.exists() {

@@ -1,4 +1,10 @@
 //! The `winefs` command: mount (FUSE), mkfs, fsck, info, bench and a guided demo.
+//!
+//! What goes where: a command's output (reports, tables) on standard output; its failure as
+//! one line `winefs: <what>: <why>` on standard error with a non-zero exit; progress the
+//! user asked for on standard error; diagnostics (the core's warnings and errors, the mount
+//! daemon's life) through the `log` macros, which [`init_logging`] sends to standard error
+//! (a background mount's log file) as `winefs: [level: ]message` lines.
 
 mod age;
 mod crashtest;
@@ -9,6 +15,8 @@ mod mount;
 
 use clap::{Parser, Subcommand};
 use fail::{Ctx, Fail, fail};
+use log::{Level, LevelFilter};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use winefs::bench::{
@@ -26,6 +34,10 @@ use winefs::{Consistency, Fs, MkfsOptions, MountOptions};
     about = "A hugepage-aware persistent-memory file system in user space (after WineFS, SOSP'21)"
 )]
 struct Cli {
+    /// More diagnostics on standard error: -v debug, -vv trace (default: info; other crates'
+    /// error, warn, info). RUST_LOG, if set, refines them per module.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -267,10 +279,49 @@ fn private_mount(pool: &Path) -> winefs::Result<Fs> {
     )
 }
 
+/// Send the `log` macros' records (the core's, the front end's, this binary's) to standard
+/// error, one line each: `winefs: message` for info, `winefs: warning: message`, `winefs:
+/// error: message`, and `winefs: debug: module: message` below that. winefs's own modules log
+/// at info and up, or debug/trace with -v/-vv; other crates (fuser warns about every request
+/// it answers with ENOSYS) at error, warn with -v, info with -vv. RUST_LOG's directives come
+/// last and win (`RUST_LOG=fuser=debug`, `RUST_LOG=winefs::fuse=trace`).
+fn init_logging(verbose: u8) {
+    let (own, others) = match verbose {
+        0 => (LevelFilter::Info, LevelFilter::Error),
+        1 => (LevelFilter::Debug, LevelFilter::Warn),
+        _ => (LevelFilter::Trace, LevelFilter::Info),
+    };
+    let mut b = env_logger::Builder::new();
+    b.filter_level(others).filter_module("winefs", own);
+    if let Ok(spec) = std::env::var("RUST_LOG") {
+        b.parse_filters(&spec);
+    }
+    b.target(env_logger::Target::Stderr)
+        .write_style(env_logger::WriteStyle::Never)
+        .format(|out, r| {
+            let level = match r.level() {
+                Level::Info => "",
+                Level::Warn => "warning: ",
+                Level::Error => "error: ",
+                Level::Debug => "debug: ",
+                Level::Trace => "trace: ",
+            };
+            // Another crate's record, or a debug or trace one, says where it comes from.
+            let own = r.target() == "winefs" || r.target().starts_with("winefs::");
+            if own && r.level() <= Level::Info {
+                writeln!(out, "winefs: {level}{}", r.args())
+            } else {
+                writeln!(out, "winefs: {level}{}: {}", r.target(), r.args())
+            }
+        })
+        .init();
+}
+
 fn main() -> ExitCode {
     // Die quietly on a closed pipe (`winefs info POOL | head`) instead of panicking in println!.
     winefs::sys::default_sigpipe();
     let cli = Cli::parse();
+    init_logging(cli.verbose);
     let res = match cli.cmd {
         Cmd::Mount {
             pool,
@@ -307,7 +358,7 @@ fn main() -> ExitCode {
         Cmd::Frag { pool } => frag(&pool),
         Cmd::Filemap { pool, path } => filemap(&pool, &path),
         Cmd::Rewrite { pool, path } => rewrite(&pool, &path),
-        Cmd::Crashtest { which } => crashtest::run(which),
+        Cmd::Crashtest { which } => crashtest::run(which, cli.verbose > 0),
         Cmd::Bench {
             which:
                 BenchCmd::Layout {

@@ -6,6 +6,9 @@
 //! it and exits. The child serves requests with a pool of threads until the kernel mount goes
 //! away (`umount`, `fusermount3 -u`) or SIGINT/SIGTERM/SIGHUP asks for it, then unmounts the
 //! pool cleanly (allocator state saved, superblock marked clean).
+//!
+//! The daemon's standard output and error go to its log file; its diagnostics (and the core's
+//! warnings and errors) reach it through the `log` macros, which write to standard error.
 
 use crate::fail::{Ctx, Fail, fail};
 use fuser::{Config, MountOption, Session, SessionACL};
@@ -150,7 +153,7 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
         (None, None) => {
             let (p, warning) = default_pool(DEFAULT_POOL);
             if let Some(w) = warning {
-                eprintln!("winefs: warning: {w}");
+                log::warn!("{w}");
             }
             let m = default_mountpoint();
             // Only a missing directory is created; a dead FUSE mount (ENOTCONN) is reported
@@ -216,12 +219,12 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
         format!("fusermount3 -u {}", canon_mnt.display())
     };
     if a.foreground {
-        return serve(fs, &pool, &canon_mnt, threads, |r| match r {
-            Ok(()) => {
+        return serve(fs, &pool, &canon_mnt, threads, |r| {
+            // A failure is returned by `serve`, and `main` prints it.
+            if r.is_ok() {
                 println!("winefs: {summary}; stop with Ctrl-C or: {how_to_unmount}");
                 let _ = std::io::stdout().flush();
             }
-            Err(e) => eprintln!("winefs: mount on {}: {e}", canon_mnt.display()),
         });
     }
 
@@ -235,6 +238,7 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
             drop(writer);
             // The child owns the pool now: this copy must neither write nor unmap it.
             std::mem::forget(fs);
+            log::debug!("forked the mount daemon, pid {child}; waiting for it to mount");
             let mut line = String::new();
             let _ = BufReader::new(reader).read_line(&mut line);
             match line.trim_end().strip_prefix("ok") {
@@ -266,7 +270,7 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
                 let _ = writeln!(writer, "err cannot start the daemon: {e}");
                 return Ok(1);
             }
-            eprintln!("winefs: pid {} serving {summary}", std::process::id());
+            log::info!("pid {} serving {summary}", std::process::id());
             serve(fs, &pool, &canon_mnt, threads, move |r| {
                 let _ = match r {
                     Ok(()) => writeln!(writer, "ok"),
@@ -326,37 +330,44 @@ fn serve(
         .name("winefs-signals".into())
         .spawn(move || {
             loop {
-                let Ok(sig) = sys::wait_signal(&SIGNALS) else { return };
-                eprintln!("winefs: signal {sig}: unmounting {}", mnt_owned.display());
+                let Ok(sig) = sys::wait_signal(&SIGNALS) else {
+                    return;
+                };
+                log::info!("signal {sig}: unmounting {}", mnt_owned.display());
                 match unmounter.unmount() {
                     Ok(()) => return,
                     Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                         // Still in use: detach now, serve the open files until they close.
                         match sys::lazy_unmount(&mnt_owned) {
                             Ok(()) => {
-                                eprintln!(
-                                    "winefs: {} is busy; detached it, finishing when its last user lets go",
+                                log::warn!(
+                                    "{} is busy; detached it, finishing when its last user lets go",
                                     mnt_owned.display()
                                 );
                                 return;
                             }
-                            Err(e) => eprintln!("winefs: cannot unmount: {e}"),
+                            Err(e) => log::error!("cannot unmount: {e}"),
                         }
                     }
-                    Err(e) => eprintln!("winefs: cannot unmount: {e}"),
+                    Err(e) => log::error!("cannot unmount: {e}"),
                 }
             }
         })
         .map_err(|e| fail("start the signal thread", e))?;
 
+    log::debug!("serving {} with {threads} threads", mnt.display());
     let served = session.run();
     // The session has dropped its handle; ours is the last one.
     let fs = Arc::try_unwrap(fs).map_err(|_| fail("unmount", "the pool is still referenced"))?;
     if let Err(e) = served {
-        eprintln!("winefs: FUSE session ended with an error: {e}");
+        log::error!("FUSE session ended with an error: {e}");
     }
+    log::debug!(
+        "FUSE session on {} ended; unmounting the pool",
+        mnt.display()
+    );
     fs.unmount().ctx(|| format!("unmount {}", pool.display()))?;
-    eprintln!("winefs: unmounted {} cleanly", pool.display());
+    log::info!("unmounted {} cleanly", pool.display());
     Ok(0)
 }
 

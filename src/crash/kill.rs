@@ -22,12 +22,15 @@ const WAIT: Duration = Duration::from_secs(20);
 pub struct KillConfig {
     /// The `winefs` binary (its `mount -f` serves the pool).
     pub winefs: PathBuf,
+    /// Kill rounds (each: start the daemon, write, kill, fsck, remount and check).
     pub rounds: usize,
     /// Writer threads.
     pub threads: usize,
+    /// Seed of the writers' choices and of the kill moments.
     pub seed: u64,
     /// Kill moments are drawn uniformly from this range of milliseconds after the writers start.
     pub kill_after_ms: (u64, u64),
+    /// Size of the pool made for the run, in bytes.
     pub pool_size: u64,
     /// Where the pool and the mountpoint go (default: /dev/shm, else the temporary directory).
     pub dir: Option<PathBuf>,
@@ -36,6 +39,7 @@ pub struct KillConfig {
 }
 
 impl KillConfig {
+    /// The defaults (20 rounds, 4 writers, seed 1, a 128 MiB pool) for the binary `winefs`.
     pub fn new(winefs: PathBuf) -> KillConfig {
         KillConfig {
             winefs,
@@ -53,6 +57,7 @@ impl KillConfig {
 /// What the harness did.
 #[derive(Clone, Debug, Default)]
 pub struct KillSummary {
+    /// Rounds completed.
     pub rounds: usize,
     /// Completed (fsync'd) writes, renames and appends across all rounds.
     pub synced_ops: u64,
@@ -63,7 +68,9 @@ pub struct KillSummary {
     /// In-flight appends that came back cut inside the appended bytes (one write(2) split by
     /// the kernel into several FUSE requests; each request is atomic, the call is not).
     pub partial_appends: u64,
+    /// What went wrong, one line per problem, prefixed with its round.
     pub failures: Vec<String>,
+    /// Wall-clock time of the run.
     pub elapsed: Duration,
 }
 

@@ -10,9 +10,11 @@
 //! describes the model and the oracles.
 
 pub mod kill;
-pub mod record;
-pub mod tree;
-pub mod workload;
+pub(crate) mod record;
+pub(crate) mod tree;
+pub(crate) mod workload;
+
+pub use workload::Workload;
 
 use crate::error::{Error, Result};
 use crate::fs::Fs;
@@ -26,10 +28,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tree::Tree;
-use workload::{Rng, Start, Workload};
+use workload::{Rng, Start};
 
 /// Size of the explored pools: one partition, 256 inodes, nine 2 MiB data units.
-pub const POOL_SIZE: u64 = 24 << 20;
+pub(crate) const POOL_SIZE: u64 = 24 << 20;
 
 /// What to explore.
 #[derive(Clone, Debug)]
@@ -41,11 +43,13 @@ pub struct ExploreConfig {
     pub pairs: usize,
     /// Length-3 workloads drawn with the seed.
     pub triples: usize,
+    /// The mount consistencies each workload runs in.
     pub modes: Vec<Consistency>,
     /// Crash points with at most this many pending lines get every subset of them.
     pub exhaustive_lines: u32,
     /// Beyond that, this many random subsets (plus none and all).
     pub samples: usize,
+    /// Seed of every sampled choice (workloads and subsets).
     pub seed: u64,
     /// Worker threads (0: one per CPU).
     pub threads: usize,
@@ -81,14 +85,19 @@ impl Default for ExploreConfig {
 /// One crash state that failed an oracle.
 #[derive(Clone, Debug)]
 pub struct Failure {
+    /// The workload's index in [`workloads`] (`winefs crashtest explore --only`).
     pub index: usize,
+    /// The workload, as [`Workload`] displays it.
     pub workload: String,
+    /// The crash point: the ordinal of the fence it precedes, from the start of the recording.
     pub fence: usize,
     /// The operation in progress (None: after the last one).
     pub op: Option<String>,
+    /// Cache lines written but not yet fenced at the crash point.
     pub pending: usize,
     /// Pool offsets of the pending lines that reached media in this state.
     pub on_media: Vec<u64>,
+    /// What the oracle found (fsck problems, or the observable tree against the allowed ones).
     pub what: String,
 }
 
@@ -115,16 +124,21 @@ impl std::fmt::Display for Failure {
 /// What an exploration did.
 #[derive(Clone, Debug, Default)]
 pub struct Summary {
+    /// Workloads run.
     pub workloads: usize,
     /// Workloads by sequence length (index 0: length 1).
     pub by_length: [usize; 3],
     /// Operations run (and of those, refused with an error).
     pub ops: usize,
+    /// Operations that returned an error (the oracles then expect no change from them).
     pub ops_refused: usize,
+    /// Crash points (fences) recorded.
     pub crash_points: usize,
+    /// Crash states built, recovered and checked.
     pub states: usize,
     /// One failure per failing workload (the first state found).
     pub failures: Vec<Failure>,
+    /// Wall-clock time of the run.
     pub elapsed: Duration,
 }
 

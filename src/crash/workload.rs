@@ -381,9 +381,9 @@ impl Start {
 /// operations.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Workload {
-    pub start: Start,
-    pub consistency: Consistency,
-    pub ops: Vec<Op>,
+    pub(crate) start: Start,
+    pub(crate) consistency: Consistency,
+    pub(crate) ops: Vec<Op>,
 }
 
 impl fmt::Display for Workload {
