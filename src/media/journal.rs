@@ -4,7 +4,8 @@
 //!
 //! Commit protocol for a transaction of writes W (see docs/DESIGN.md, "Journal"):
 //! 1. START + one UNDO entry per write (old bytes inline when <= 32 bytes, else copied to the
-//!    journal's staging area with a checksum); flush; fence.
+//!    journal's staging area and fenced before the entry pointing at them is written: the
+//!    staged image has no checksum of its own, only the 64-byte entry does); flush; fence.
 //! 2. Apply W in place; flush; fence.
 //! 3. COMMIT entry; flush; fence. The operation is durable when this fence returns.
 #![deny(clippy::cast_possible_truncation)]
@@ -274,7 +275,8 @@ impl Journals {
         let base = j.entries_off + u64::from(st.head) * JOURNAL_ENTRY_SIZE;
         // Undo images first: staged ones are copied and fenced before any entry that refers to
         // them is written, so a valid entry always points at a complete image (cheaper here
-        // than checksumming the image, which would read the old bytes a second time).
+        // than checksumming the image, which would read the old bytes a second time; the
+        // image has no checksum, only the entry pointing at it does).
         let mut entries = Vec::with_capacity(need - 1);
         entries.push(encode_entry(txid, generation, KIND_START, count, 0, &[], 0));
         let mut staged = 0u64;
