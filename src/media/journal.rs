@@ -90,7 +90,7 @@ impl<'a> Tx<'a> {
         }
     }
     /// Add a write of borrowed bytes (file data: no copy until it lands in the pool).
-    pub fn write_ref(&mut self, off: u64, data: &'a [u8], cat: Category) {
+    pub(crate) fn write_ref(&mut self, off: u64, data: &'a [u8], cat: Category) {
         if !data.is_empty() {
             self.writes.push(TxWrite {
                 off,
@@ -104,11 +104,11 @@ impl<'a> Tx<'a> {
         self.writes.is_empty()
     }
     /// Journal entries this transaction reserves.
-    pub fn entries_needed(&self) -> usize {
+    pub(crate) fn entries_needed(&self) -> usize {
         self.writes.len() + 2
     }
     /// Bytes of undo staging this transaction needs.
-    pub fn staged_bytes(&self) -> u64 {
+    pub(crate) fn staged_bytes(&self) -> u64 {
         self.writes
             .iter()
             .filter(|w| w.data.len() > INLINE_MAX)
@@ -220,12 +220,12 @@ impl Journals {
     }
 
     /// Largest undo image one transaction may stage.
-    pub fn staging_capacity(&self) -> u64 {
+    pub(crate) fn staging_capacity(&self) -> u64 {
         self.staging_len
     }
 
     /// Most entries one transaction may reserve.
-    pub fn entry_capacity(&self) -> usize {
+    pub(crate) fn entry_capacity(&self) -> usize {
         self.capacity as usize
     }
 
@@ -361,7 +361,7 @@ impl Journals {
     /// Roll back every uncommitted transaction in every journal, then clear the rings (entries
     /// first, COMMIT records last, so a crash while clearing never exposes a committed
     /// transaction's undo records without its COMMIT).
-    pub fn recover(pool: &Pool, g: &Geometry) -> Result<RecoveryReport> {
+    pub(crate) fn recover(pool: &Pool, g: &Geometry) -> Result<RecoveryReport> {
         let journal_end = g.inode_table_start * layout::BLOCK_SIZE;
         let mut uncommitted: Vec<(u64, u32, Vec<Entry>)> = Vec::new(); // (txid, journal, undo entries)
         let mut any_valid = false;

@@ -17,17 +17,17 @@ pub(crate) const BLOCK_BYTES: usize = const_usize(BLOCK_SIZE);
 /// Blocks per 2 MiB hugepage.
 pub const BLOCKS_PER_HUGE: u64 = 512;
 /// Bytes per 2 MiB hugepage.
-pub const HUGE_SIZE: u64 = BLOCK_SIZE * BLOCKS_PER_HUGE;
+pub(crate) const HUGE_SIZE: u64 = BLOCK_SIZE * BLOCKS_PER_HUGE;
 /// Format version this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
 /// Superblock magic (offset 0).
 pub const MAGIC: [u8; 8] = *b"WINEFSPM";
 /// Longest file name in bytes (NAME_MAX).
-pub const NAME_MAX: usize = 255;
+pub(crate) const NAME_MAX: usize = 255;
 /// Longest symlink target in bytes.
-pub const SYMLINK_MAX: usize = 4095;
+pub(crate) const SYMLINK_MAX: usize = 4095;
 /// Largest file: logical block numbers are 32-bit on media.
-pub const MAX_FILE_SIZE: u64 = u32::MAX as u64 * BLOCK_SIZE;
+pub(crate) const MAX_FILE_SIZE: u64 = u32::MAX as u64 * BLOCK_SIZE;
 
 /// Journal entries per per-CPU journal ring.
 pub const JOURNAL_ENTRIES: u32 = 1024;
@@ -355,7 +355,7 @@ impl Geometry {
     }
 
     /// Blocks taken by one journal (entry ring plus undo staging).
-    pub fn journal_blocks_each(entries: u32, staging: u32) -> u64 {
+    pub(crate) fn journal_blocks_each(entries: u32, staging: u32) -> u64 {
         (entries as u64 * JOURNAL_ENTRY_SIZE).div_ceil(BLOCK_SIZE) + staging as u64
     }
 
@@ -367,7 +367,7 @@ impl Geometry {
     }
 
     /// Byte offset of partition `p`'s undo staging area.
-    pub fn staging_offset(&self, p: u32) -> u64 {
+    pub(crate) fn staging_offset(&self, p: u32) -> u64 {
         self.journal_offset(p)
             + (self.journal_entries as u64 * JOURNAL_ENTRY_SIZE).next_multiple_of(BLOCK_SIZE)
     }
@@ -390,14 +390,14 @@ impl Geometry {
 
     /// Partition owning inode `ino`, which must be a valid inode number (1..=`total_inodes`,
     /// as every inode number in DRAM is): the quotient is then below `partitions` (≤ 256).
-    pub fn inode_partition(&self, ino: u64) -> u32 {
+    pub(crate) fn inode_partition(&self, ino: u64) -> u32 {
         let p = (ino - 1) / u64::from(self.inodes_per_partition);
         u32::try_from(p).expect("a valid inode number lies in one of at most 256 partitions")
     }
 
     /// Data-area block range of each partition. All but the last are whole 2 MiB units; the last
     /// takes the remainder.
-    pub fn partition_ranges(&self) -> Vec<(u64, u64)> {
+    pub(crate) fn partition_ranges(&self) -> Vec<(u64, u64)> {
         let units = self.data_blocks / BLOCKS_PER_HUGE;
         let per = units / self.partitions as u64 * BLOCKS_PER_HUGE;
         let end = self.data_start + self.data_blocks;
@@ -622,7 +622,7 @@ pub enum FileKind {
 
 impl FileKind {
     /// The S_IFMT bits.
-    pub fn mode_bits(self) -> u32 {
+    pub(crate) fn mode_bits(self) -> u32 {
         match self {
             FileKind::File => libc::S_IFREG,
             FileKind::Dir => libc::S_IFDIR,
@@ -659,7 +659,7 @@ impl FileKind {
         }
     }
     /// From a directory entry's code; None for an unknown one.
-    pub fn from_code(c: u8) -> Option<FileKind> {
+    pub(crate) fn from_code(c: u8) -> Option<FileKind> {
         Some(match c {
             1 => FileKind::File,
             2 => FileKind::Dir,
@@ -754,7 +754,7 @@ impl InodeHeader {
         }
     }
     /// Whether the slot holds a live inode.
-    pub fn in_use(&self) -> bool {
+    pub(crate) fn in_use(&self) -> bool {
         self.flags & INODE_IN_USE != 0
     }
     /// The file type, None for an unknown one.
@@ -765,7 +765,11 @@ impl InodeHeader {
 
 /// The pool writes needed to turn header `old` into `new`, in `ino::CHUNK` (32-byte) pieces so
 /// each fits a single inline journal entry.
-pub fn header_diff(inode_off: u64, old: &InodeHeader, new: &InodeHeader) -> Vec<(u64, Vec<u8>)> {
+pub(crate) fn header_diff(
+    inode_off: u64,
+    old: &InodeHeader,
+    new: &InodeHeader,
+) -> Vec<(u64, Vec<u8>)> {
     let (a, b) = (old.encode(), new.encode());
     a.chunks_exact(ino::CHUNK)
         .zip(b.chunks_exact(ino::CHUNK))
@@ -802,7 +806,7 @@ fn dentry_crc(b: &[u8]) -> u32 {
 
 /// Slots a dentry with a name of `len` bytes occupies (saturating at `u32::MAX`, far more than
 /// a directory block has, for a length no name can have).
-pub fn dentry_slots(len: usize) -> u32 {
+pub(crate) fn dentry_slots(len: usize) -> u32 {
     u32::try_from((dentry::NAME + len).div_ceil(dir_block::SLOT)).unwrap_or(u32::MAX)
 }
 

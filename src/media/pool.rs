@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// Cache-line size assumed by the flush loop and the journal entry size.
-pub const CACHE_LINE: u64 = 64;
+pub(crate) const CACHE_LINE: u64 = 64;
 const HUGE: usize = 2 << 20;
 
 /// A pool offset or length as a `usize`, for pointer arithmetic. Callers pass only values within
@@ -108,7 +108,7 @@ struct Counters {
 /// fence issued through this pool (the crash explorer, `crash::record`, builds crash images from
 /// it). Called after the stores of a range are done and before a flush or fence takes effect;
 /// an observer may read the pool (never write it) from inside a call.
-pub trait PersistObserver: Send + Sync {
+pub(crate) trait PersistObserver: Send + Sync {
     /// Bytes `off..off+len` were stored through the cache (not yet written back).
     fn stored(&self, pool: &Pool, off: u64, len: u64);
     /// Every cache line overlapping `off..off+len` was written back (or stored non-temporally):
@@ -233,7 +233,7 @@ impl Pool {
 
     /// Reserve backing storage for every byte of a regular pool file, so that a full host file
     /// system is reported now rather than as SIGBUS on a later store (mkfs of an existing file).
-    pub fn reserve_backing(&self) -> Result<()> {
+    pub(crate) fn reserve_backing(&self) -> Result<()> {
         reserve_backing(&self.path, &self.file, self.len)
     }
 
@@ -344,7 +344,7 @@ impl Pool {
     }
 
     /// Attach (or with `None` detach) the persistence observer of the crash explorer.
-    pub fn set_observer(&self, obs: Option<Arc<dyn PersistObserver>>) {
+    pub(crate) fn set_observer(&self, obs: Option<Arc<dyn PersistObserver>>) {
         let mut slot = self.observer.write().unwrap_or_else(|e| e.into_inner());
         self.observed.store(obs.is_some(), Ordering::SeqCst);
         *slot = obs;
@@ -377,7 +377,7 @@ impl Pool {
     }
 
     /// True when opened copy-on-write (nothing reaches the media).
-    pub fn is_private(&self) -> bool {
+    pub(crate) fn is_private(&self) -> bool {
         self.private
     }
 
@@ -537,14 +537,14 @@ impl Pool {
     }
 
     /// Store then flush (no fence). Large stores bypass the cache (see `persist_from`).
-    pub fn write_flush(&self, off: u64, data: &[u8], cat: Category) -> Result<()> {
+    pub(crate) fn write_flush(&self, off: u64, data: &[u8], cat: Category) -> Result<()> {
         self.check(off, data.len() as u64)?;
         self.persist_from(off, PersistSrc::Bytes(data), cat);
         Ok(())
     }
 
     /// Copy inside the pool so that the destination is durable after the next fence.
-    pub fn copy_flush(&self, src: u64, dst: u64, len: u64, cat: Category) -> Result<()> {
+    pub(crate) fn copy_flush(&self, src: u64, dst: u64, len: u64, cat: Category) -> Result<()> {
         self.check(src, len)?;
         self.check(dst, len)?;
         if src < dst + len && dst < src + len {
@@ -557,7 +557,7 @@ impl Pool {
     }
 
     /// Zero a range so that it is durable after the next fence.
-    pub fn zero_flush(&self, off: u64, len: u64, cat: Category) -> Result<()> {
+    pub(crate) fn zero_flush(&self, off: u64, len: u64, cat: Category) -> Result<()> {
         self.check(off, len)?;
         self.persist_from(off, PersistSrc::Zero(len), cat);
         Ok(())
@@ -638,7 +638,7 @@ impl Pool {
     }
 
     /// Counters since open.
-    pub fn stats(&self) -> PersistStats {
+    pub(crate) fn stats(&self) -> PersistStats {
         let mut s = PersistStats::default();
         for i in 0..3 {
             s.bytes_written[i] = self.counters.bytes[i].load(Ordering::Relaxed);

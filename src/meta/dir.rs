@@ -211,7 +211,7 @@ impl DirIndex {
 }
 
 /// Write an empty directory block header (the block is not yet reachable, so unjournaled).
-pub fn init_dir_block(pool: &Pool, phys: u64) -> Result<()> {
+pub(crate) fn init_dir_block(pool: &Pool, phys: u64) -> Result<()> {
     let off = phys * BLOCK_SIZE;
     pool.zero_flush(off, BLOCK_SIZE, Category::Metadata)?;
     pool.write_flush(
@@ -223,12 +223,12 @@ pub fn init_dir_block(pool: &Pool, phys: u64) -> Result<()> {
 }
 
 /// Pool offset of the `starts` word of the directory block at physical block `phys`.
-pub fn starts_offset(phys: u64) -> u64 {
+pub(crate) fn starts_offset(phys: u64) -> u64 {
     phys * BLOCK_SIZE + dir_block::STARTS as u64
 }
 
 /// Pool offset of slot `slot` in the directory block at `phys`.
-pub fn slot_offset(phys: u64, slot: u32) -> u64 {
+pub(crate) fn slot_offset(phys: u64, slot: u32) -> u64 {
     phys * BLOCK_SIZE + u64::from(slot) * dir_block::SLOT as u64
 }
 

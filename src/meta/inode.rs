@@ -416,7 +416,7 @@ fn record(logical: u64, e: &Extent) -> ExtentRecord {
 
 /// Encode a map update's slot writes as pool writes, merging the writes that land in one index
 /// block (or the inode) into one range so a transaction needs few journal entries.
-pub fn slot_pool_writes(
+pub(crate) fn slot_pool_writes(
     pool: &Pool,
     map: &FileMap,
     inode_off: u64,
@@ -457,7 +457,7 @@ pub fn slot_pool_writes(
 }
 
 /// Initialise a fresh index block (unreachable until linked, so no journaling is needed).
-pub fn init_index_block(pool: &Pool, block: u64) -> Result<()> {
+pub(crate) fn init_index_block(pool: &Pool, block: u64) -> Result<()> {
     let off = block * BLOCK_SIZE;
     pool.zero_flush(off, BLOCK_SIZE, Category::Metadata)?;
     pool.write_flush(

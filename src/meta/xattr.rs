@@ -15,12 +15,12 @@ use crate::media::layout::{
 use crate::media::pool::Pool;
 
 /// Longest attribute name (XATTR_NAME_MAX).
-pub const XATTR_NAME_MAX: usize = 255;
+pub(crate) const XATTR_NAME_MAX: usize = 255;
 /// Bytes of entries one xattr block holds.
 pub const XATTR_SPACE: usize = BLOCK_BYTES - blk::ENTRIES;
 /// Longest value accepted (Linux's XATTR_SIZE_MAX); the encoded block (XATTR_SPACE) is far
 /// smaller, so the u16 length fields on media can never overflow.
-pub const XATTR_SIZE_MAX: usize = 65536;
+pub(crate) const XATTR_SIZE_MAX: usize = 65536;
 
 /// The alignment hint (see docs/DESIGN.md): a file carrying it gets whole aligned 2 MiB
 /// extents even when written in small pieces; a directory carrying it passes it to the files
