@@ -9,53 +9,88 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// ENOENT: no such file or directory.
     #[error("no such file or directory")]
     NotFound,
+    /// EEXIST: the name is taken.
     #[error("file exists")]
     Exists,
+    /// ENOTDIR: a directory was needed.
     #[error("not a directory")]
     NotDir,
+    /// EISDIR: a directory where a non-directory was needed.
     #[error("is a directory")]
     IsDir,
+    /// ENOTEMPTY: removing or replacing a directory that has entries.
     #[error("directory not empty")]
     NotEmpty,
+    /// ENAMETOOLONG: a name longer than 255 bytes (its length).
     #[error("file name too long: {0} bytes (limit 255)")]
     NameTooLong(usize),
+    /// ENOSPC: out of blocks, inodes or attribute space (what ran out).
     #[error("no space left in pool: {0}")]
     NoSpace(String),
+    /// EINVAL: a bad argument or request (what was wrong).
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// EPERM: not allowed (why).
     #[error("operation not permitted: {0}")]
     NotPermitted(String),
+    /// ENODEV: not supported on this kind of file or pool (what).
     #[error("operation not supported here: {0}")]
     NoDevice(String),
+    /// EBUSY: in use, e.g. a pool mounted by another process (what).
     #[error("resource busy: {0}")]
     Busy(String),
+    /// EMLINK: the link count would overflow.
     #[error("too many links")]
     TooManyLinks,
+    /// ENODATA: no extended attribute of that name.
     #[error("no such attribute")]
     NoAttr,
+    /// ERANGE: a buffer too small, or an attribute name too long.
     #[error("attribute value does not fit in the caller's buffer")]
     Range,
+    /// EFBIG: past the largest file size.
     #[error("file too large")]
     FileTooBig,
+    /// ELOOP: too many symbolic links followed.
     #[error("too many levels of symbolic links")]
     Loop,
+    /// ENXIO: SEEK_DATA/SEEK_HOLE past the end of the file.
     #[error("offset is beyond the end of the file")]
     NoSuchOffset,
+    /// ESTALE: the inode (its number) was freed.
     #[error("stale inode {0}: it no longer exists")]
     Stale(u64),
+    /// EIO: the media breaks an invariant of the format (the defect, naming the field).
     #[error("corrupt pool: {0}")]
     Corrupted(String),
+    /// EIO: the file or device does not hold a winefs pool (what was found).
     #[error("not a winefs pool: {0}")]
     Foreign(String),
+    /// EIO: a pool of another format version.
     #[error("unsupported pool format version {found} (this build reads version {supported})")]
-    Version { found: u32, supported: u32 },
+    Version {
+        /// The version in the superblock.
+        found: u32,
+        /// The version this build reads and writes.
+        supported: u32,
+    },
+    /// EINVAL: the pool cannot hold the requested layout.
     #[error("pool too small: {size} bytes, winefs needs at least {min} bytes")]
-    PoolTooSmall { size: u64, min: u64 },
+    PoolTooSmall {
+        /// The pool's size in bytes.
+        size: u64,
+        /// The least size that would do, in bytes.
+        min: u64,
+    },
+    /// The system's error from an I/O call (its errno).
     #[error("{context}: {source}")]
     Io {
+        /// What was being done.
         context: String,
+        /// The underlying error.
         #[source]
         source: io::Error,
     },
@@ -98,7 +133,7 @@ impl Error {
     }
 }
 
-/// Shorthand for a corruption error with a formatted message.
+/// Shorthand for a corruption error with a formatted message (which names the field or defect).
 macro_rules! corrupt {
     ($($arg:tt)*) => { $crate::error::Error::Corrupted(format!($($arg)*)) };
 }

@@ -1,16 +1,21 @@
 //! docs/DESIGN.md is the single source of truth for the on-media format. This test parses its
 //! field tables (`### Name (N bytes)` headings followed by `| offset | size | field | meaning |`
-//! rows) and checks them against the code's constants, and decodes real encoded structures (and a
-//! real pool written by mkfs, a journal commit and ordinary operations) at the documented offsets.
+//! rows) and checks every row of every table against the code's named offsets (`layout::sb`,
+//! `ino`, `extent`, `index_block`, `dir_block`, `dentry`, `xattr_block`, `xattr_entry`,
+//! `journal::entry`), and decodes real encoded structures (and a real pool written by mkfs, a
+//! journal commit and ordinary operations, read back through `Pool`) at the documented offsets.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use winefs::media::journal::{self, Journals, Tx, entry};
 use winefs::media::layout::{
-    self, BLOCK_SIZE, DENTRY_HEADER, DIR_MAGIC, DIR_SLOT, EXTENT_SIZE, ExtentRecord, FileKind,
-    Geometry, INDEX_MAGIC, INDEX_SLOTS, INDEX_SLOTS_OFF, INLINE_SLOTS, INODE_SIZE, INODE_SLOTS_OFF,
-    InodeHeader, JOURNAL_ENTRY_SIZE, SbState, Superblock, XATTR_MAGIC, ino, sb,
+    self, BLOCK_SIZE, DENTRY_HEADER, DIR_MAGIC, DIR_SLOTS, EXTENT_SIZE, ExtentRecord, FileKind,
+    Geometry, INDEX_MAGIC, INDEX_SLOTS, INLINE_SLOTS, INODE_SIZE, InodeHeader, JOURNAL_ENTRY_SIZE,
+    SbState, Superblock, XATTR_MAGIC, dentry, dir_block, extent, index_block, ino, sb, xattr_block,
+    xattr_entry,
 };
 use winefs::media::pool::{Category, Pool};
+use winefs::meta::xattr::XATTR_SPACE;
 use winefs::{Fs, MkfsOptions, MountOptions, XattrSet};
 
 #[derive(Debug, Clone)]
@@ -79,15 +84,37 @@ fn parse_doc() -> Tables {
     tables
 }
 
+fn table<'a>(t: &'a Tables, s: &str) -> &'a (usize, Vec<(String, Row)>) {
+    t.get(s)
+        .unwrap_or_else(|| panic!("docs/DESIGN.md has no `### {s} (N bytes)` table"))
+}
+
 fn field<'a>(t: &'a Tables, s: &str, f: &str) -> &'a Row {
-    let (_, rows) = t
-        .get(s)
-        .unwrap_or_else(|| panic!("docs/DESIGN.md has no `### {s} (N bytes)` table"));
-    &rows
+    &table(t, s)
+        .1
         .iter()
         .find(|(n, _)| n == f)
         .unwrap_or_else(|| panic!("docs/DESIGN.md: structure {s:?} has no field {f:?}"))
         .1
+}
+
+/// Documented size of structure `s` (for the entry headers: where the name starts).
+fn size_of(t: &Tables, s: &str) -> usize {
+    table(t, s).0
+}
+
+/// Every documented "reserved" byte of structure `s` in `b` is zero.
+fn assert_reserved_zero(t: &Tables, s: &str, b: &[u8]) {
+    for (f, r) in &table(t, s).1 {
+        if f == "reserved" {
+            assert!(
+                b[r.offset..r.offset + r.size].iter().all(|&x| x == 0),
+                "{s}: reserved bytes {}..{} are not zero",
+                r.offset,
+                r.offset + r.size
+            );
+        }
+    }
 }
 
 /// (structure, field, code offset, field size in bytes).
@@ -100,6 +127,7 @@ fn mapping() -> Vec<(&'static str, &'static str, usize, usize)> {
     const DB: &str = "Directory block";
     const DE: &str = "Directory entry";
     const XA: &str = "Xattr block";
+    const XE: &str = "Xattr entry";
     vec![
         (SB, "magic", sb::MAGIC, layout::MAGIC.len()),
         (SB, "version", sb::VERSION, 4),
@@ -149,43 +177,39 @@ fn mapping() -> Vec<(&'static str, &'static str, usize, usize)> {
         (
             IN,
             "extent_slots",
-            INODE_SLOTS_OFF as usize,
+            ino::SLOTS,
             INLINE_SLOTS * EXTENT_SIZE as usize,
         ),
-        // ExtentRecord has no named offset constants; its encoding is checked below.
-        (EX, "logical", 0, 4),
-        (EX, "len", 4, 4),
-        (EX, "phys", 8, 8),
-        (IX, "magic", 0, 4),
-        (IX, "next", 8, 8),
+        (EX, "logical", extent::LOGICAL, 4),
+        (EX, "len", extent::LEN, 4),
+        (EX, "phys", extent::PHYS, 8),
+        (IX, "magic", index_block::MAGIC, 4),
+        (IX, "next", index_block::NEXT, 8),
         (
             IX,
             "slots",
-            INDEX_SLOTS_OFF as usize,
+            index_block::SLOTS,
             INDEX_SLOTS * EXTENT_SIZE as usize,
         ),
-        (DB, "magic", 0, 4),
-        (DB, "starts", 8, 8),
+        (DB, "magic", dir_block::MAGIC, 4),
+        (DB, "starts", dir_block::STARTS, 8),
         (
             DB,
             "slots",
-            DIR_SLOT as usize,
-            (BLOCK_SIZE - DIR_SLOT) as usize,
+            dir_block::SLOT,
+            (DIR_SLOTS as usize - 1) * dir_block::SLOT,
         ),
-        (DE, "ino", 0, 8),
-        (DE, "name_len", 8, 1),
-        (DE, "kind", 9, 1),
-        (DE, "crc", 12, 4),
-        (XA, "magic", 0, 4),
-        (XA, "count", 4, 2),
-        (XA, "used", 8, 4),
-        (XA, "crc", 12, 4),
-        (
-            XA,
-            "entries",
-            BLOCK_SIZE as usize - winefs::meta::xattr::XATTR_SPACE,
-            winefs::meta::xattr::XATTR_SPACE,
-        ),
+        (DE, "ino", dentry::INO, 8),
+        (DE, "name_len", dentry::NAME_LEN, 1),
+        (DE, "kind", dentry::KIND, 1),
+        (DE, "crc", dentry::CRC, 4),
+        (XA, "magic", xattr_block::MAGIC, 4),
+        (XA, "count", xattr_block::COUNT, 2),
+        (XA, "used", xattr_block::USED, 4),
+        (XA, "crc", xattr_block::CRC, 4),
+        (XA, "entries", xattr_block::ENTRIES, XATTR_SPACE),
+        (XE, "name_len", xattr_entry::NAME_LEN, 1),
+        (XE, "value_len", xattr_entry::VALUE_LEN, 2),
     ]
 }
 
@@ -199,8 +223,10 @@ fn documented_sizes_match_the_code() {
         ("Extent record", EXTENT_SIZE as usize),
         ("Extent-index block", BLOCK_SIZE as usize),
         ("Directory block", BLOCK_SIZE as usize),
-        ("Directory entry", DENTRY_HEADER),
+        // The entry headers' documented sizes are where the code puts the name.
+        ("Directory entry", dentry::NAME),
         ("Xattr block", BLOCK_SIZE as usize),
+        ("Xattr entry", xattr_entry::NAME),
     ];
     for (name, size) in want {
         let (declared, rows) = t
@@ -222,8 +248,13 @@ fn documented_sizes_match_the_code() {
     assert_eq!(sb::CHECKSUMMED, sb::CHECKSUM);
     assert_eq!(sb::STATE_CHECKSUMMED, sb::STATE_CHECKSUM - sb::STATE);
     assert_eq!(SbState::default().encode().len(), 32);
-    assert_eq!(ino::HEADER, INODE_SLOTS_OFF as usize);
+    assert_eq!(ino::HEADER, ino::SLOTS);
     assert_eq!(InodeHeader::default().encode().len(), ino::HEADER);
+    // Block-header sub-ranges: entries fill their block to the end.
+    assert_eq!(DENTRY_HEADER, dentry::NAME);
+    assert_eq!(DIR_SLOTS as usize * dir_block::SLOT, BLOCK_SIZE as usize);
+    assert_eq!(xattr_block::ENTRIES + XATTR_SPACE, BLOCK_SIZE as usize);
+    assert_eq!(ExtentRecord::default().encode().len(), EXTENT_SIZE as usize);
 }
 
 #[test]
@@ -414,6 +445,12 @@ fn encoded_structures_decode_at_documented_offsets() {
     assert_eq!(d[f("name_len")], 8);
     assert_eq!(d[f("kind")], 3, "documented kind code of a symlink");
     assert_eq!(&d[DENTRY_HEADER..], b"name.txt", "name follows the header");
+    assert_eq!(
+        &d[size_of(&t, "Directory entry")..],
+        b"name.txt",
+        "name at the documented header size"
+    );
+    assert_reserved_zero(&t, "Directory entry", &d);
     let mut crc_in = d[..f("crc")].to_vec();
     crc_in.extend_from_slice(b"name.txt");
     assert_eq!(u32_at(&d, f("crc")), crc32c::crc32c(&crc_in));
@@ -472,13 +509,10 @@ fn real_journal_entries_decode_at_documented_offsets() {
     assert_eq!(u32_at(&e[2], p + 4), 100);
 }
 
-#[test]
-fn real_pool_blocks_decode_at_documented_offsets() {
-    let t = parse_doc();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("pool");
+/// Format a one-partition 64 MiB pool at `path` and mount it.
+fn fresh_fs(path: &Path, opts: MountOptions) -> Fs {
     Fs::mkfs(
-        &path,
+        path,
         &MkfsOptions {
             size: Some(64 << 20),
             partitions: Some(1),
@@ -486,7 +520,44 @@ fn real_pool_blocks_decode_at_documented_offsets() {
         },
     )
     .unwrap();
-    let fs = Fs::mount(&path, MountOptions::default()).unwrap();
+    Fs::mount(path, opts).unwrap()
+}
+
+/// An unmounted pool read back through a private (read-only) mapping.
+struct Media {
+    pool: Pool,
+    g: Geometry,
+}
+
+impl Media {
+    fn open(path: &Path, g: &Geometry) -> Media {
+        Media {
+            pool: Pool::open(path, true).unwrap(),
+            g: g.clone(),
+        }
+    }
+    /// `len` bytes at pool offset `off`.
+    fn read(&self, off: u64, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; len];
+        self.pool.read(off, &mut b).unwrap();
+        b
+    }
+    /// Pool block `b`.
+    fn block(&self, b: u64) -> Vec<u8> {
+        self.read(b * BLOCK_SIZE, BLOCK_SIZE as usize)
+    }
+    /// The 256 bytes of inode `n`.
+    fn inode(&self, n: u64) -> Vec<u8> {
+        self.read(self.g.inode_offset(n).unwrap(), INODE_SIZE as usize)
+    }
+}
+
+#[test]
+fn real_pool_blocks_decode_at_documented_offsets() {
+    let t = parse_doc();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pool");
+    let fs = fresh_fs(&path, MountOptions::default());
     let g = fs.geometry();
     let f = fs.create(fs.root(), b"file", 0o644, 0, 0).unwrap().ino;
     fs.setxattr(f, b"user.k", b"value", XattrSet::Any).unwrap();
@@ -496,12 +567,8 @@ fn real_pool_blocks_decode_at_documented_offsets() {
     }
     fs.unmount().unwrap();
 
-    let bytes = std::fs::read(&path).unwrap();
-    let blk = |b: u64| &bytes[(b * BLOCK_SIZE) as usize..((b + 1) * BLOCK_SIZE) as usize];
-    let inode = |n: u64| {
-        let o = g.inode_offset(n).unwrap() as usize;
-        &bytes[o..o + INODE_SIZE as usize]
-    };
+    let m = Media::open(&path, &g);
+    let (blk, inode) = (|b: u64| m.block(b), |n: u64| m.inode(n));
     let io = |x: &str| field(&t, "Inode", x).offset;
     let slot0 = io("extent_slots");
 
@@ -511,42 +578,53 @@ fn real_pool_blocks_decode_at_documented_offsets() {
     assert_eq!((rec.logical, rec.len), (0, 1));
     let d = blk(rec.phys);
     let db = |x: &str| field(&t, "Directory block", x).offset;
-    assert_eq!(u32_at(d, db("magic")), DIR_MAGIC);
-    assert_eq!(u64_at(d, db("starts")), 0b10);
+    assert_eq!(u32_at(&d, db("magic")), DIR_MAGIC);
+    assert_eq!(u64_at(&d, db("starts")), 0b10);
+    assert_reserved_zero(&t, "Directory block", &d);
     let e = &d[db("slots")..];
     let de = |x: &str| field(&t, "Directory entry", x).offset;
     assert_eq!(u64_at(e, de("ino")), f);
     assert_eq!(e[de("name_len")], 4);
     assert_eq!(e[de("kind")], 1);
     assert_eq!(&e[DENTRY_HEADER..DENTRY_HEADER + 4], b"file");
-    assert_eq!(u64_at(root, io("size")), BLOCK_SIZE);
+    let name = size_of(&t, "Directory entry");
+    assert_eq!(&e[name..name + 4], b"file", "name at the documented offset");
+    let mut crc_in = e[..de("crc")].to_vec();
+    crc_in.extend_from_slice(b"file");
+    assert_eq!(u32_at(e, de("crc")), crc32c::crc32c(&crc_in));
+    assert_eq!(u64_at(&root, io("size")), BLOCK_SIZE);
 
     // The file: size, xattr block, index chain.
     let fi = inode(f);
-    assert_eq!(u32_at(fi, io("flags")) & layout::INODE_IN_USE, 1);
-    assert_eq!(u32_at(fi, io("nlink")), 1);
-    assert_eq!(u64_at(fi, io("size")), 18 * BLOCK_SIZE + 10);
-    assert_eq!(u64_at(fi, io("map_end")), 19);
-    let xb = u64_at(fi, io("xattr_block"));
+    assert_eq!(u32_at(&fi, io("flags")) & layout::INODE_IN_USE, 1);
+    assert_eq!(u32_at(&fi, io("nlink")), 1);
+    assert_eq!(u64_at(&fi, io("size")), 18 * BLOCK_SIZE + 10);
+    assert_eq!(u64_at(&fi, io("map_end")), 19);
+    let xb = u64_at(&fi, io("xattr_block"));
     assert!(g.is_data_block(xb));
     let x = blk(xb);
     let xa = |n: &str| field(&t, "Xattr block", n).offset;
-    assert_eq!(u32_at(x, xa("magic")), XATTR_MAGIC);
-    assert_eq!(u16_at(x, xa("count")), 1);
-    let used = u32_at(x, xa("used")) as usize;
+    assert_eq!(u32_at(&x, xa("magic")), XATTR_MAGIC);
+    assert_eq!(u16_at(&x, xa("count")), 1);
+    assert_reserved_zero(&t, "Xattr block", &x);
+    let used = u32_at(&x, xa("used")) as usize;
     assert_eq!(used, 4 + 6 + 5);
     let ent = xa("entries");
-    assert_eq!(u32_at(x, xa("crc")), crc32c::crc32c(&x[ent..ent + used]));
-    assert_eq!(x[ent], 6);
-    assert_eq!(u16_at(x, ent + 2), 5);
-    assert_eq!(&x[ent + 4..ent + 15], b"user.kvalue");
+    assert_eq!(u32_at(&x, xa("crc")), crc32c::crc32c(&x[ent..ent + used]));
+    let xe = |n: &str| ent + field(&t, "Xattr entry", n).offset;
+    assert_eq!(x[xe("name_len")], 6);
+    assert_eq!(u16_at(&x, xe("value_len")), 5);
+    assert_reserved_zero(&t, "Xattr entry", &x[ent..]);
+    let xname = ent + size_of(&t, "Xattr entry");
+    assert_eq!(&x[xname..xname + 11], b"user.kvalue");
 
-    let ib = u64_at(fi, io("index_block"));
+    let ib = u64_at(&fi, io("index_block"));
     assert!(g.is_data_block(ib), "ten extents need an index block");
     let ix = blk(ib);
     let xo = |n: &str| field(&t, "Extent-index block", n).offset;
-    assert_eq!(u32_at(ix, xo("magic")), INDEX_MAGIC);
-    assert_eq!(u64_at(ix, xo("next")), 0);
+    assert_eq!(u32_at(&ix, xo("magic")), INDEX_MAGIC);
+    assert_eq!(u64_at(&ix, xo("next")), 0);
+    assert_reserved_zero(&t, "Extent-index block", &ix);
     let mut logicals: Vec<u32> = (0..INLINE_SLOTS)
         .map(|s| ExtentRecord::decode(&fi[slot0 + s * 16..slot0 + s * 16 + 16]))
         .chain((0..INDEX_SLOTS).map(|s| {
@@ -561,8 +639,11 @@ fn real_pool_blocks_decode_at_documented_offsets() {
 
     // Superblock state and the bitmap written by the clean unmount.
     let so = field(&t, "Superblock", "state_clean").offset;
-    assert_eq!(u32_at(&bytes, so), 1, "clean after unmount");
-    let bm = &bytes[(g.bitmap_start * BLOCK_SIZE) as usize..];
+    assert_eq!(u32_at(&m.read(0, so + 4), so), 1, "clean after unmount");
+    let bm = m.read(
+        g.bitmap_start * BLOCK_SIZE,
+        (g.bitmap_blocks * BLOCK_SIZE) as usize,
+    );
     let used_bit = |b: u64| {
         let i = b - g.data_start;
         bm[(i / 8) as usize] & (1 << (i % 8)) != 0
@@ -572,6 +653,144 @@ fn real_pool_blocks_decode_at_documented_offsets() {
         .filter(|&i| !used_bit(g.data_start + i))
         .count() as u64;
     assert_eq!(free_blocks, g.data_blocks - 1 - 1 - 1 - 10);
+}
+
+/// The fields a one-block, zero-link structure cannot tell apart from zero padding, checked with
+/// non-zero values in real blocks: a directory entry in slot 2 spanning two slots, a second packed
+/// xattr entry, a linked second extent-index block, and a physical run longer than one block.
+#[test]
+fn real_pool_nonzero_links_decode_at_documented_offsets() {
+    let t = parse_doc();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pool");
+    let fs = fresh_fs(
+        &path,
+        MountOptions {
+            no_background_rewrite: true,
+            ..Default::default()
+        },
+    );
+    let g = fs.geometry();
+    let a = fs.create(fs.root(), b"a", 0o644, 0, 0).unwrap().ino;
+    let long = [b'n'; 60]; // 16 + 60 bytes: two slots
+    let b = fs.create(fs.root(), &long, 0o600, 7, 8).unwrap().ino;
+    fs.setxattr(a, b"user.first", b"1", XattrSet::Any).unwrap();
+    fs.setxattr(a, b"user.second", &[0xab; 300], XattrSet::Any)
+        .unwrap();
+    // One extent of 3 blocks, then enough separated one-block extents to fill the 8 inline
+    // slots and one index block (255 slots) and start a second.
+    fs.write(a, 0, &[1; 3 * BLOCK_SIZE as usize]).unwrap();
+    let extents = INLINE_SLOTS + INDEX_SLOTS + 2;
+    for k in 1..extents as u64 {
+        fs.write(a, (2 + 2 * k) * BLOCK_SIZE, &[2; 1]).unwrap();
+    }
+    fs.unmount().unwrap();
+
+    let m = Media::open(&path, &g);
+    let (blk, inode) = (|b: u64| m.block(b), |n: u64| m.inode(n));
+    let io = |x: &str| field(&t, "Inode", x).offset;
+    let slot0 = io("extent_slots");
+
+    // Root directory block: "a" at slot 1, the 60-byte name at slots 2..4.
+    let root = inode(fs_root());
+    let d = blk(u64_at(
+        &root,
+        slot0 + field(&t, "Extent record", "phys").offset,
+    ));
+    let db = |x: &str| field(&t, "Directory block", x).offset;
+    assert_eq!(u64_at(&d, db("starts")), 0b110);
+    let slot = db("slots"); // slot 1; slots are this many bytes each
+    let e2 = &d[2 * slot..];
+    let de = |x: &str| field(&t, "Directory entry", x).offset;
+    assert_eq!(u64_at(e2, de("ino")), b);
+    assert_eq!(usize::from(e2[de("name_len")]), long.len());
+    assert_eq!(e2[de("kind")], 1);
+    let name = size_of(&t, "Directory entry");
+    assert_eq!(&e2[name..name + long.len()], &long[..]);
+    assert_eq!(
+        layout::decode_dentry(e2).unwrap(),
+        (b, FileKind::File, long.to_vec()),
+        "the code decodes what the documented offsets show"
+    );
+    let bi = inode(b);
+    assert_eq!(u32_at(&bi, io("uid")), 7);
+    assert_eq!(u32_at(&bi, io("gid")), 8);
+    assert_eq!(u32_at(&bi, io("mode")) & 0o7777, 0o600);
+
+    // Xattr block: two packed entries.
+    let ai = inode(a);
+    let x = blk(u64_at(&ai, io("xattr_block")));
+    let xa = |n: &str| field(&t, "Xattr block", n).offset;
+    assert_eq!(u16_at(&x, xa("count")), 2);
+    let xe = |n: &str| field(&t, "Xattr entry", n).offset;
+    let hdr = size_of(&t, "Xattr entry");
+    let mut p = xa("entries");
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let nl = usize::from(x[p + xe("name_len")]);
+        let vl = usize::from(u16_at(&x, p + xe("value_len")));
+        assert_reserved_zero(&t, "Xattr entry", &x[p..]);
+        let name = x[p + hdr..p + hdr + nl].to_vec();
+        let value = x[p + hdr + nl..p + hdr + nl + vl].to_vec();
+        seen.push((name, value));
+        p += hdr + nl + vl;
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            (b"user.first".to_vec(), b"1".to_vec()),
+            (b"user.second".to_vec(), vec![0xab; 300]),
+        ]
+    );
+    assert_eq!(p - xa("entries"), u32_at(&x, xa("used")) as usize);
+
+    // Extent records and the index chain: two blocks linked through `next`.
+    let er = |n: &str| field(&t, "Extent record", n).offset;
+    let xo = |n: &str| field(&t, "Extent-index block", n).offset;
+    let first = u64_at(&ai, io("index_block"));
+    let ix1 = blk(first);
+    let second = u64_at(&ix1, xo("next"));
+    assert!(g.is_data_block(second), "a second index block is linked");
+    let ix2 = blk(second);
+    assert_eq!(u32_at(&ix2, xo("magic")), INDEX_MAGIC);
+    assert_eq!(u64_at(&ix2, xo("next")), 0);
+    assert_reserved_zero(&t, "Extent-index block", &ix1);
+    assert_reserved_zero(&t, "Extent-index block", &ix2);
+    let records: Vec<&[u8]> = ai[slot0..slot0 + INLINE_SLOTS * 16]
+        .chunks(16)
+        .chain(ix1[xo("slots")..].chunks(16))
+        .chain(ix2[xo("slots")..].chunks(16))
+        .filter(|r| u32_at(r, er("len")) > 0)
+        .collect();
+    assert_eq!(records.len(), extents);
+    let mut runs: Vec<(u32, u32, u64)> = records
+        .iter()
+        .map(|r| {
+            (
+                u32_at(r, er("logical")),
+                u32_at(r, er("len")),
+                u64_at(r, er("phys")),
+            )
+        })
+        .collect();
+    runs.sort();
+    assert_eq!((runs[0].0, runs[0].1), (0, 3), "the three-block extent");
+    for (k, r) in runs.iter().enumerate().skip(1) {
+        assert_eq!((r.0, r.1), (2 + 2 * k as u32, 1));
+        assert!(g.is_data_block(r.2));
+    }
+    for r in &records {
+        let code = ExtentRecord::decode(r);
+        assert_eq!(
+            (code.logical, code.len, code.phys),
+            (
+                u32_at(r, er("logical")),
+                u32_at(r, er("len")),
+                u64_at(r, er("phys"))
+            )
+        );
+    }
 }
 
 fn fs_root() -> u64 {

@@ -1,5 +1,7 @@
 //! Alignment-aware block allocator: per partition, a list of free aligned 2 MiB extents and a
 //! tree of free holes.
+#![deny(clippy::cast_possible_truncation)]
+
 use crate::media::layout::BLOCKS_PER_HUGE;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -551,6 +553,7 @@ impl Allocator {
         free >= min_free && self.hole_blocks() as f64 > share * free as f64
     }
 
+    /// Free blocks in all partitions (aligned extents and holes).
     pub fn free_blocks(&self) -> u64 {
         self.parts
             .iter()
@@ -623,6 +626,10 @@ mod tests {
         }
         fn below(&mut self, n: u64) -> u64 {
             self.next() % n
+        }
+        /// An index below `n` (the same draw as `below`).
+        fn pick(&mut self, n: usize) -> usize {
+            usize::try_from(self.below(n as u64)).expect("below n, a usize")
         }
     }
 
@@ -712,7 +719,7 @@ mod tests {
         let mut held = Vec::new();
         while a.free_blocks() > 0 {
             let n = 1 + rng.below(a.free_blocks().min(1500));
-            held.extend(a.alloc(n, rng.below(4) as usize).unwrap());
+            held.extend(a.alloc(n, rng.pick(4)).unwrap());
         }
         assert_eq!(a.free_runs(), vec![]);
         // Split some runs into pieces, then free everything in random order.
@@ -727,7 +734,7 @@ mod tests {
             }
         }
         while !pieces.is_empty() {
-            let i = rng.below(pieces.len() as u64) as usize;
+            let i = rng.pick(pieces.len());
             a.free(pieces.swap_remove(i)).unwrap();
             a.check_consistency().unwrap();
         }
@@ -781,7 +788,7 @@ mod tests {
             if holes < r {
                 break;
             }
-            let v = a.alloc(r, rng.below(2) as usize).unwrap();
+            let v = a.alloc(r, rng.pick(2)).unwrap();
             assert_eq!(v.iter().map(|x| x.len).sum::<u64>(), r);
             assert_eq!(aligned_total(&a), aligned, "alloc({r}) broke an extent");
         }
@@ -912,7 +919,7 @@ mod tests {
             for o in ops {
                 match o {
                     Op::Free(i, x, y) if !held.is_empty() => {
-                        let r = held.swap_remove((i % held.len() as u64) as usize);
+                        let r = held.swap_remove(usize::try_from(i % held.len() as u64).unwrap());
                         let (lo, hi) = if y % 3 == 0 { (0, r.len) } else {
                             let lo = x % r.len;
                             (lo, lo + 1 + y % (r.len - lo))
@@ -970,7 +977,7 @@ mod tests {
                                 held.extend(v);
                             }
                         } else {
-                            let i = rng.below(held.len() as u64) as usize;
+                            let i = rng.pick(held.len());
                             a.free(held.swap_remove(i)).unwrap();
                         }
                     }

@@ -4,41 +4,62 @@
 //!
 //! Commit protocol for a transaction of writes W (see docs/DESIGN.md, "Journal"):
 //! 1. START + one UNDO entry per write (old bytes inline when <= 32 bytes, else copied to the
-//!    journal's staging area with a checksum); flush; fence.
+//!    journal's staging area and fenced before the entry pointing at them is written: the
+//!    staged image has no checksum of its own, only the 64-byte entry does); flush; fence.
 //! 2. Apply W in place; flush; fence.
 //! 3. COMMIT entry; flush; fence. The operation is durable when this fence returns.
+#![deny(clippy::cast_possible_truncation)]
 
 use crate::error::{Error, Result, corrupt};
 use crate::media::layout::{
-    self, Geometry, JOURNAL_ENTRY_SIZE, get_u16, get_u32, get_u64, put_u16, put_u32, put_u64,
+    self, Geometry, JOURNAL_ENTRY_BYTES as ENTRY, JOURNAL_ENTRY_SIZE, get_u16, get_u32, get_u64,
+    ino, put_u16, put_u32, put_u64,
 };
-use crate::media::pool::{Category, Pool};
+use crate::media::pool::{CACHE_LINE, Category, Pool};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Entry kinds.
+/// Entry kind: first entry of a transaction.
 pub const KIND_START: u8 = 1;
+/// Entry kind: undo record with the old bytes in the payload.
 pub const KIND_UNDO_INLINE: u8 = 2;
+/// Entry kind: undo record whose old bytes are in the staging area.
 pub const KIND_UNDO_STAGED: u8 = 3;
+/// Entry kind: the transaction committed.
 pub const KIND_COMMIT: u8 = 4;
 /// Old bytes carried inside an entry.
 pub const INLINE_MAX: usize = 32;
 
-/// Entry field offsets.
+/// Entry field offsets (docs/DESIGN.md §2, "Journal entry").
 pub mod entry {
+    /// u64: transaction id.
     pub const TXID: usize = 0;
+    /// u32: wrap-around generation of the ring, ≥ 1.
     pub const GEN: usize = 8;
+    /// u8: entry kind (`KIND_*`).
     pub const KIND: usize = 12;
+    /// u8: UNDO_INLINE: number of old bytes in the payload.
     pub const INLINE_LEN: usize = 13;
+    /// u16: entries in this transaction.
     pub const COUNT: usize = 14;
+    /// u64: UNDO_*: pool byte offset the old bytes are restored to.
     pub const TARGET: usize = 16;
+    /// 32 bytes: UNDO_INLINE: the old bytes; UNDO_STAGED: `STAGED_OFF` and `STAGED_LEN`.
     pub const PAYLOAD: usize = 24;
+    /// u32: UNDO_STAGED: byte offset of the old image in the journal's staging area.
     pub const STAGED_OFF: usize = 24;
+    /// u32: UNDO_STAGED: length of the old image.
     pub const STAGED_LEN: usize = 28;
+    /// u32: crc32c of bytes `0..CRC`.
     pub const CRC: usize = 60;
 }
+
+const _: () = assert!(entry::PAYLOAD + INLINE_MAX <= entry::CRC && entry::CRC + 4 == ENTRY);
+const _: () = assert!(entry::STAGED_LEN + 4 <= entry::PAYLOAD + INLINE_MAX);
+// An inode header chunk (`layout::header_diff`) fits one inline undo record.
+const _: () = assert!(ino::CHUNK <= INLINE_MAX);
 
 /// One write of a transaction.
 struct TxWrite<'a> {
@@ -54,6 +75,7 @@ pub struct Tx<'a> {
 }
 
 impl<'a> Tx<'a> {
+    /// An empty transaction.
     pub fn new() -> Self {
         Tx { writes: Vec::new() }
     }
@@ -68,7 +90,7 @@ impl<'a> Tx<'a> {
         }
     }
     /// Add a write of borrowed bytes (file data: no copy until it lands in the pool).
-    pub fn write_ref(&mut self, off: u64, data: &'a [u8], cat: Category) {
+    pub(crate) fn write_ref(&mut self, off: u64, data: &'a [u8], cat: Category) {
         if !data.is_empty() {
             self.writes.push(TxWrite {
                 off,
@@ -77,19 +99,20 @@ impl<'a> Tx<'a> {
             });
         }
     }
+    /// No writes.
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty()
     }
     /// Journal entries this transaction reserves.
-    pub fn entries_needed(&self) -> usize {
+    pub(crate) fn entries_needed(&self) -> usize {
         self.writes.len() + 2
     }
     /// Bytes of undo staging this transaction needs.
-    pub fn staged_bytes(&self) -> u64 {
+    pub(crate) fn staged_bytes(&self) -> u64 {
         self.writes
             .iter()
             .filter(|w| w.data.len() > INLINE_MAX)
-            .map(|w| (w.data.len() as u64).next_multiple_of(64))
+            .map(|w| (w.data.len() as u64).next_multiple_of(CACHE_LINE))
             .sum()
     }
 }
@@ -126,8 +149,8 @@ fn encode_entry(
     target: u64,
     payload: &[u8],
     inline_len: u8,
-) -> [u8; 64] {
-    let mut b = [0u8; 64];
+) -> [u8; ENTRY] {
+    let mut b = [0u8; ENTRY];
     put_u64(&mut b, entry::TXID, txid);
     put_u32(&mut b, entry::GEN, generation);
     b[entry::KIND] = kind;
@@ -148,10 +171,10 @@ struct Entry {
     generation: u32,
     kind: u8,
     target: u64,
-    raw: [u8; 64],
+    raw: [u8; ENTRY],
 }
 
-fn decode_entry(pos: u32, b: &[u8; 64]) -> Option<Entry> {
+fn decode_entry(pos: u32, b: &[u8; ENTRY]) -> Option<Entry> {
     if crc32c::crc32c(&b[..entry::CRC]) != get_u32(b, entry::CRC) {
         return None; // never written, zeroed, or torn: not part of any transaction
     }
@@ -189,7 +212,7 @@ impl Journals {
                 })
                 .collect(),
             capacity: g.journal_entries,
-            staging_len: g.staging_blocks as u64 * layout::BLOCK_SIZE,
+            staging_len: u64::from(g.staging_blocks) * layout::BLOCK_SIZE,
             next_txid: AtomicU64::new(1),
             broken_skip_undo_fence: std::sync::atomic::AtomicBool::new(false),
             crash_countdown: AtomicU64::new(0),
@@ -197,12 +220,12 @@ impl Journals {
     }
 
     /// Largest undo image one transaction may stage.
-    pub fn staging_capacity(&self) -> u64 {
+    pub(crate) fn staging_capacity(&self) -> u64 {
         self.staging_len
     }
 
     /// Most entries one transaction may reserve.
-    pub fn entry_capacity(&self) -> usize {
+    pub(crate) fn entry_capacity(&self) -> usize {
         self.capacity as usize
     }
 
@@ -212,12 +235,16 @@ impl Journals {
             return Ok(());
         }
         let need = tx.entries_needed();
-        if need > self.capacity as usize || need > u16::MAX as usize {
-            return Err(Error::Invalid(format!(
-                "transaction needs {need} journal entries; the limit is {}",
-                self.capacity
-            )));
-        }
+        // `count` (the entry's u16 field) equals `need` from here on.
+        let count = u16::try_from(need)
+            .ok()
+            .filter(|_| need <= self.capacity as usize)
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "transaction needs {need} journal entries; the limit is {}",
+                    self.capacity
+                ))
+            })?;
         if tx.staged_bytes() > self.staging_len {
             return Err(Error::Invalid(format!(
                 "transaction needs {} bytes of undo staging; the limit is {}",
@@ -245,17 +272,19 @@ impl Journals {
         }
         let txid = self.next_txid.fetch_add(1, Ordering::Relaxed);
         let generation = st.generation;
-        let base = j.entries_off + st.head as u64 * JOURNAL_ENTRY_SIZE;
-        let count = need as u16;
+        let base = j.entries_off + u64::from(st.head) * JOURNAL_ENTRY_SIZE;
         // Undo images first: staged ones are copied and fenced before any entry that refers to
         // them is written, so a valid entry always points at a complete image (cheaper here
-        // than checksumming the image, which would read the old bytes a second time).
+        // than checksumming the image, which would read the old bytes a second time; the
+        // image has no checksum, only the entry pointing at it does).
         let mut entries = Vec::with_capacity(need - 1);
         entries.push(encode_entry(txid, generation, KIND_START, count, 0, &[], 0));
         let mut staged = 0u64;
         for w in &tx.writes {
             let len = w.data.len();
-            if len <= INLINE_MAX {
+            if let Ok(inline_len) = u8::try_from(len)
+                && len <= INLINE_MAX
+            {
                 let mut old = [0u8; INLINE_MAX];
                 pool.read(w.off, &mut old[..len])?;
                 entries.push(encode_entry(
@@ -265,15 +294,24 @@ impl Journals {
                     count,
                     w.off,
                     &old[..len],
-                    len as u8,
+                    inline_len,
                 ));
             } else {
+                let len = len as u64;
                 let dst = j.staging_off + staged;
-                pool.copy_flush(w.off, dst, len as u64, Category::Journal)?;
-                let mut p = [0u8; 8];
-                put_u32(&mut p, 0, staged as u32);
-                put_u32(&mut p, 4, len as u32);
-                staged += (len as u64).next_multiple_of(64);
+                pool.copy_flush(w.off, dst, len, Category::Journal)?;
+                let mut p = [0u8; STAGED_PAYLOAD];
+                put_u32(
+                    &mut p,
+                    entry::STAGED_OFF - entry::PAYLOAD,
+                    staged_field(staged)?,
+                );
+                put_u32(
+                    &mut p,
+                    entry::STAGED_LEN - entry::PAYLOAD,
+                    staged_field(len)?,
+                );
+                staged += len.next_multiple_of(CACHE_LINE);
                 entries.push(encode_entry(
                     txid,
                     generation,
@@ -288,7 +326,7 @@ impl Journals {
         if staged > 0 {
             pool.fence();
         }
-        let mut all = Vec::with_capacity(entries.len() * 64);
+        let mut all = Vec::with_capacity(entries.len() * ENTRY);
         for e in &entries {
             all.extend_from_slice(e);
         }
@@ -304,26 +342,26 @@ impl Journals {
         if self.crash_countdown.load(Ordering::Relaxed) > 0
             && self.crash_countdown.fetch_sub(1, Ordering::Relaxed) == 1
         {
-            st.head += need as u32;
+            st.head += u32::from(count);
             return Err(Error::Corrupted(format!(
                 "injected crash before COMMIT of transaction {txid}"
             )));
         }
-        let commit_off = base + (need as u64 - 1) * JOURNAL_ENTRY_SIZE;
+        let commit_off = base + (u64::from(count) - 1) * JOURNAL_ENTRY_SIZE;
         pool.write_flush(
             commit_off,
             &encode_entry(txid, generation, KIND_COMMIT, count, 0, &[], 0),
             Category::Journal,
         )?;
         pool.fence();
-        st.head += need as u32;
+        st.head += u32::from(count);
         Ok(())
     }
 
     /// Roll back every uncommitted transaction in every journal, then clear the rings (entries
     /// first, COMMIT records last, so a crash while clearing never exposes a committed
     /// transaction's undo records without its COMMIT).
-    pub fn recover(pool: &Pool, g: &Geometry) -> Result<RecoveryReport> {
+    pub(crate) fn recover(pool: &Pool, g: &Geometry) -> Result<RecoveryReport> {
         let journal_end = g.inode_table_start * layout::BLOCK_SIZE;
         let mut uncommitted: Vec<(u64, u32, Vec<Entry>)> = Vec::new(); // (txid, journal, undo entries)
         let mut any_valid = false;
@@ -331,7 +369,8 @@ impl Journals {
             let off = g.journal_offset(p);
             let mut valid = Vec::new();
             for pos in 0..g.journal_entries {
-                let raw: [u8; 64] = pool.read_array(off + pos as u64 * JOURNAL_ENTRY_SIZE)?;
+                let raw: [u8; ENTRY] =
+                    pool.read_array(off + u64::from(pos) * JOURNAL_ENTRY_SIZE)?;
                 if let Some(e) = decode_entry(pos, &raw) {
                     valid.push(e);
                 }
@@ -360,17 +399,16 @@ impl Journals {
         for (txid, p, undo) in &uncommitted {
             for e in undo {
                 let len = if e.kind == KIND_UNDO_INLINE {
-                    let l = e.raw[entry::INLINE_LEN] as u64;
-                    if l as usize > INLINE_MAX {
+                    let l = e.raw[entry::INLINE_LEN];
+                    if usize::from(l) > INLINE_MAX {
                         return Err(corrupt!(
                             "journal {p} tx {txid}: inline undo length {l} > {INLINE_MAX}"
                         ));
                     }
-                    l
+                    u64::from(l)
                 } else {
-                    let soff = get_u32(&e.raw, entry::STAGED_OFF) as u64;
-                    let slen = get_u32(&e.raw, entry::STAGED_LEN) as u64;
-                    if soff + slen > g.staging_blocks as u64 * layout::BLOCK_SIZE {
+                    let (soff, slen) = staged_image(&e.raw);
+                    if soff + slen > u64::from(g.staging_blocks) * layout::BLOCK_SIZE {
                         return Err(corrupt!(
                             "journal {p} tx {txid}: staged undo {soff}+{slen} outside staging"
                         ));
@@ -393,15 +431,14 @@ impl Journals {
             undo.sort_by_key(|e| std::cmp::Reverse(e.pos));
             for e in &undo {
                 if e.kind == KIND_UNDO_INLINE {
-                    let l = e.raw[entry::INLINE_LEN] as usize;
+                    let l = usize::from(e.raw[entry::INLINE_LEN]);
                     pool.write_flush(
                         e.target,
                         &e.raw[entry::PAYLOAD..entry::PAYLOAD + l],
                         Category::Metadata,
                     )?;
                 } else {
-                    let soff = get_u32(&e.raw, entry::STAGED_OFF) as u64;
-                    let slen = get_u32(&e.raw, entry::STAGED_LEN) as u64;
+                    let (soff, slen) = staged_image(&e.raw);
                     pool.copy_flush(
                         g.staging_offset(p) + soff,
                         e.target,
@@ -419,11 +456,11 @@ impl Journals {
                 for p in 0..g.partitions {
                     let off = g.journal_offset(p);
                     for pos in 0..g.journal_entries {
-                        let eo = off + pos as u64 * JOURNAL_ENTRY_SIZE;
-                        let raw: [u8; 64] = pool.read_array(eo)?;
+                        let eo = off + u64::from(pos) * JOURNAL_ENTRY_SIZE;
+                        let raw: [u8; ENTRY] = pool.read_array(eo)?;
                         let is_commit = raw[entry::KIND] == KIND_COMMIT;
-                        if raw != [0u8; 64] && is_commit == phase_commit {
-                            pool.write_flush(eo, &[0u8; 64], Category::Journal)?;
+                        if raw != [0u8; ENTRY] && is_commit == phase_commit {
+                            pool.write_flush(eo, &[0u8; ENTRY], Category::Journal)?;
                         }
                     }
                 }
@@ -435,8 +472,30 @@ impl Journals {
 }
 
 /// Read the count field (for tests and tools).
-pub fn entry_count(raw: &[u8; 64]) -> u16 {
+pub fn entry_count(raw: &[u8; ENTRY]) -> u16 {
     get_u16(raw, entry::COUNT)
+}
+
+/// Bytes of an UNDO_STAGED payload: the staged image's offset and length.
+const STAGED_PAYLOAD: usize = entry::STAGED_LEN + 4 - entry::PAYLOAD;
+
+/// A staged image's offset or length as its u32 entry field. Both are below the staging area's
+/// size (checked when the transaction was reserved), which is 4 MiB for every valid geometry.
+fn staged_field(v: u64) -> Result<u32> {
+    u32::try_from(v).map_err(|_| {
+        Error::Invalid(format!(
+            "undo staging position {v} does not fit a journal entry's u32 field"
+        ))
+    })
+}
+
+/// (offset, length) of the old image an UNDO_STAGED entry points at, in its journal's staging
+/// area (not yet validated).
+fn staged_image(raw: &[u8; ENTRY]) -> (u64, u64) {
+    (
+        u64::from(get_u32(raw, entry::STAGED_OFF)),
+        u64::from(get_u32(raw, entry::STAGED_LEN)),
+    )
 }
 
 #[cfg(test)]
@@ -501,7 +560,11 @@ mod tests {
         // Fill the ring past one lap.
         for i in 0..(g.journal_entries as usize) {
             let mut tx = Tx::new();
-            tx.write(target, vec![(i % 250) as u8; 8], Category::Metadata);
+            tx.write(
+                target,
+                vec![u8::try_from(i % 250).unwrap(); 8],
+                Category::Metadata,
+            );
             j.commit(&pool, tx, 0).unwrap();
         }
         let before = pool.read_array::<8>(target).unwrap();
@@ -516,9 +579,13 @@ mod tests {
         let target = g.data_start * 4096;
         pool.write(target, &[4u8; 8], Category::Data).unwrap();
         let inline = encode_entry(3, 1, KIND_UNDO_INLINE, 4, target, &[9u8; 8], 8);
-        let mut p = [0u8; 8];
-        put_u32(&mut p, 0, g.staging_blocks * 4096 - 10);
-        put_u32(&mut p, 4, 100);
+        let mut p = [0u8; STAGED_PAYLOAD];
+        put_u32(
+            &mut p,
+            entry::STAGED_OFF - entry::PAYLOAD,
+            g.staging_blocks * 4096 - 10,
+        );
+        put_u32(&mut p, entry::STAGED_LEN - entry::PAYLOAD, 100);
         let staged = encode_entry(3, 1, KIND_UNDO_STAGED, 4, target, &p, 0);
         pool.write(g.journal_offset(0) + 64, &inline, Category::Journal)
             .unwrap();

@@ -3,154 +3,311 @@
 //! This file and `docs/DESIGN.md` ("On-media format") describe the same bytes; a test in
 //! `tests/format_doc.rs` checks the documented offsets against the constants here. All integers
 //! are little-endian; all references on media are block numbers or byte offsets, never pointers.
+//! Every field offset is named once, in one of the modules below ([`sb`], [`ino`], [`extent`],
+//! [`index_block`], [`dir_block`], [`dentry`], [`xattr_block`], [`xattr_entry`]; the journal
+//! entry's are in `journal::entry`), and the code reads and writes fields only through them.
+#![deny(clippy::cast_possible_truncation)]
 
 use crate::error::{Error, Result, corrupt};
 
 /// Block size: the unit of allocation.
 pub const BLOCK_SIZE: u64 = 4096;
+/// [`BLOCK_SIZE`] as a `usize`: the length of a block buffer.
+pub(crate) const BLOCK_BYTES: usize = const_usize(BLOCK_SIZE);
 /// Blocks per 2 MiB hugepage.
 pub const BLOCKS_PER_HUGE: u64 = 512;
 /// Bytes per 2 MiB hugepage.
-pub const HUGE_SIZE: u64 = BLOCK_SIZE * BLOCKS_PER_HUGE;
+pub(crate) const HUGE_SIZE: u64 = BLOCK_SIZE * BLOCKS_PER_HUGE;
 /// Format version this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
 /// Superblock magic (offset 0).
 pub const MAGIC: [u8; 8] = *b"WINEFSPM";
 /// Longest file name in bytes (NAME_MAX).
-pub const NAME_MAX: usize = 255;
+pub(crate) const NAME_MAX: usize = 255;
 /// Longest symlink target in bytes.
-pub const SYMLINK_MAX: usize = 4095;
+pub(crate) const SYMLINK_MAX: usize = 4095;
 /// Largest file: logical block numbers are 32-bit on media.
-pub const MAX_FILE_SIZE: u64 = u32::MAX as u64 * BLOCK_SIZE;
+pub(crate) const MAX_FILE_SIZE: u64 = u32::MAX as u64 * BLOCK_SIZE;
 
 /// Journal entries per per-CPU journal ring.
 pub const JOURNAL_ENTRIES: u32 = 1024;
 /// Size of one journal entry (one cache line).
 pub const JOURNAL_ENTRY_SIZE: u64 = 64;
+/// [`JOURNAL_ENTRY_SIZE`] as a `usize`: the length of an entry buffer.
+pub(crate) const JOURNAL_ENTRY_BYTES: usize = const_usize(JOURNAL_ENTRY_SIZE);
 /// Blocks of undo staging per journal: large undo images (data journaling) live here.
 pub const STAGING_BLOCKS: u32 = 1024;
 
 /// Inode size on media.
 pub const INODE_SIZE: u64 = 256;
+/// [`INODE_SIZE`] as a `usize`: the length of an inode buffer.
+pub(crate) const INODE_BYTES: usize = const_usize(INODE_SIZE);
 /// Extent slots held in the inode itself.
 pub const INLINE_SLOTS: usize = 8;
-/// Offset of the first inline extent slot in an inode.
-pub const INODE_SLOTS_OFF: u64 = 128;
 /// Size of one extent record.
 pub const EXTENT_SIZE: u64 = 16;
+/// [`EXTENT_SIZE`] as a `usize`: the stride of extent slots in a buffer.
+pub(crate) const EXTENT_BYTES: usize = const_usize(EXTENT_SIZE);
 /// Extent slots per extent-index block.
 pub const INDEX_SLOTS: usize = 255;
-/// Offset of the first slot in an extent-index block.
-pub const INDEX_SLOTS_OFF: u64 = 16;
 /// Extent-index block magic.
 pub const INDEX_MAGIC: u32 = u32::from_le_bytes(*b"WXIB");
 /// Directory block magic.
 pub const DIR_MAGIC: u32 = u32::from_le_bytes(*b"WDIR");
 /// Xattr block magic.
 pub const XATTR_MAGIC: u32 = u32::from_le_bytes(*b"WXAT");
-/// Directory slot size; slot 0 of a directory block is its header.
-pub const DIR_SLOT: u64 = 64;
-/// Slots per directory block.
+/// Slots per directory block (each [`dir_block::SLOT`] bytes; slot 0 is the header).
 pub const DIR_SLOTS: u32 = 64;
-/// Size of a directory entry header (ino, name length, kind, crc).
-pub const DENTRY_HEADER: usize = 16;
+/// Size of a directory entry header (ino, name length, kind, crc): the name starts here.
+pub const DENTRY_HEADER: usize = dentry::NAME;
 
 /// Inode flag: the slot holds a live inode.
 pub const INODE_IN_USE: u32 = 1;
 /// Root directory inode number.
 pub const ROOT_INO: u64 = 1;
 
+/// `v` as a `usize`, for constants only: it is evaluated at compile time, where a value that does
+/// not fit fails the build instead of truncating.
+#[allow(clippy::cast_possible_truncation)] // checked by the assert just above the cast
+const fn const_usize(v: u64) -> usize {
+    assert!(v <= usize::MAX as u64, "constant does not fit a usize");
+    v as usize
+}
+
 /// Superblock field offsets (block 0).
 pub mod sb {
+    /// 8 bytes: [`MAGIC`](super::MAGIC).
     pub const MAGIC: usize = 0;
+    /// u32: format version, [`FORMAT_VERSION`](super::FORMAT_VERSION).
     pub const VERSION: usize = 8;
+    /// u32: block size, must be [`BLOCK_SIZE`](super::BLOCK_SIZE).
     pub const BLOCK_SIZE: usize = 12;
+    /// u64: pool size in bytes; at most the backing size.
     pub const POOL_SIZE: usize = 16;
+    /// u32: number of partitions P, 1..=256.
     pub const PARTITIONS: usize = 24;
+    /// u32: incompatible feature flags; any set bit refuses the mount.
     pub const INCOMPAT: usize = 28;
+    /// u32: inodes per partition, a positive multiple of 16.
     pub const INODES_PER_PARTITION: usize = 32;
+    /// u32: entries per journal ring.
     pub const JOURNAL_ENTRIES: usize = 36;
+    /// u32: undo staging blocks per journal.
     pub const STAGING_BLOCKS: usize = 40;
+    /// u64: first journal block.
     pub const JOURNAL_START: usize = 48;
+    /// u64: first inode table block.
     pub const INODE_TABLE_START: usize = 56;
+    /// u64: first allocator bitmap block.
     pub const BITMAP_START: usize = 64;
+    /// u64: allocator bitmap length in blocks.
     pub const BITMAP_BLOCKS: usize = 72;
+    /// u64: first data block (a multiple of 512).
     pub const DATA_START: usize = 80;
+    /// u64: blocks in the data area.
     pub const DATA_BLOCKS: usize = 88;
+    /// 16 bytes: pool identity, set at mkfs.
     pub const UUID: usize = 96;
+    /// i64: mkfs time, ns since the epoch.
     pub const CREATED_NS: usize = 112;
+    /// u32: crc32c of bytes `0..CHECKSUMMED`.
     pub const CHECKSUM: usize = 120;
     /// Bytes covered by the checksum.
     pub const CHECKSUMMED: usize = 120;
+    /// End of the immutable part (bytes 0..128, written once by mkfs).
+    pub(crate) const IMMUTABLE: usize = 128;
     /// The mutable state record (own checksum) starts here, in its own cache line.
     pub const STATE: usize = 192;
+    /// Length of the state record as encoded by `SbState::encode`.
+    pub(crate) const STATE_SIZE: usize = 32;
+    /// u32: 1 = cleanly unmounted (the allocator bitmap is valid).
     pub const STATE_CLEAN: usize = 192;
+    /// u64: mounts since mkfs.
     pub const STATE_MOUNT_COUNT: usize = 200;
+    /// u32: crc32c of the state record's first `STATE_CHECKSUMMED` bytes.
     pub const STATE_CHECKSUM: usize = 216;
+    /// Bytes of the state record covered by its checksum.
     pub const STATE_CHECKSUMMED: usize = 24;
 }
 
 /// Inode field offsets.
 pub mod ino {
+    /// u32: flags; bit 0 is [`INODE_IN_USE`](super::INODE_IN_USE).
     pub const FLAGS: usize = 0;
+    /// u32: file type (`S_IFMT` bits) and permission bits.
     pub const MODE: usize = 4;
+    /// u32: owner.
     pub const UID: usize = 8;
+    /// u32: group.
     pub const GID: usize = 12;
+    /// u32: link count (0 while in use: an unlinked open file).
     pub const NLINK: usize = 16;
+    /// u32: NFS-style generation, set at creation.
     pub const GENERATION: usize = 20;
+    /// u64: size in bytes.
     pub const SIZE: usize = 24;
+    /// u64: logical block bound; extent records at or beyond it are dead.
     pub const MAP_END: usize = 32;
+    /// u64: data block holding the xattr block, 0 = none.
     pub const XATTR_BLOCK: usize = 40;
+    /// u64: first extent-index block, 0 = none.
     pub const INDEX_BLOCK: usize = 48;
+    /// u64: directories: the parent directory's inode; 0 for others.
     pub const PARENT: usize = 56;
+    /// i64: access time, ns since the epoch.
     pub const ATIME: usize = 64;
+    /// i64: modification time, ns since the epoch.
     pub const MTIME: usize = 72;
+    /// i64: change time, ns since the epoch.
     pub const CTIME: usize = 80;
+    /// i64: creation time, ns since the epoch.
     pub const CRTIME: usize = 88;
+    /// u32: device number of device nodes.
     pub const RDEV: usize = 96;
-    /// End of the scalar header; extent slots follow at `INODE_SLOTS_OFF`.
+    /// End of the scalar header.
     pub const HEADER: usize = 128;
+    /// The header is journaled in pieces of this many bytes, each fitting one inline journal
+    /// entry (`layout::header_diff`).
+    pub const CHUNK: usize = 32;
+    /// The [`INLINE_SLOTS`](super::INLINE_SLOTS) extent records follow the header.
+    pub const SLOTS: usize = HEADER;
 }
 
+/// Extent record field offsets (16 bytes, in an inode slot or an extent-index block slot).
+pub mod extent {
+    /// u32: first logical block.
+    pub const LOGICAL: usize = 0;
+    /// u32: length in blocks; 0 = free slot.
+    pub const LEN: usize = 4;
+    /// u64: first pool block of the run.
+    pub const PHYS: usize = 8;
+}
+
+/// Extent-index block field offsets.
+pub mod index_block {
+    /// u32: [`INDEX_MAGIC`](super::INDEX_MAGIC).
+    pub const MAGIC: usize = 0;
+    /// u64: next index block of the chain, 0 = end.
+    pub const NEXT: usize = 8;
+    /// The [`INDEX_SLOTS`](super::INDEX_SLOTS) extent records start here.
+    pub const SLOTS: usize = 16;
+}
+
+/// Directory block field offsets. The block is [`DIR_SLOTS`] slots of [`dir_block::SLOT`] bytes;
+/// slot 0 is this header, entries start in slots 1..
+pub mod dir_block {
+    /// u32: [`DIR_MAGIC`](super::DIR_MAGIC).
+    pub const MAGIC: usize = 0;
+    /// u64: bit s set ⇔ a live entry begins at slot s (bit 0, the header, never).
+    pub const STARTS: usize = 8;
+    /// Size of one slot: slot s begins at byte `s * SLOT` (so the entries at `SLOT`).
+    pub const SLOT: usize = 64;
+}
+
+/// Directory entry header offsets, from the start of the entry's first slot.
+pub mod dentry {
+    /// u64: inode the name points to.
+    pub const INO: usize = 0;
+    /// u8: name length, 1..=255.
+    pub const NAME_LEN: usize = 8;
+    /// u8: file type code (`FileKind::code`).
+    pub const KIND: usize = 9;
+    /// u32: crc32c of header bytes `0..CRC` followed by the name.
+    pub const CRC: usize = 12;
+    /// The name follows the 16-byte header.
+    pub const NAME: usize = 16;
+}
+
+/// Xattr block field offsets.
+pub mod xattr_block {
+    /// u32: [`XATTR_MAGIC`](super::XATTR_MAGIC).
+    pub const MAGIC: usize = 0;
+    /// u16: number of entries.
+    pub const COUNT: usize = 4;
+    /// u32: bytes of entries.
+    pub const USED: usize = 8;
+    /// u32: crc32c of the `USED` bytes of entries.
+    pub const CRC: usize = 12;
+    /// Entries are packed from here to the end of the block.
+    pub const ENTRIES: usize = 16;
+}
+
+/// Xattr entry header offsets, from the start of the entry.
+pub mod xattr_entry {
+    /// u8: name length, 1..=255.
+    pub const NAME_LEN: usize = 0;
+    /// u16: value length.
+    pub const VALUE_LEN: usize = 2;
+    /// The name follows the 4-byte header, and the value follows the name (no padding).
+    pub const NAME: usize = 4;
+}
+
+/// The 16-bit little-endian field at `b[o..o + 2]`.
 pub(crate) fn get_u16(b: &[u8], o: usize) -> u16 {
     u16::from_le_bytes([b[o], b[o + 1]])
 }
+/// The 32-bit little-endian field at `b[o..o + 4]`.
 pub(crate) fn get_u32(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("a 4-byte slice"))
 }
+/// The 64-bit little-endian field at `b[o..o + 8]`.
 pub(crate) fn get_u64(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("an 8-byte slice"))
 }
+/// The signed 64-bit little-endian field at `b[o..o + 8]` (two's complement).
 pub(crate) fn get_i64(b: &[u8], o: usize) -> i64 {
-    get_u64(b, o) as i64
+    i64::from_le_bytes(b[o..o + 8].try_into().expect("an 8-byte slice"))
 }
+/// Store `v` little-endian at `b[o..o + 2]`.
 pub(crate) fn put_u16(b: &mut [u8], o: usize, v: u16) {
     b[o..o + 2].copy_from_slice(&v.to_le_bytes());
 }
+/// Store `v` little-endian at `b[o..o + 4]`.
 pub(crate) fn put_u32(b: &mut [u8], o: usize, v: u32) {
     b[o..o + 4].copy_from_slice(&v.to_le_bytes());
 }
+/// Store `v` little-endian at `b[o..o + 8]`.
 pub(crate) fn put_u64(b: &mut [u8], o: usize, v: u64) {
     b[o..o + 8].copy_from_slice(&v.to_le_bytes());
 }
+/// Store `v` little-endian (two's complement) at `b[o..o + 8]`.
 pub(crate) fn put_i64(b: &mut [u8], o: usize, v: i64) {
-    put_u64(b, o, v as u64)
+    b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Byte index and bit mask of data block index `i` (pool block `data_start + i`) in the
+/// allocator bitmap: byte `i / 8`, bit `i % 8`, least significant bit first.
+pub(crate) fn bitmap_bit(i: u64) -> Result<(usize, u8)> {
+    let byte = usize::try_from(i / 8)
+        .map_err(|_| corrupt!("allocator bitmap index {i} does not fit in memory"))?;
+    Ok((byte, 1u8 << (i % 8)))
 }
 
 /// Where everything lives, derived from the pool size and the mkfs parameters. Stored in the
 /// superblock and recomputed at mount: a mismatch means corruption.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Geometry {
+    /// Usable pool size in bytes (a whole number of blocks).
     pub pool_size: u64,
+    /// Number of partitions P (per-CPU journals, inode tables and allocator ranges).
     pub partitions: u32,
+    /// Inodes in each partition's inode table.
     pub inodes_per_partition: u32,
+    /// Entries per journal ring.
     pub journal_entries: u32,
+    /// Undo staging blocks per journal.
     pub staging_blocks: u32,
+    /// First journal block.
     pub journal_start: u64,
+    /// First inode table block.
     pub inode_table_start: u64,
+    /// First allocator bitmap block.
     pub bitmap_start: u64,
+    /// Allocator bitmap length in blocks.
     pub bitmap_blocks: u64,
+    /// First block of the data area (a multiple of 512).
     pub data_start: u64,
+    /// Blocks in the data area.
     pub data_blocks: u64,
 }
 
@@ -198,7 +355,7 @@ impl Geometry {
     }
 
     /// Blocks taken by one journal (entry ring plus undo staging).
-    pub fn journal_blocks_each(entries: u32, staging: u32) -> u64 {
+    pub(crate) fn journal_blocks_each(entries: u32, staging: u32) -> u64 {
         (entries as u64 * JOURNAL_ENTRY_SIZE).div_ceil(BLOCK_SIZE) + staging as u64
     }
 
@@ -210,7 +367,7 @@ impl Geometry {
     }
 
     /// Byte offset of partition `p`'s undo staging area.
-    pub fn staging_offset(&self, p: u32) -> u64 {
+    pub(crate) fn staging_offset(&self, p: u32) -> u64 {
         self.journal_offset(p)
             + (self.journal_entries as u64 * JOURNAL_ENTRY_SIZE).next_multiple_of(BLOCK_SIZE)
     }
@@ -231,14 +388,16 @@ impl Geometry {
         Ok(self.inode_table_start * BLOCK_SIZE + (ino - 1) * INODE_SIZE)
     }
 
-    /// Partition owning inode `ino`.
-    pub fn inode_partition(&self, ino: u64) -> u32 {
-        ((ino - 1) / self.inodes_per_partition as u64) as u32
+    /// Partition owning inode `ino`, which must be a valid inode number (1..=`total_inodes`,
+    /// as every inode number in DRAM is): the quotient is then below `partitions` (≤ 256).
+    pub(crate) fn inode_partition(&self, ino: u64) -> u32 {
+        let p = (ino - 1) / u64::from(self.inodes_per_partition);
+        u32::try_from(p).expect("a valid inode number lies in one of at most 256 partitions")
     }
 
     /// Data-area block range of each partition. All but the last are whole 2 MiB units; the last
     /// takes the remainder.
-    pub fn partition_ranges(&self) -> Vec<(u64, u64)> {
+    pub(crate) fn partition_ranges(&self) -> Vec<(u64, u64)> {
         let units = self.data_blocks / BLOCKS_PER_HUGE;
         let per = units / self.partitions as u64 * BLOCKS_PER_HUGE;
         let end = self.data_start + self.data_blocks;
@@ -264,19 +423,22 @@ impl Geometry {
 /// The superblock: immutable geometry (checksummed) plus a separately checksummed state record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Superblock {
+    /// The region layout recorded at mkfs.
     pub geometry: Geometry,
+    /// Pool identity, set at mkfs.
     pub uuid: [u8; 16],
+    /// mkfs time, ns since the epoch.
     pub created_ns: i64,
 }
 
 impl Superblock {
-    /// Encode the immutable part (bytes 0..128).
-    pub fn encode(&self) -> [u8; 128] {
+    /// Encode the immutable part (bytes `0..sb::IMMUTABLE`).
+    pub fn encode(&self) -> [u8; sb::IMMUTABLE] {
         let g = &self.geometry;
-        let mut b = [0u8; 128];
-        b[sb::MAGIC..sb::MAGIC + 8].copy_from_slice(&MAGIC);
+        let mut b = [0u8; sb::IMMUTABLE];
+        b[sb::MAGIC..sb::MAGIC + MAGIC.len()].copy_from_slice(&MAGIC);
         put_u32(&mut b, sb::VERSION, FORMAT_VERSION);
-        put_u32(&mut b, sb::BLOCK_SIZE, BLOCK_SIZE as u32);
+        put_u32(&mut b, sb::BLOCK_SIZE, BLOCK_SIZE_FIELD);
         put_u64(&mut b, sb::POOL_SIZE, g.pool_size);
         put_u32(&mut b, sb::PARTITIONS, g.partitions);
         put_u32(&mut b, sb::INCOMPAT, 0);
@@ -299,14 +461,13 @@ impl Superblock {
     /// Decode and validate the immutable part. Header fields are checked before any layout math;
     /// each failure names the field. `actual_size` is the size of the backing file or device.
     pub fn decode(b: &[u8], actual_size: u64) -> Result<Superblock> {
-        if b.len() < 128 {
+        if b.len() < sb::IMMUTABLE {
             return Err(Error::Foreign("shorter than a superblock".into()));
         }
-        if b[..8] != MAGIC {
+        let magic = &b[sb::MAGIC..sb::MAGIC + MAGIC.len()];
+        if magic != MAGIC {
             return Err(Error::Foreign(format!(
-                "bad magic {:02x?} at offset 0 (expected {:02x?} \"WINEFSPM\")",
-                &b[..8],
-                MAGIC
+                "bad magic {magic:02x?} at offset 0 (expected {MAGIC:02x?} \"WINEFSPM\")"
             )));
         }
         let version = get_u32(b, sb::VERSION);
@@ -324,7 +485,7 @@ impl Superblock {
             ));
         }
         let bs = get_u32(b, sb::BLOCK_SIZE);
-        if bs as u64 != BLOCK_SIZE {
+        if bs != BLOCK_SIZE_FIELD {
             return Err(corrupt!(
                 "superblock block size {bs}, only {BLOCK_SIZE} is supported"
             ));
@@ -376,14 +537,17 @@ impl Superblock {
 /// The mutable state record in the superblock's fourth cache line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct SbState {
+    /// The last unmount was clean, so the allocator bitmap is valid.
     pub clean: bool,
+    /// Mounts since mkfs.
     pub mount_count: u64,
 }
 
 impl SbState {
-    pub fn encode(&self) -> [u8; 32] {
-        let mut b = [0u8; 32];
-        put_u32(&mut b, 0, self.clean as u32);
+    /// Encode the record (bytes `sb::STATE..sb::STATE + sb::STATE_SIZE` of the superblock).
+    pub fn encode(&self) -> [u8; sb::STATE_SIZE] {
+        let mut b = [0u8; sb::STATE_SIZE];
+        put_u32(&mut b, sb::STATE_CLEAN - sb::STATE, u32::from(self.clean));
         put_u64(&mut b, sb::STATE_MOUNT_COUNT - sb::STATE, self.mount_count);
         let crc = crc32c::crc32c(&b[..sb::STATE_CHECKSUMMED]);
         put_u32(&mut b, sb::STATE_CHECKSUM - sb::STATE, crc);
@@ -400,7 +564,7 @@ impl SbState {
             };
         }
         SbState {
-            clean: get_u32(b, 0) == 1,
+            clean: get_u32(b, sb::STATE_CLEAN - sb::STATE) == 1,
             mount_count: get_u64(b, sb::STATE_MOUNT_COUNT - sb::STATE),
         }
     }
@@ -410,24 +574,29 @@ impl SbState {
 /// `phys`. `len == 0` marks a free slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ExtentRecord {
+    /// First logical block.
     pub logical: u32,
+    /// Length in blocks; 0 = free slot.
     pub len: u32,
+    /// First pool block of the run.
     pub phys: u64,
 }
 
 impl ExtentRecord {
-    pub fn encode(&self) -> [u8; 16] {
-        let mut b = [0u8; 16];
-        put_u32(&mut b, 0, self.logical);
-        put_u32(&mut b, 4, self.len);
-        put_u64(&mut b, 8, self.phys);
+    /// Encode the 16-byte record.
+    pub fn encode(&self) -> [u8; EXTENT_BYTES] {
+        let mut b = [0u8; EXTENT_BYTES];
+        put_u32(&mut b, extent::LOGICAL, self.logical);
+        put_u32(&mut b, extent::LEN, self.len);
+        put_u64(&mut b, extent::PHYS, self.phys);
         b
     }
+    /// Decode the record at the start of `b` (validation is `FileMap::load`'s).
     pub fn decode(b: &[u8]) -> ExtentRecord {
         ExtentRecord {
-            logical: get_u32(b, 0),
-            len: get_u32(b, 4),
-            phys: get_u64(b, 8),
+            logical: get_u32(b, extent::LOGICAL),
+            len: get_u32(b, extent::LEN),
+            phys: get_u64(b, extent::PHYS),
         }
     }
 }
@@ -435,18 +604,25 @@ impl ExtentRecord {
 /// File type as stored in the mode's S_IFMT bits and in directory entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FileKind {
+    /// Regular file (code 1).
     File,
+    /// Directory (code 2).
     Dir,
+    /// Symbolic link (code 3).
     Symlink,
+    /// Named pipe (code 4).
     Fifo,
+    /// Unix socket (code 5).
     Socket,
+    /// Character device (code 6).
     CharDev,
+    /// Block device (code 7).
     BlockDev,
 }
 
 impl FileKind {
     /// The S_IFMT bits.
-    pub fn mode_bits(self) -> u32 {
+    pub(crate) fn mode_bits(self) -> u32 {
         match self {
             FileKind::File => libc::S_IFREG,
             FileKind::Dir => libc::S_IFDIR,
@@ -482,7 +658,8 @@ impl FileKind {
             FileKind::BlockDev => 7,
         }
     }
-    pub fn from_code(c: u8) -> Option<FileKind> {
+    /// From a directory entry's code; None for an unknown one.
+    pub(crate) fn from_code(c: u8) -> Option<FileKind> {
         Some(match c {
             1 => FileKind::File,
             2 => FileKind::Dir,
@@ -499,28 +676,44 @@ impl FileKind {
 /// The scalar part of an inode (bytes 0..128); extent slots are handled by `inode::FileMap`.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct InodeHeader {
+    /// Flags; bit 0 ([`INODE_IN_USE`]) marks a live inode.
     pub flags: u32,
+    /// File type (`S_IFMT` bits) and permission bits.
     pub mode: u32,
+    /// Owner.
     pub uid: u32,
+    /// Group.
     pub gid: u32,
+    /// Link count; 0 while in use means unlinked but still open.
     pub nlink: u32,
+    /// NFS-style generation, set at creation.
     pub generation: u32,
+    /// Size in bytes.
     pub size: u64,
     /// Extents at logical blocks at or beyond this are dead (truncated away) and their slots free.
     pub map_end: u64,
+    /// Data block holding the xattr block, 0 = none.
     pub xattr_block: u64,
+    /// First extent-index block, 0 = none.
     pub index_block: u64,
+    /// Directories: the parent directory's inode; 0 for others.
     pub parent: u64,
+    /// Access time, ns since the epoch.
     pub atime: i64,
+    /// Modification time, ns since the epoch.
     pub mtime: i64,
+    /// Change time, ns since the epoch.
     pub ctime: i64,
+    /// Creation time, ns since the epoch.
     pub crtime: i64,
+    /// Device number of character and block device nodes.
     pub rdev: u32,
 }
 
 impl InodeHeader {
-    pub fn encode(&self) -> [u8; 128] {
-        let mut b = [0u8; 128];
+    /// Encode the header (bytes `0..ino::HEADER` of the inode).
+    pub fn encode(&self) -> [u8; ino::HEADER] {
+        let mut b = [0u8; ino::HEADER];
         put_u32(&mut b, ino::FLAGS, self.flags);
         put_u32(&mut b, ino::MODE, self.mode);
         put_u32(&mut b, ino::UID, self.uid);
@@ -539,6 +732,7 @@ impl InodeHeader {
         put_u32(&mut b, ino::RDEV, self.rdev);
         b
     }
+    /// Decode the header at the start of `b` (validation is mount's).
     pub fn decode(b: &[u8]) -> InodeHeader {
         InodeHeader {
             flags: get_u32(b, ino::FLAGS),
@@ -559,62 +753,80 @@ impl InodeHeader {
             rdev: get_u32(b, ino::RDEV),
         }
     }
-    pub fn in_use(&self) -> bool {
+    /// Whether the slot holds a live inode.
+    pub(crate) fn in_use(&self) -> bool {
         self.flags & INODE_IN_USE != 0
     }
+    /// The file type, None for an unknown one.
     pub fn kind(&self) -> Option<FileKind> {
         FileKind::from_mode(self.mode)
     }
 }
 
-/// The pool writes needed to turn header `old` into `new`, at 32-byte granularity so each fits a
-/// single inline journal entry.
-pub fn header_diff(inode_off: u64, old: &InodeHeader, new: &InodeHeader) -> Vec<(u64, Vec<u8>)> {
+/// The pool writes needed to turn header `old` into `new`, in `ino::CHUNK` (32-byte) pieces so
+/// each fits a single inline journal entry.
+pub(crate) fn header_diff(
+    inode_off: u64,
+    old: &InodeHeader,
+    new: &InodeHeader,
+) -> Vec<(u64, Vec<u8>)> {
     let (a, b) = (old.encode(), new.encode());
-    (0..4)
-        .filter(|c| a[c * 32..c * 32 + 32] != b[c * 32..c * 32 + 32])
-        .map(|c| (inode_off + (c * 32) as u64, b[c * 32..c * 32 + 32].to_vec()))
+    a.chunks_exact(ino::CHUNK)
+        .zip(b.chunks_exact(ino::CHUNK))
+        .zip((inode_off..).step_by(ino::CHUNK))
+        .filter(|((old, new), _)| old != new)
+        .map(|((_, new), off)| (off, new.to_vec()))
         .collect()
 }
 
-/// Encode a directory entry (header plus name), `nslots` slots long once padded.
+/// Encode a directory entry (header plus name; padded to whole slots when written). `name` must
+/// be 1..=`NAME_MAX` (255) bytes, as every caller has already checked.
 pub fn encode_dentry(ino: u64, kind: FileKind, name: &[u8]) -> Vec<u8> {
-    let mut b = vec![0u8; DENTRY_HEADER + name.len()];
-    put_u64(&mut b, 0, ino);
-    b[8] = name.len() as u8;
-    b[9] = kind.code();
-    b[DENTRY_HEADER..].copy_from_slice(name);
+    assert!(
+        (1..=NAME_MAX).contains(&name.len()),
+        "directory entry name of {} bytes",
+        name.len()
+    );
+    let name_len = u8::try_from(name.len()).expect("at most NAME_MAX = 255, asserted above");
+    let mut b = vec![0u8; dentry::NAME + name.len()];
+    put_u64(&mut b, dentry::INO, ino);
+    b[dentry::NAME_LEN] = name_len;
+    b[dentry::KIND] = kind.code();
+    b[dentry::NAME..].copy_from_slice(name);
     let crc = dentry_crc(&b);
-    put_u32(&mut b, 12, crc);
+    put_u32(&mut b, dentry::CRC, crc);
     b
 }
 
+/// The entry checksum: crc32c of header bytes `0..dentry::CRC`, then the name.
 fn dentry_crc(b: &[u8]) -> u32 {
-    let h = crc32c::crc32c(&b[..12]);
-    crc32c::crc32c_append(h, &b[DENTRY_HEADER..])
+    let h = crc32c::crc32c(&b[..dentry::CRC]);
+    crc32c::crc32c_append(h, &b[dentry::NAME..])
 }
 
-/// Slots a dentry with a name of `len` bytes occupies.
-pub fn dentry_slots(len: usize) -> u32 {
-    (DENTRY_HEADER + len).div_ceil(DIR_SLOT as usize) as u32
+/// Slots a dentry with a name of `len` bytes occupies (saturating at `u32::MAX`, far more than
+/// a directory block has, for a length no name can have).
+pub(crate) fn dentry_slots(len: usize) -> u32 {
+    u32::try_from((dentry::NAME + len).div_ceil(dir_block::SLOT)).unwrap_or(u32::MAX)
 }
 
 /// Decode the dentry starting at `b[0]` (`b` runs to the end of its block). Errors name the defect.
 pub fn decode_dentry(b: &[u8]) -> Result<(u64, FileKind, Vec<u8>)> {
-    let ino = get_u64(b, 0);
-    let len = b[8] as usize;
-    if len == 0 || DENTRY_HEADER + len > b.len() {
+    let ino = get_u64(b, dentry::INO);
+    let len = usize::from(b[dentry::NAME_LEN]);
+    if len == 0 || dentry::NAME + len > b.len() {
         return Err(corrupt!(
             "directory entry name length {len} does not fit its block"
         ));
     }
-    let kind = FileKind::from_code(b[9])
-        .ok_or_else(|| corrupt!("directory entry has unknown type code {}", b[9]))?;
-    let rec = &b[..DENTRY_HEADER + len];
-    if dentry_crc(rec) != get_u32(b, 12) {
+    let code = b[dentry::KIND];
+    let kind = FileKind::from_code(code)
+        .ok_or_else(|| corrupt!("directory entry has unknown type code {code}"))?;
+    let rec = &b[..dentry::NAME + len];
+    if dentry_crc(rec) != get_u32(b, dentry::CRC) {
         return Err(corrupt!("directory entry checksum mismatch (ino {ino})"));
     }
-    let name = rec[DENTRY_HEADER..].to_vec();
+    let name = rec[dentry::NAME..].to_vec();
     if name.contains(&b'/') || name.contains(&0) {
         return Err(corrupt!(
             "directory entry name {:?} contains '/' or NUL",
@@ -624,15 +836,25 @@ pub fn decode_dentry(b: &[u8]) -> Result<(u64, FileKind, Vec<u8>)> {
     Ok((ino, kind, name))
 }
 
+/// The superblock's block-size field: [`BLOCK_SIZE`] as the u32 stored at `sb::BLOCK_SIZE`.
+const BLOCK_SIZE_FIELD: u32 = 4096;
+
 // Compile-time pins of the layout arithmetic the code relies on.
-const _: () = assert!(INODE_SLOTS_OFF as usize == ino::HEADER);
-const _: () = assert!(INODE_SLOTS_OFF + INLINE_SLOTS as u64 * EXTENT_SIZE == INODE_SIZE);
-const _: () = assert!(INDEX_SLOTS_OFF + INDEX_SLOTS as u64 * EXTENT_SIZE == BLOCK_SIZE);
-const _: () = assert!(DIR_SLOT * DIR_SLOTS as u64 == BLOCK_SIZE);
+const _: () = assert!(BLOCK_SIZE_FIELD as u64 == BLOCK_SIZE);
+const _: () = assert!(ino::SLOTS + INLINE_SLOTS * EXTENT_BYTES == INODE_BYTES);
+const _: () = assert!(index_block::SLOTS + INDEX_SLOTS * EXTENT_BYTES == BLOCK_BYTES);
+const _: () = assert!(dir_block::SLOT * DIR_SLOTS as usize == BLOCK_BYTES);
+const _: () = assert!(dir_block::STARTS + 8 <= dir_block::SLOT);
+const _: () = assert!(xattr_block::CRC + 4 == xattr_block::ENTRIES);
 const _: () = assert!(ino::RDEV + 4 <= ino::HEADER);
-const _: () = assert!(sb::STATE_CHECKSUM + 4 <= 256);
+const _: () = assert!(ino::HEADER.is_multiple_of(ino::CHUNK));
+// The four times form exactly one journaling chunk (`ops::file` writes it in place).
+const _: () =
+    assert!(ino::ATIME.is_multiple_of(ino::CHUNK) && ino::CRTIME + 8 == ino::ATIME + ino::CHUNK);
+const _: () = assert!(sb::CHECKSUM + 4 <= sb::IMMUTABLE && sb::IMMUTABLE <= sb::STATE);
+const _: () = assert!(sb::STATE_CHECKSUM + 4 <= sb::STATE + sb::STATE_SIZE);
 const _: () = assert!(BLOCK_SIZE.is_multiple_of(INODE_SIZE));
-const _: () = assert!(DENTRY_HEADER + NAME_MAX <= (DIR_SLOTS as usize - 1) * DIR_SLOT as usize);
+const _: () = assert!(dentry::NAME + NAME_MAX <= (DIR_SLOTS as usize - 1) * dir_block::SLOT);
 
 #[cfg(test)]
 mod tests {

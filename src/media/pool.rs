@@ -5,6 +5,7 @@
 //! mapping and copies bytes in or out; no reference into the mapping ever escapes, so concurrent
 //! writers to other ranges never alias a Rust reference.
 #![allow(unsafe_code)] // one of the few modules allowed `unsafe` (Cargo.toml [lints])
+#![deny(clippy::cast_possible_truncation)]
 
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
@@ -15,22 +16,35 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// Cache-line size assumed by the flush loop and the journal entry size.
-pub const CACHE_LINE: u64 = 64;
+pub(crate) const CACHE_LINE: u64 = 64;
 const HUGE: usize = 2 << 20;
+
+/// A pool offset or length as a `usize`, for pointer arithmetic. Callers pass only values within
+/// the mapping (bounds-checked against `Pool::len`) or within a slice, and `Pool::map` checked
+/// that the mapping's length fits a `usize`, so this cannot fail.
+fn ix(v: u64) -> usize {
+    usize::try_from(v).expect("offsets inside the mapping fit a usize")
+}
 
 /// What a write or flush is for, so benchmarks can tell data from metadata from journal traffic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Category {
+    /// File contents.
     Data = 0,
+    /// Inodes, extent records, directory, xattr and index blocks, the superblock, the bitmap.
     Metadata = 1,
+    /// Journal entries and undo staging.
     Journal = 2,
 }
 
 /// Bytes written and cache lines flushed per category, and fences issued, since the pool was opened.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PersistStats {
+    /// Bytes stored, indexed by `Category as usize`.
     pub bytes_written: [u64; 3],
+    /// Cache lines written back (or stored non-temporally), indexed by `Category as usize`.
     pub lines_flushed: [u64; 3],
+    /// Store fences issued.
     pub fences: u64,
 }
 
@@ -56,15 +70,15 @@ impl PersistSrc<'_> {
         // SAFETY: callers pass a destination inside the bounds-checked range and `from + n`
         // within the source length; sources never overlap the destination.
         unsafe {
-            let d = base.add(dst as usize);
+            let d = base.add(ix(dst));
             match self {
                 PersistSrc::Bytes(b) => {
-                    std::ptr::copy_nonoverlapping(b.as_ptr().add(from as usize), d, n as usize)
+                    std::ptr::copy_nonoverlapping(b.as_ptr().add(ix(from)), d, ix(n))
                 }
                 PersistSrc::Pool(s, _) => {
-                    std::ptr::copy_nonoverlapping(base.add((s + from) as usize), d, n as usize)
+                    std::ptr::copy_nonoverlapping(base.add(ix(s + from)), d, ix(n))
                 }
-                PersistSrc::Zero(_) => std::ptr::write_bytes(d, 0, n as usize),
+                PersistSrc::Zero(_) => std::ptr::write_bytes(d, 0, ix(n)),
             }
         }
     }
@@ -73,8 +87,11 @@ impl PersistSrc<'_> {
 /// The cache-line write-back instruction chosen at run time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlushKind {
+    /// `clwb`: write back, keep the line cached.
     Clwb,
+    /// `clflushopt`: write back and evict, weakly ordered.
     ClflushOpt,
+    /// `clflush`: write back and evict, strongly ordered.
     Clflush,
     /// Not x86-64: stores are made durable with msync of the touched pages.
     Msync,
@@ -91,7 +108,7 @@ struct Counters {
 /// fence issued through this pool (the crash explorer, `crash::record`, builds crash images from
 /// it). Called after the stores of a range are done and before a flush or fence takes effect;
 /// an observer may read the pool (never write it) from inside a call.
-pub trait PersistObserver: Send + Sync {
+pub(crate) trait PersistObserver: Send + Sync {
     /// Bytes `off..off+len` were stored through the cache (not yet written back).
     fn stored(&self, pool: &Pool, off: u64, len: u64);
     /// Every cache line overlapping `off..off+len` was written back (or stored non-temporally):
@@ -216,7 +233,7 @@ impl Pool {
 
     /// Reserve backing storage for every byte of a regular pool file, so that a full host file
     /// system is reported now rather than as SIGBUS on a later store (mkfs of an existing file).
-    pub fn reserve_backing(&self) -> Result<()> {
+    pub(crate) fn reserve_backing(&self) -> Result<()> {
         reserve_backing(&self.path, &self.file, self.len)
     }
 
@@ -327,7 +344,7 @@ impl Pool {
     }
 
     /// Attach (or with `None` detach) the persistence observer of the crash explorer.
-    pub fn set_observer(&self, obs: Option<Arc<dyn PersistObserver>>) {
+    pub(crate) fn set_observer(&self, obs: Option<Arc<dyn PersistObserver>>) {
         let mut slot = self.observer.write().unwrap_or_else(|e| e.into_inner());
         self.observed.store(obs.is_some(), Ordering::SeqCst);
         *slot = obs;
@@ -360,7 +377,7 @@ impl Pool {
     }
 
     /// True when opened copy-on-write (nothing reaches the media).
-    pub fn is_private(&self) -> bool {
+    pub(crate) fn is_private(&self) -> bool {
         self.private
     }
 
@@ -369,13 +386,13 @@ impl Pool {
         self.flush_kind
     }
 
-    /// Virtual address of the mapping (2 MiB aligned); for the mmap layer and tests.
     /// The open pool file, for mapping its ranges into other address ranges (file mappings).
     pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsRawFd;
         self.file.as_raw_fd()
     }
 
+    /// Virtual address of the mapping (2 MiB aligned); for the mmap layer and tests.
     pub fn base_addr(&self) -> usize {
         self.base as usize
     }
@@ -397,7 +414,7 @@ impl Pool {
         // SAFETY: the range was bounds-checked against the live mapping; `buf` is a distinct
         // Rust allocation, so source and destination cannot overlap.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.base.add(off as usize), buf.as_mut_ptr(), buf.len())
+            std::ptr::copy_nonoverlapping(self.base.add(ix(off)), buf.as_mut_ptr(), buf.len())
         };
         Ok(())
     }
@@ -415,7 +432,7 @@ impl Pool {
         self.check(off, len)?;
         // SAFETY: bounds-checked; the shared slice lives only for this call, and the caller's
         // locking keeps the range free of concurrent writers while it is read.
-        let s = unsafe { std::slice::from_raw_parts(self.base.add(off as usize), len as usize) };
+        let s = unsafe { std::slice::from_raw_parts(self.base.add(ix(off)), ix(len)) };
         Ok(crc32c::crc32c(s))
     }
 
@@ -423,9 +440,7 @@ impl Pool {
     pub fn write(&self, off: u64, data: &[u8], cat: Category) -> Result<()> {
         self.check(off, data.len() as u64)?;
         // SAFETY: bounds-checked range of our writable mapping; `data` is a separate allocation.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(off as usize), data.len())
-        };
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(ix(off)), data.len()) };
         self.counters.bytes[cat as usize].fetch_add(data.len() as u64, Ordering::Relaxed);
         self.observe(|o| o.stored(self, off, data.len() as u64));
         Ok(())
@@ -435,7 +450,7 @@ impl Pool {
     pub fn zero(&self, off: u64, len: u64, cat: Category) -> Result<()> {
         self.check(off, len)?;
         // SAFETY: bounds-checked range of our writable mapping.
-        unsafe { std::ptr::write_bytes(self.base.add(off as usize), 0, len as usize) };
+        unsafe { std::ptr::write_bytes(self.base.add(ix(off)), 0, ix(len)) };
         self.counters.bytes[cat as usize].fetch_add(len, Ordering::Relaxed);
         self.observe(|o| o.stored(self, off, len));
         Ok(())
@@ -452,11 +467,7 @@ impl Pool {
         }
         // SAFETY: both ranges are bounds-checked and, as just verified, disjoint.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.base.add(src as usize),
-                self.base.add(dst as usize),
-                len as usize,
-            )
+            std::ptr::copy_nonoverlapping(self.base.add(ix(src)), self.base.add(ix(dst)), ix(len))
         };
         self.counters.bytes[cat as usize].fetch_add(len, Ordering::Relaxed);
         self.observe(|o| o.stored(self, dst, len));
@@ -484,7 +495,7 @@ impl Pool {
                     // SAFETY: `line` lies within the mapping (bounds-checked above); the
                     // instructions only write back a cache line and have no other effect on memory.
                     unsafe {
-                        let p = self.base.add(line as usize);
+                        let p = self.base.add(ix(line));
                         match self.flush_kind {
                             FlushKind::Clwb => {
                                 std::arch::asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags))
@@ -503,8 +514,8 @@ impl Pool {
                 // SAFETY: msync on a page range inside our mapping only schedules write-back.
                 unsafe {
                     libc::msync(
-                        self.base.add(page as usize) as *mut _,
-                        (end - page) as usize,
+                        self.base.add(ix(page)) as *mut _,
+                        ix(end - page),
                         libc::MS_SYNC,
                     )
                 };
@@ -526,14 +537,14 @@ impl Pool {
     }
 
     /// Store then flush (no fence). Large stores bypass the cache (see `persist_from`).
-    pub fn write_flush(&self, off: u64, data: &[u8], cat: Category) -> Result<()> {
+    pub(crate) fn write_flush(&self, off: u64, data: &[u8], cat: Category) -> Result<()> {
         self.check(off, data.len() as u64)?;
         self.persist_from(off, PersistSrc::Bytes(data), cat);
         Ok(())
     }
 
     /// Copy inside the pool so that the destination is durable after the next fence.
-    pub fn copy_flush(&self, src: u64, dst: u64, len: u64, cat: Category) -> Result<()> {
+    pub(crate) fn copy_flush(&self, src: u64, dst: u64, len: u64, cat: Category) -> Result<()> {
         self.check(src, len)?;
         self.check(dst, len)?;
         if src < dst + len && dst < src + len {
@@ -546,7 +557,7 @@ impl Pool {
     }
 
     /// Zero a range so that it is durable after the next fence.
-    pub fn zero_flush(&self, off: u64, len: u64, cat: Category) -> Result<()> {
+    pub(crate) fn zero_flush(&self, off: u64, len: u64, cat: Category) -> Result<()> {
         self.check(off, len)?;
         self.persist_from(off, PersistSrc::Zero(len), cat);
         Ok(())
@@ -603,17 +614,16 @@ impl Pool {
                 // 16-byte non-temporal store is aligned and inside the mapping; the source is a
                 // checked pool range or a slice of at least `len` bytes (see `PersistSrc`).
                 unsafe {
-                    let d = self.base.add(o as usize) as *mut __m128i;
+                    let d = self.base.add(ix(o)) as *mut __m128i;
                     for k in 0..4 {
                         let v = match src {
                             PersistSrc::Zero(_) => _mm_setzero_si128(),
                             PersistSrc::Bytes(s) => _mm_loadu_si128(
-                                s.as_ptr().add((o - off) as usize + 16 * k) as *const __m128i,
+                                s.as_ptr().add(ix(o - off) + 16 * k) as *const __m128i,
                             ),
-                            PersistSrc::Pool(so, _) => {
-                                _mm_loadu_si128(self.base.add((so + o - off) as usize + 16 * k)
-                                    as *const __m128i)
-                            }
+                            PersistSrc::Pool(so, _) => _mm_loadu_si128(
+                                self.base.add(ix(so + o - off) + 16 * k) as *const __m128i,
+                            ),
                         };
                         _mm_stream_si128(d.add(k), v);
                     }
@@ -628,7 +638,7 @@ impl Pool {
     }
 
     /// Counters since open.
-    pub fn stats(&self) -> PersistStats {
+    pub(crate) fn stats(&self) -> PersistStats {
         let mut s = PersistStats::default();
         for i in 0..3 {
             s.bytes_written[i] = self.counters.bytes[i].load(Ordering::Relaxed);
@@ -642,7 +652,7 @@ impl Pool {
 impl Drop for Pool {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the range mapped in `map`; no references into it exist.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len as usize) };
+        unsafe { libc::munmap(self.base as *mut libc::c_void, ix(self.len)) };
     }
 }
 

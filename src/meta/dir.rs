@@ -8,10 +8,11 @@
 //! over 1..=5 consecutive 64-byte slots. An entry's bytes are written into free slots before the
 //! transaction that sets its `starts` bit, so the bit is the only journaled write of an insert,
 //! and clearing it is the only journaled write of a remove.
+#![deny(clippy::cast_possible_truncation)]
 
 use crate::error::{Result, corrupt};
 use crate::media::layout::{
-    BLOCK_SIZE, DIR_MAGIC, DIR_SLOT, DIR_SLOTS, FileKind, decode_dentry, dentry_slots, get_u32,
+    BLOCK_SIZE, DIR_MAGIC, DIR_SLOTS, FileKind, decode_dentry, dentry_slots, dir_block, get_u32,
     get_u64,
 };
 use crate::media::pool::{Category, Pool};
@@ -20,23 +21,29 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 /// Where a name lives and what it points to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirEntryLoc {
+    /// Inode the name points to.
     pub ino: u64,
+    /// Its file type, as recorded in the entry.
     pub kind: FileKind,
+    /// Directory block index (logical block of the directory).
     pub block: u32,
+    /// First slot of the entry in that block (1..64).
     pub slot: u32,
+    /// Slots the entry occupies (1..=5).
     pub nslots: u32,
 }
 
 impl DirEntryLoc {
     /// readdir position of this entry (1 and 2 are "." and "..").
     pub fn position(&self) -> u64 {
-        3 + self.block as u64 * DIR_SLOTS as u64 + self.slot as u64
+        3 + u64::from(self.block) * u64::from(DIR_SLOTS) + u64::from(self.slot)
     }
 }
 
 /// The DRAM index of one directory.
 #[derive(Clone, Debug, Default)]
 pub struct DirIndex {
+    /// Every name (other than "." and "..") and where its entry lives.
     pub names: HashMap<Box<[u8]>, DirEntryLoc>,
     /// Per block: slots in use (bit 0, the header, always set).
     used: Vec<u64>,
@@ -53,9 +60,10 @@ fn run_mask(slot: u32, n: u32) -> u64 {
 }
 
 impl DirIndex {
-    /// Number of directory blocks.
+    /// Number of directory blocks. A directory's size is bounded by `MAX_FILE_SIZE`, so it has
+    /// fewer than 2^32 blocks; the count saturates at `u32::MAX` rather than wrap.
     pub fn blocks(&self) -> u32 {
-        self.used.len() as u32
+        u32::try_from(self.used.len()).unwrap_or(u32::MAX)
     }
 
     /// Entries other than "." and "..".
@@ -63,10 +71,12 @@ impl DirIndex {
         self.names.len()
     }
 
+    /// No entries other than "." and "..".
     pub fn is_empty(&self) -> bool {
         self.names.is_empty()
     }
 
+    /// Where `name` lives, if it is in this directory.
     pub fn get(&self, name: &[u8]) -> Option<&DirEntryLoc> {
         self.names.get(name)
     }
@@ -149,12 +159,12 @@ impl DirIndex {
 
     /// Parse one directory block read from media; `b` is the directory block index.
     pub fn load_block(&mut self, dir_ino: u64, b: u32, blk: &[u8]) -> Result<()> {
-        if get_u32(blk, 0) != DIR_MAGIC {
+        if get_u32(blk, dir_block::MAGIC) != DIR_MAGIC {
             return Err(corrupt!(
                 "directory {dir_ino}: block {b} has no directory magic"
             ));
         }
-        let starts = get_u64(blk, 8);
+        let starts = get_u64(blk, dir_block::STARTS);
         if starts & 1 != 0 {
             return Err(corrupt!(
                 "directory {dir_ino}: block {b} marks its header slot as an entry"
@@ -167,7 +177,7 @@ impl DirIndex {
                 s += 1;
                 continue;
             }
-            let (ino, kind, name) = decode_dentry(&blk[(s as u64 * DIR_SLOT) as usize..])
+            let (ino, kind, name) = decode_dentry(&blk[s as usize * dir_block::SLOT..])
                 .map_err(|e| corrupt!("directory {dir_ino}, block {b}, slot {s}: {e}"))?;
             let n = dentry_slots(name.len());
             if self.used[b as usize] & run_mask(s, n) != 0 {
@@ -201,21 +211,25 @@ impl DirIndex {
 }
 
 /// Write an empty directory block header (the block is not yet reachable, so unjournaled).
-pub fn init_dir_block(pool: &Pool, phys: u64) -> Result<()> {
+pub(crate) fn init_dir_block(pool: &Pool, phys: u64) -> Result<()> {
     let off = phys * BLOCK_SIZE;
     pool.zero_flush(off, BLOCK_SIZE, Category::Metadata)?;
-    pool.write_flush(off, &DIR_MAGIC.to_le_bytes(), Category::Metadata)?;
+    pool.write_flush(
+        off + dir_block::MAGIC as u64,
+        &DIR_MAGIC.to_le_bytes(),
+        Category::Metadata,
+    )?;
     Ok(())
 }
 
 /// Pool offset of the `starts` word of the directory block at physical block `phys`.
-pub fn starts_offset(phys: u64) -> u64 {
-    phys * BLOCK_SIZE + 8
+pub(crate) fn starts_offset(phys: u64) -> u64 {
+    phys * BLOCK_SIZE + dir_block::STARTS as u64
 }
 
 /// Pool offset of slot `slot` in the directory block at `phys`.
-pub fn slot_offset(phys: u64, slot: u32) -> u64 {
-    phys * BLOCK_SIZE + slot as u64 * DIR_SLOT
+pub(crate) fn slot_offset(phys: u64, slot: u32) -> u64 {
+    phys * BLOCK_SIZE + u64::from(slot) * dir_block::SLOT as u64
 }
 
 #[cfg(test)]
@@ -259,10 +273,10 @@ mod tests {
         let e = encode_dentry(9, FileKind::File, b"a");
         blk[64..64 + e.len()].copy_from_slice(&e);
         blk[128..128 + e.len()].copy_from_slice(&e);
-        blk[8] = 0b110;
+        blk[dir_block::STARTS] = 0b110;
         let mut d = DirIndex::default();
         assert!(d.load_block(1, 0, &blk).is_err(), "duplicate name");
-        blk[8] = 0b10;
+        blk[dir_block::STARTS] = 0b10;
         let mut d = DirIndex::default();
         d.load_block(1, 0, &blk).unwrap();
         assert_eq!(d.get(b"a").unwrap().ino, 9);

@@ -4,12 +4,13 @@
 //! a chain of extent-index blocks. The DRAM `FileMap` (a B-tree by logical block) is rebuilt from
 //! the slots at mount and keeps, for each extent, the slot that holds it, so an update writes only
 //! the records that changed. Records at logical blocks at or beyond the inode's `map_end` are dead.
+#![deny(clippy::cast_possible_truncation)]
 
 use crate::error::{Result, corrupt};
 use crate::media::alloc::BlockRun;
 use crate::media::layout::{
-    BLOCK_SIZE, EXTENT_SIZE, ExtentRecord, Geometry, INDEX_MAGIC, INDEX_SLOTS, INDEX_SLOTS_OFF,
-    INLINE_SLOTS, INODE_SLOTS_OFF, get_u32, get_u64,
+    BLOCK_BYTES, BLOCK_SIZE, EXTENT_BYTES, EXTENT_SIZE, ExtentRecord, Geometry, INDEX_MAGIC,
+    INDEX_SLOTS, INLINE_SLOTS, get_u32, get_u64, index_block, ino,
 };
 use crate::media::pool::{Category, Pool};
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,17 +21,35 @@ pub type SlotId = u32;
 /// One extent of a file in DRAM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Extent {
+    /// First pool block.
     pub phys: u64,
+    /// Length in blocks.
     pub len: u64,
+    /// The slot holding its record on media.
     pub slot: SlotId,
 }
 
 /// A file's logical-to-physical map.
 #[derive(Clone, Debug, Default)]
 pub struct FileMap {
+    /// Extents by first logical block.
     pub extents: BTreeMap<u64, Extent>,
     free_slots: BTreeSet<SlotId>,
+    /// The extent-index block chain, in order (block k holds slots `8 + k*255 ..`).
     pub index_blocks: Vec<u64>,
+}
+
+/// Slot id of slot `s` of the `k`-th extent-index block, or None past `SlotId::MAX` (a chain of
+/// more than 16.8 million index blocks).
+fn index_slot(k: usize, s: usize) -> Option<SlotId> {
+    k.checked_mul(INDEX_SLOTS)
+        .and_then(|x| x.checked_add(INLINE_SLOTS + s))
+        .and_then(|x| SlotId::try_from(x).ok())
+}
+
+/// Pool offset of record `i` of the slot array that starts at pool offset `base`.
+fn record_offset(base: u64, i: u64) -> u64 {
+    base + i * EXTENT_SIZE
 }
 
 /// The media changes an extent-map update needs, to be written in one transaction.
@@ -53,7 +72,9 @@ impl FileMap {
     pub fn new() -> FileMap {
         FileMap {
             extents: BTreeMap::new(),
-            free_slots: (0..INLINE_SLOTS as u32).collect(),
+            free_slots: (0..INLINE_SLOTS)
+                .map(|s| SlotId::try_from(s).expect("8 inline slots"))
+                .collect(),
             index_blocks: Vec::new(),
         }
     }
@@ -61,11 +82,14 @@ impl FileMap {
     /// Pool offset of a slot for the inode at `inode_off`.
     pub fn slot_offset(&self, inode_off: u64, slot: SlotId) -> u64 {
         if (slot as usize) < INLINE_SLOTS {
-            inode_off + INODE_SLOTS_OFF + slot as u64 * EXTENT_SIZE
+            record_offset(inode_off + ino::SLOTS as u64, u64::from(slot))
         } else {
             let i = slot as usize - INLINE_SLOTS;
             let blk = self.index_blocks[i / INDEX_SLOTS];
-            blk * BLOCK_SIZE + INDEX_SLOTS_OFF + (i % INDEX_SLOTS) as u64 * EXTENT_SIZE
+            record_offset(
+                blk * BLOCK_SIZE + index_block::SLOTS as u64,
+                (i % INDEX_SLOTS) as u64,
+            )
         }
     }
 
@@ -134,14 +158,18 @@ impl FileMap {
     /// Add a fresh, initialised index block (already durable and zeroed) to the chain.
     pub fn add_index_block(&mut self, block: u64, upd: &mut MapUpdate) {
         match self.index_blocks.last() {
-            Some(&prev) => upd.links.push((prev * BLOCK_SIZE + 8, block)),
+            Some(&prev) => upd
+                .links
+                .push((prev * BLOCK_SIZE + index_block::NEXT as u64, block)),
             None => upd.first_index_block = Some(block),
         }
         let k = self.index_blocks.len();
         self.index_blocks.push(block);
         for s in 0..INDEX_SLOTS {
-            self.free_slots
-                .insert((INLINE_SLOTS + k * INDEX_SLOTS + s) as SlotId);
+            // A file has fewer than 2^32 extents (one per logical block at most) and an index
+            // block is added only when fewer slots than one update needs are free.
+            let slot = index_slot(k, s).expect("a file's extent slots are numbered within u32");
+            self.free_slots.insert(slot);
         }
     }
 
@@ -217,7 +245,7 @@ impl FileMap {
                 Some((k, mut e))
                     if k + e.len == cur
                         && e.phys + e.len == r.start
-                        && e.len + r.len <= u32::MAX as u64 =>
+                        && e.len + r.len <= u64::from(u32::MAX) =>
                 {
                     e.len += r.len;
                     upd.slot_writes.insert(e.slot, record(k, &e));
@@ -306,12 +334,12 @@ impl FileMap {
                 m.free_slots.insert(slot);
                 return Ok(());
             }
-            if r.logical as u64 >= map_end {
+            let (l, len) = (u64::from(r.logical), u64::from(r.len));
+            if l >= map_end {
                 m.free_slots.insert(slot);
                 dead.push(slot);
                 return Ok(());
             }
-            let (l, len) = (r.logical as u64, r.len as u64);
             if l + len > map_end {
                 return Err(corrupt!(
                     "inode {ino}: extent at logical block {l} (+{len}) runs past map end {map_end}"
@@ -340,9 +368,9 @@ impl FileMap {
             );
             Ok(())
         };
-        for s in 0..INLINE_SLOTS {
-            let o = INODE_SLOTS_OFF as usize + s * EXTENT_SIZE as usize;
-            add(&mut m, s as SlotId, &inode[o..o + 16])?;
+        let inline = &inode[ino::SLOTS..ino::SLOTS + INLINE_SLOTS * EXTENT_BYTES];
+        for (slot, raw) in (0..).zip(inline.chunks_exact(EXTENT_BYTES)) {
+            add(&mut m, slot, raw)?;
         }
         let mut next = index_block;
         let mut seen = BTreeSet::new();
@@ -352,46 +380,49 @@ impl FileMap {
                     "inode {ino}: extent index chain points at block {next} (outside data area or a loop)"
                 ));
             }
-            let mut blk = vec![0u8; BLOCK_SIZE as usize];
+            let mut blk = vec![0u8; BLOCK_BYTES];
             pool.read(next * BLOCK_SIZE, &mut blk)?;
-            if get_u32(&blk, 0) != INDEX_MAGIC {
+            if get_u32(&blk, index_block::MAGIC) != INDEX_MAGIC {
                 return Err(corrupt!(
                     "inode {ino}: block {next} in its extent index chain has no index magic"
                 ));
             }
             let k = m.index_blocks.len();
             m.index_blocks.push(next);
-            for s in 0..INDEX_SLOTS {
-                let o = INDEX_SLOTS_OFF as usize + s * EXTENT_SIZE as usize;
-                add(
-                    &mut m,
-                    (INLINE_SLOTS + k * INDEX_SLOTS + s) as SlotId,
-                    &blk[o..o + 16],
-                )?;
+            let slots = &blk[index_block::SLOTS..index_block::SLOTS + INDEX_SLOTS * EXTENT_BYTES];
+            for (s, raw) in slots.chunks_exact(EXTENT_BYTES).enumerate() {
+                let slot = index_slot(k, s).ok_or_else(|| {
+                    corrupt!("inode {ino}: extent index chain of more than {k} blocks")
+                })?;
+                add(&mut m, slot, raw)?;
             }
-            next = get_u64(&blk, 8);
+            next = get_u64(&blk, index_block::NEXT);
         }
         Ok((m, dead))
     }
 }
 
+/// The media record of extent `e` at logical block `logical`. Every extent of a map starts below
+/// 2^32 blocks and is shorter than 2^32 blocks: loaded ones come from the u32 fields, new ones
+/// from `remap`, whose callers keep files within `MAX_FILE_SIZE` (2^32−1 blocks) and which merges
+/// only up to `u32::MAX` blocks.
 fn record(logical: u64, e: &Extent) -> ExtentRecord {
     ExtentRecord {
-        logical: logical as u32,
-        len: e.len as u32,
+        logical: u32::try_from(logical).expect("extents start below 2^32 blocks"),
+        len: u32::try_from(e.len).expect("extents are shorter than 2^32 blocks"),
         phys: e.phys,
     }
 }
 
 /// Encode a map update's slot writes as pool writes, merging the writes that land in one index
 /// block (or the inode) into one range so a transaction needs few journal entries.
-pub fn slot_pool_writes(
+pub(crate) fn slot_pool_writes(
     pool: &Pool,
     map: &FileMap,
     inode_off: u64,
     upd: &MapUpdate,
 ) -> Result<Vec<(u64, Vec<u8>)>> {
-    let mut groups: BTreeMap<u64, Vec<(u64, [u8; 16])>> = BTreeMap::new();
+    let mut groups: BTreeMap<u64, Vec<(u64, [u8; EXTENT_BYTES])>> = BTreeMap::new();
     for (&slot, rec) in &upd.slot_writes {
         let off = map.slot_offset(inode_off, slot);
         groups
@@ -408,11 +439,14 @@ pub fn slot_pool_writes(
         }
         let lo = ws[0].0;
         let hi = ws.last().expect("non-empty").0 + EXTENT_SIZE;
-        let mut buf = vec![0u8; (hi - lo) as usize];
+        // The writes of one group lie in one block (the group key above), so every distance
+        // below is less than BLOCK_SIZE.
+        let in_group = |o: u64| usize::try_from(o - lo).expect("within one block");
+        let mut buf = vec![0u8; in_group(hi)];
         pool.read(lo, &mut buf)?;
         for (o, r) in ws {
-            let i = (o - lo) as usize;
-            buf[i..i + 16].copy_from_slice(&r);
+            let i = in_group(o);
+            buf[i..i + EXTENT_BYTES].copy_from_slice(&r);
         }
         out.push((lo, buf));
     }
@@ -423,10 +457,14 @@ pub fn slot_pool_writes(
 }
 
 /// Initialise a fresh index block (unreachable until linked, so no journaling is needed).
-pub fn init_index_block(pool: &Pool, block: u64) -> Result<()> {
+pub(crate) fn init_index_block(pool: &Pool, block: u64) -> Result<()> {
     let off = block * BLOCK_SIZE;
     pool.zero_flush(off, BLOCK_SIZE, Category::Metadata)?;
-    pool.write_flush(off, &INDEX_MAGIC.to_le_bytes(), Category::Metadata)?;
+    pool.write_flush(
+        off + index_block::MAGIC as u64,
+        &INDEX_MAGIC.to_le_bytes(),
+        Category::Metadata,
+    )?;
     Ok(())
 }
 

@@ -4,20 +4,23 @@
 //! bytes used u32, crc32c u32 of the entries, then entries (name length u8, reserved u8, value
 //! length u16, name, value). Blocks are never changed in place: `ops::xattr` writes a whole new
 //! block and points the inode at it in one transaction, so an update is atomic and the block
-//! never needs journaling.
+//! never needs journaling. The offsets are `layout::xattr_block` and `layout::xattr_entry`.
+#![deny(clippy::cast_possible_truncation)]
 
 use crate::error::{Error, Result, corrupt};
-use crate::media::layout::Geometry;
-use crate::media::layout::{BLOCK_SIZE, XATTR_MAGIC, get_u16, get_u32, put_u16, put_u32};
+use crate::media::layout::{
+    BLOCK_BYTES, BLOCK_SIZE, Geometry, XATTR_MAGIC, get_u16, get_u32, put_u16, put_u32,
+    xattr_block as blk, xattr_entry as ent,
+};
 use crate::media::pool::Pool;
 
 /// Longest attribute name (XATTR_NAME_MAX).
-pub const XATTR_NAME_MAX: usize = 255;
+pub(crate) const XATTR_NAME_MAX: usize = 255;
 /// Bytes of entries one xattr block holds.
-pub const XATTR_SPACE: usize = BLOCK_SIZE as usize - 16;
+pub const XATTR_SPACE: usize = BLOCK_BYTES - blk::ENTRIES;
 /// Longest value accepted (Linux's XATTR_SIZE_MAX); the encoded block (XATTR_SPACE) is far
 /// smaller, so the u16 length fields on media can never overflow.
-pub const XATTR_SIZE_MAX: usize = 65536;
+pub(crate) const XATTR_SIZE_MAX: usize = 65536;
 
 /// The alignment hint (see docs/DESIGN.md): a file carrying it gets whole aligned 2 MiB
 /// extents even when written in small pieces; a directory carrying it passes it to the files
@@ -28,63 +31,84 @@ pub const HUGEPAGE_HINT: &[u8] = b"user.winefs.hugepage";
 /// An inode's attributes, in order: (name, value).
 pub(crate) type Attrs = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// Decode and validate an xattr block read from media (`ino` names its owner in errors).
 pub(crate) fn decode(b: &[u8], ino: u64) -> Result<Attrs> {
-    if get_u32(b, 0) != XATTR_MAGIC {
+    if get_u32(b, blk::MAGIC) != XATTR_MAGIC {
         return Err(corrupt!("inode {ino}: xattr block has no magic"));
     }
-    let count = get_u16(b, 4) as usize;
-    let used = get_u32(b, 8) as usize;
-    if used > XATTR_SPACE {
-        return Err(corrupt!("inode {ino}: xattr block claims {used} bytes"));
-    }
-    if crc32c::crc32c(&b[16..16 + used]) != get_u32(b, 12) {
+    let count = usize::from(get_u16(b, blk::COUNT));
+    let claimed = get_u32(b, blk::USED);
+    let used = usize::try_from(claimed)
+        .ok()
+        .filter(|&u| u <= XATTR_SPACE)
+        .ok_or_else(|| corrupt!("inode {ino}: xattr block claims {claimed} bytes"))?;
+    let end = blk::ENTRIES + used;
+    if crc32c::crc32c(&b[blk::ENTRIES..end]) != get_u32(b, blk::CRC) {
         return Err(corrupt!("inode {ino}: xattr block checksum mismatch"));
     }
     let mut out = Vec::with_capacity(count);
-    let mut p = 16;
+    let mut p = blk::ENTRIES;
     for _ in 0..count {
-        if p + 4 > 16 + used {
+        if p + ent::NAME > end {
             return Err(corrupt!(
                 "inode {ino}: xattr entry header past the used bytes"
             ));
         }
-        let nl = b[p] as usize;
-        let vl = get_u16(b, p + 2) as usize;
-        if nl == 0 || p + 4 + nl + vl > 16 + used {
+        let nl = usize::from(b[p + ent::NAME_LEN]);
+        let vl = usize::from(get_u16(b, p + ent::VALUE_LEN));
+        let name = p + ent::NAME;
+        if nl == 0 || name + nl + vl > end {
             return Err(corrupt!(
                 "inode {ino}: xattr entry of {nl}+{vl} bytes does not fit"
             ));
         }
         out.push((
-            b[p + 4..p + 4 + nl].to_vec(),
-            b[p + 4 + nl..p + 4 + nl + vl].to_vec(),
+            b[name..name + nl].to_vec(),
+            b[name + nl..name + nl + vl].to_vec(),
         ));
-        p += 4 + nl + vl;
+        p = name + nl + vl;
     }
     Ok(out)
 }
 
+/// Encode a whole xattr block. Names longer than [`XATTR_NAME_MAX`] are refused with `Range`,
+/// attributes that do not fit one block with `NoSpace`.
 pub(crate) fn encode(attrs: &Attrs) -> Result<Vec<u8>> {
-    let used: usize = attrs.iter().map(|(n, v)| 4 + n.len() + v.len()).sum();
-    if used > XATTR_SPACE {
-        return Err(Error::NoSpace(format!(
+    let used: usize = attrs
+        .iter()
+        .map(|(n, v)| ent::NAME + n.len() + v.len())
+        .sum();
+    let no_space = || {
+        Error::NoSpace(format!(
             "extended attributes need {used} bytes; an inode holds {XATTR_SPACE}"
-        )));
+        ))
+    };
+    if used > XATTR_SPACE {
+        return Err(no_space());
     }
-    let mut b = vec![0u8; BLOCK_SIZE as usize];
-    put_u32(&mut b, 0, XATTR_MAGIC);
-    put_u16(&mut b, 4, attrs.len() as u16);
-    put_u32(&mut b, 8, used as u32);
-    let mut p = 16;
+    // Every entry takes at least one byte and the total fits XATTR_SPACE (< 2^16), so the
+    // count, the total and each value length fit their fields; a name must fit its u8 field.
+    let count = u16::try_from(attrs.len()).map_err(|_| no_space())?;
+    let used_field = u32::try_from(used).map_err(|_| no_space())?;
+    let mut b = vec![0u8; BLOCK_BYTES];
+    put_u32(&mut b, blk::MAGIC, XATTR_MAGIC);
+    put_u16(&mut b, blk::COUNT, count);
+    put_u32(&mut b, blk::USED, used_field);
+    let mut p = blk::ENTRIES;
     for (n, v) in attrs {
-        b[p] = n.len() as u8;
-        put_u16(&mut b, p + 2, v.len() as u16);
-        b[p + 4..p + 4 + n.len()].copy_from_slice(n);
-        b[p + 4 + n.len()..p + 4 + n.len() + v.len()].copy_from_slice(v);
-        p += 4 + n.len() + v.len();
+        b[p + ent::NAME_LEN] = u8::try_from(n.len()).map_err(|_| Error::Range)?;
+        put_u16(
+            &mut b,
+            p + ent::VALUE_LEN,
+            u16::try_from(v.len()).map_err(|_| no_space())?,
+        );
+        let name = p + ent::NAME;
+        b[name..name + n.len()].copy_from_slice(n);
+        b[name + n.len()..name + n.len() + v.len()].copy_from_slice(v);
+        p = name + n.len() + v.len();
     }
-    let crc = crc32c::crc32c(&b[16..16 + used]);
-    put_u32(&mut b, 12, crc);
+    let crc = crc32c::crc32c(&b[blk::ENTRIES..blk::ENTRIES + used]);
+    put_u32(&mut b, blk::CRC, crc);
     Ok(b)
 }
 
@@ -98,7 +122,7 @@ pub(crate) fn load(pool: &Pool, geo: &Geometry, ino: u64, block: u64) -> Result<
             "inode {ino}: xattr block {block} outside the data area"
         ));
     }
-    let mut b = vec![0u8; BLOCK_SIZE as usize];
+    let mut b = vec![0u8; BLOCK_BYTES];
     pool.read(block * BLOCK_SIZE, &mut b)?;
     decode(&b, ino)
 }

@@ -1,12 +1,13 @@
 //! Mount (superblock validation, journal recovery, DRAM index rebuild, orphan cleanup) and
 //! clean unmount (allocator state saved, superblock marked clean).
+#![deny(clippy::cast_possible_truncation)]
 
 use crate::error::{Error, Result, corrupt};
 use crate::media::alloc::{Allocator, BlockRun};
 use crate::media::journal::Journals;
 use crate::media::layout::{
-    self, BLOCK_SIZE, FileKind, Geometry, INODE_SIZE, InodeHeader, MAX_FILE_SIZE, ROOT_INO,
-    SbState, Superblock, sb,
+    self, BLOCK_BYTES, BLOCK_SIZE, FileKind, Geometry, INODE_BYTES, INODE_SIZE, InodeHeader,
+    MAX_FILE_SIZE, ROOT_INO, SbState, Superblock, bitmap_bit, sb,
 };
 use crate::media::pool::{Category, Pool};
 use crate::meta::dir::DirIndex;
@@ -26,11 +27,16 @@ use std::sync::{Arc, Mutex, RwLock};
 /// written).
 pub fn read_superblock(path: &Path) -> Result<(Superblock, SbState)> {
     let pool = Pool::open(path, true)?;
-    let raw: [u8; 256] = pool
+    decode_superblock(&pool)
+}
+
+/// Decode and validate the superblock and its state record at the start of `pool`.
+fn decode_superblock(pool: &Pool) -> Result<(Superblock, SbState)> {
+    let raw: [u8; sb::STATE + sb::STATE_SIZE] = pool
         .read_array(0)
         .map_err(|_| Error::Foreign("shorter than a superblock".into()))?;
     let sbk = Superblock::decode(&raw, pool.len())?;
-    Ok((sbk, SbState::decode(&raw[sb::STATE..sb::STATE + 32])))
+    Ok((sbk, SbState::decode(&raw[sb::STATE..])))
 }
 
 /// What the inode tables hold, as found at mount.
@@ -47,15 +53,13 @@ fn load_inodes(pool: &Pool, g: &Geometry) -> Result<LoadedInodes> {
     let mut nodes = HashMap::new();
     let mut free = vec![BTreeSet::new(); g.partitions as usize];
     let mut dead_offs = Vec::new();
-    let per_block = (BLOCK_SIZE / INODE_SIZE) as usize;
-    let mut blk = vec![0u8; BLOCK_SIZE as usize];
+    let mut blk = vec![0u8; BLOCK_BYTES];
+    let per_block = BLOCK_SIZE / INODE_SIZE;
     let total = g.total_inodes();
     let mut ino = 1u64;
     while ino <= total {
         pool.read(g.inode_offset(ino)?, &mut blk)?;
-        for i in 0..per_block {
-            let cur = ino + i as u64;
-            let raw = &blk[i * INODE_SIZE as usize..(i + 1) * INODE_SIZE as usize];
+        for (cur, raw) in (ino..).zip(blk.chunks_exact(INODE_BYTES)) {
             let hdr = InodeHeader::decode(raw);
             if !hdr.in_use() {
                 free[g.inode_partition(cur) as usize].insert(cur);
@@ -64,7 +68,7 @@ fn load_inodes(pool: &Pool, g: &Geometry) -> Result<LoadedInodes> {
             let kind = hdr
                 .kind()
                 .ok_or_else(|| corrupt!("inode {cur}: unknown file type in mode {:o}", hdr.mode))?;
-            if hdr.size > MAX_FILE_SIZE || hdr.map_end > u32::MAX as u64 {
+            if hdr.size > MAX_FILE_SIZE || hdr.map_end > u64::from(u32::MAX) {
                 return Err(corrupt!(
                     "inode {cur}: size {} / map end {} out of range",
                     hdr.size,
@@ -94,13 +98,15 @@ fn load_inodes(pool: &Pool, g: &Geometry) -> Result<LoadedInodes> {
                     ));
                 }
                 let mut d = DirIndex::default();
-                let mut b = vec![0u8; BLOCK_SIZE as usize];
+                let mut b = vec![0u8; BLOCK_BYTES];
                 for k in 0..hdr.size / BLOCK_SIZE {
                     let (phys, _) = map
                         .lookup(k)
                         .ok_or_else(|| corrupt!("directory {cur}: block {k} is not mapped"))?;
                     pool.read(phys * BLOCK_SIZE, &mut b)?;
-                    d.load_block(cur, k as u32, &b)?;
+                    let block = u32::try_from(k)
+                        .map_err(|_| corrupt!("directory {cur}: block {k} beyond 2^32 blocks"))?;
+                    d.load_block(cur, block, &b)?;
                 }
                 Some(d)
             } else {
@@ -108,7 +114,7 @@ fn load_inodes(pool: &Pool, g: &Geometry) -> Result<LoadedInodes> {
             };
             nodes.insert(cur, InodeState::new(cur, hdr, map, dir));
         }
-        ino += per_block as u64;
+        ino += per_block;
     }
     Ok(LoadedInodes {
         inodes: nodes,
@@ -156,14 +162,34 @@ fn complement(g: &Geometry, owned: &[(BlockRun, u64)]) -> Vec<BlockRun> {
     free
 }
 
+/// A buffer as long as the allocator bitmap, every byte `fill`.
+fn bitmap_buffer(g: &Geometry, fill: u8) -> Result<Vec<u8>> {
+    let len = usize::try_from(g.bitmap_blocks * BLOCK_SIZE).map_err(|_| {
+        corrupt!(
+            "allocator bitmap of {} blocks does not fit in memory",
+            g.bitmap_blocks
+        )
+    })?;
+    Ok(vec![fill; len])
+}
+
+/// Whether bit `i` of the allocator bitmap `bits` is set (the data block is in use).
+fn bitmap_get(bits: &[u8], i: u64) -> Result<bool> {
+    let (byte, mask) = bitmap_bit(i)?;
+    let b = bits
+        .get(byte)
+        .ok_or_else(|| corrupt!("data block index {i} is past the allocator bitmap"))?;
+    Ok(b & mask != 0)
+}
+
 /// Free runs recorded in the saved allocator bitmap (bit set = block in use).
 fn bitmap_free_runs(pool: &Pool, g: &Geometry) -> Result<Vec<BlockRun>> {
-    let mut bits = vec![0u8; (g.bitmap_blocks * BLOCK_SIZE) as usize];
+    let mut bits = bitmap_buffer(g, 0)?;
     pool.read(g.bitmap_start * BLOCK_SIZE, &mut bits)?;
     let mut free = Vec::new();
     let mut run: Option<u64> = None;
     for i in 0..g.data_blocks {
-        let used = bits[(i / 8) as usize] & (1 << (i % 8)) != 0;
+        let used = bitmap_get(&bits, i)?;
         match (used, run) {
             (false, None) => run = Some(i),
             (true, Some(s)) => {
@@ -194,12 +220,8 @@ pub(crate) fn mount(path: &Path, opts: &MountOptions) -> Result<Arc<MountState>>
 /// Mount an already mapped pool (the crash explorer patches a private mapping of a crash image
 /// before recovery runs on it).
 pub(crate) fn mount_pool(pool: Pool, opts: &MountOptions) -> Result<Arc<MountState>> {
-    let raw: [u8; 256] = pool
-        .read_array(0)
-        .map_err(|_| Error::Foreign("shorter than a superblock".into()))?;
-    let sbk = Superblock::decode(&raw, pool.len())?;
+    let (sbk, sb_state) = decode_superblock(&pool)?;
     let g = sbk.geometry.clone();
-    let sb_state = SbState::decode(&raw[sb::STATE..sb::STATE + 32]);
     let mount_count = sb_state.mount_count + 1;
     write_state(
         &pool,
@@ -253,7 +275,10 @@ pub(crate) fn mount_pool(pool: Pool, opts: &MountOptions) -> Result<Arc<MountSta
         poisoned: AtomicBool::new(false),
         unmounted: AtomicBool::new(false),
         mount_count,
-        generation: AtomicU32::new(now_ns() as u32),
+        // Seeded from the low 32 bits of the clock.
+        generation: AtomicU32::new(
+            u32::try_from(now_ns() & i64::from(u32::MAX)).expect("masked to 32 bits"),
+        ),
         recovery,
         faults: Mutex::new(None),
         background: Arc::new(background),
@@ -285,10 +310,11 @@ pub(crate) fn unmount(state: &MountState) -> Result<()> {
         return Ok(());
     }
     let g = &state.geo;
-    let mut bits = vec![0xffu8; (g.bitmap_blocks * BLOCK_SIZE) as usize];
+    let mut bits = bitmap_buffer(g, 0xff)?;
     for r in state.alloc.free_runs() {
         for b in r.start - g.data_start..r.start + r.len - g.data_start {
-            bits[(b / 8) as usize] &= !(1 << (b % 8));
+            let (byte, mask) = bitmap_bit(b)?;
+            bits[byte] &= !mask;
         }
     }
     state
