@@ -12,7 +12,7 @@
 //! | data path and namespace | `ops`: `file`, `mmap`, `namespace`, `xattr`, `relocate` | the operations on a mounted pool |
 //! | background | `background`: `worker`, `rewrite`, `compact` | reactive rewrite and hole compaction |
 //! | facade | [`fs`] | [`Fs`], [`File`], [`Mapping`] |
-//! | front ends and tools | [`fuse`], the `winefs` CLI; [`bench`], [`age`], [`crash`], [`report`], [`hugepool`] | what users run |
+//! | front ends and tools | [`fuse`], the `winefs` CLI; [`bench`](mod@bench), [`age`], [`crash`], [`report`], [`hugepool`] | what users run |
 
 #![warn(missing_docs)]
 

@@ -8,7 +8,7 @@ use std::fmt;
 /// Where the run stands; also the final report.
 #[derive(Clone, Debug)]
 pub struct AgeReport {
-    /// What was aged ([`AgeTarget::describe`]).
+    /// What was aged ([`AgeTarget::describe`](crate::age::AgeTarget::describe)).
     pub target: String,
     /// The profile's name.
     pub profile: String,

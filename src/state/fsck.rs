@@ -1,10 +1,11 @@
 //! Consistency checking: every invariant of a mounted file system, and of its media against its
 //! DRAM indexes. `fsck POOL` mounts the pool privately (recovery runs in this process only,
 //! nothing is written) and runs the same checks.
+#![deny(clippy::cast_possible_truncation)]
 
-use crate::error::Result;
+use crate::error::{Result, corrupt};
 use crate::media::alloc::BlockRun;
-use crate::media::layout::{BLOCK_SIZE, FileKind, INODE_SIZE, InodeHeader, ROOT_INO};
+use crate::media::layout::{BLOCK_BYTES, BLOCK_SIZE, FileKind, INODE_BYTES, InodeHeader, ROOT_INO};
 use crate::meta::dir::DirIndex;
 use crate::meta::inode::FileMap;
 use crate::state::inode_state::{InodeState, rlock};
@@ -74,7 +75,7 @@ pub(crate) fn check(state: &MountState) -> Report {
                 continue;
             }
         };
-        let mut raw = vec![0u8; INODE_SIZE as usize];
+        let mut raw = vec![0u8; INODE_BYTES];
         if let Err(e) = state.pool.read(off, &mut raw) {
             p(format!("inode {}: {e}", n.ino));
             continue;
@@ -114,15 +115,16 @@ pub(crate) fn check(state: &MountState) -> Report {
         }
         if let Some(d) = &n.dir {
             let mut fresh = DirIndex::default();
-            let mut b = vec![0u8; BLOCK_SIZE as usize];
+            let mut b = vec![0u8; BLOCK_BYTES];
             for k in 0..n.hdr.size / BLOCK_SIZE {
                 match n.map.lookup(k) {
                     Some((phys, _)) => {
-                        if let Err(e) = state
-                            .pool
-                            .read(phys * BLOCK_SIZE, &mut b)
-                            .and_then(|_| fresh.load_block(n.ino, k as u32, &b))
-                        {
+                        if let Err(e) = state.pool.read(phys * BLOCK_SIZE, &mut b).and_then(|_| {
+                            let block = u32::try_from(k).map_err(|_| {
+                                corrupt!("directory {}: block {k} beyond 2^32 blocks", n.ino)
+                            })?;
+                            fresh.load_block(n.ino, block, &b)
+                        }) {
                             p(format!("directory {}: {e}", n.ino));
                         }
                     }

@@ -1,6 +1,6 @@
 //! The system calls std does not offer, and the only `unsafe` code besides the pool mapping:
 //! process-level calls here (ids, the current CPU, the clock, forking a daemon, signal masks,
-//! lazy unmount, file-system statistics) and virtual-memory calls in [`vm`].
+//! lazy unmount, file-system statistics) and virtual-memory calls in `vm`.
 #![allow(unsafe_code)] // one of the few modules allowed `unsafe` (Cargo.toml [lints])
 
 pub(crate) mod vm;

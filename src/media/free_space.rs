@@ -1,0 +1,243 @@
+//! The free space of one partition: a FIFO list of free aligned 2 MiB extents (as in the
+//! paper, with an address index beside it) and a tree of free unaligned holes, with the merge
+//! that promotes every full aligned unit back to the list. The allocator (`media::alloc`) holds
+//! one per partition under a mutex and decides which partition serves a request.
+#![deny(clippy::cast_possible_truncation)]
+
+use crate::media::layout::BLOCKS_PER_HUGE;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+const H: u64 = BLOCKS_PER_HUGE;
+
+/// A contiguous run of blocks `[start, start + len)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BlockRun {
+    /// First block of the run.
+    pub start: u64,
+    /// Number of blocks in the run.
+    pub len: u64,
+}
+
+impl BlockRun {
+    /// One past the last block of the run.
+    pub fn end(&self) -> u64 {
+        self.start + self.len
+    }
+}
+
+/// Free space of one partition; only touched under its mutex.
+#[derive(Default)]
+pub(crate) struct FreeSpace {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    /// Free aligned extents in list order (pop head, push tail), as in the paper.
+    pub(crate) aligned: VecDeque<u64>,
+    /// Same extents, indexed by address for O(log n) overlap checks.
+    pub(crate) aligned_set: BTreeSet<u64>,
+    /// Unaligned free runs: start -> len.
+    pub(crate) holes: BTreeMap<u64, u64>,
+    pub(crate) hole_blocks: u64,
+}
+
+impl FreeSpace {
+    pub(crate) fn add_hole(&mut self, s: u64, len: u64) {
+        if len > 0 {
+            self.holes.insert(s, len);
+            self.hole_blocks += len;
+        }
+    }
+
+    pub(crate) fn remove_hole(&mut self, s: u64) -> u64 {
+        let l = self.holes.remove(&s).expect("hole exists");
+        self.hole_blocks -= l;
+        l
+    }
+
+    pub(crate) fn pop_aligned(&mut self) -> Option<u64> {
+        let u = self.aligned.pop_front()?;
+        self.aligned_set.remove(&u);
+        Some(u)
+    }
+
+    /// Whether any block of `[s, e)` is already free here.
+    pub(crate) fn overlaps_free(&self, s: u64, e: u64) -> bool {
+        if let Some((&hs, &hl)) = self.holes.range(..e).next_back()
+            && hs + hl > s
+        {
+            return true;
+        }
+        // Any extent starting in [floor512(s), e) covers part of [s, e).
+        self.aligned_set.range(s - s % H..e).next().is_some()
+    }
+
+    /// Add `[s, e)` as free: merge with neighbouring holes, then promote every full aligned unit.
+    pub(crate) fn insert_free(&mut self, mut s: u64, mut e: u64) {
+        if let Some((&ps, &pl)) = self.holes.range(..s).next_back()
+            && ps + pl == s
+        {
+            self.remove_hole(ps);
+            s = ps;
+        }
+        if self.holes.contains_key(&e) {
+            e += self.remove_hole(e);
+        }
+        let mut u = s.div_ceil(H) * H;
+        if u + H > e {
+            self.add_hole(s, e - s);
+            return;
+        }
+        self.add_hole(s, u - s);
+        while u + H <= e {
+            self.aligned.push_back(u);
+            self.aligned_set.insert(u);
+            u += H;
+        }
+        self.add_hole(u, e - u);
+    }
+
+    /// Lowest-address hole with at least `r` blocks; its first `r` blocks are taken.
+    pub(crate) fn first_fit(&mut self, r: u64) -> Option<u64> {
+        let (&s, &l) = self.holes.iter().find(|&(_, &l)| l >= r)?;
+        self.remove_hole(s);
+        self.add_hole(s + r, l - r);
+        Some(s)
+    }
+
+    /// Take up to `need` blocks from holes in address order; returns how many were taken.
+    pub(crate) fn gather(&mut self, need: u64, out: &mut Vec<BlockRun>) -> u64 {
+        let mut got = 0;
+        while got < need {
+            let Some((&s, &l)) = self.holes.iter().next() else {
+                break;
+            };
+            let take = l.min(need - got);
+            self.remove_hole(s);
+            self.add_hole(s + take, l - take);
+            out.push(BlockRun {
+                start: s,
+                len: take,
+            });
+            got += take;
+        }
+        got
+    }
+
+    /// Move every free block of `[a, b)` out of this pool into `out` (parts of free runs
+    /// outside the range stay free).
+    pub(crate) fn take_range(&mut self, a: u64, b: u64, out: &mut Vec<BlockRun>) {
+        let units: Vec<u64> = self
+            .aligned_set
+            .range(a - a % H..b)
+            .copied()
+            .filter(|&u| u + H > a)
+            .collect();
+        for u in units {
+            self.aligned_set.remove(&u);
+            self.aligned.retain(|&x| x != u);
+            let (s, e) = (u.max(a), (u + H).min(b));
+            out.push(BlockRun {
+                start: s,
+                len: e - s,
+            });
+            if u < s {
+                self.insert_free(u, s);
+            }
+            if e < u + H {
+                self.insert_free(e, u + H);
+            }
+        }
+        let holes: Vec<(u64, u64)> = {
+            let first = self
+                .holes
+                .range(..a)
+                .next_back()
+                .map(|(&s, _)| s)
+                .unwrap_or(a);
+            self.holes
+                .range(first..b)
+                .filter(|&(&s, &l)| s + l > a)
+                .map(|(&s, &l)| (s, l))
+                .collect()
+        };
+        for (hs, hl) in holes {
+            self.remove_hole(hs);
+            let (s, e) = (hs.max(a), (hs + hl).min(b));
+            out.push(BlockRun {
+                start: s,
+                len: e - s,
+            });
+            // What is left of a hole holds no whole aligned unit: it stays a hole.
+            self.add_hole(hs, s - hs);
+            self.add_hole(e, hs + hl - e);
+        }
+    }
+
+    /// Pop the head aligned extent, keep its first `r` blocks, return the rest as a hole.
+    pub(crate) fn break_aligned(&mut self, r: u64) -> Option<u64> {
+        let u = self.pop_aligned()?;
+        self.insert_free(u + r, u + H);
+        Some(u)
+    }
+
+    /// Verify this pool's invariants; the message names partition `idx` and the first violation.
+    pub(crate) fn check(&self, idx: usize, cnt_aligned: u64, cnt_holes: u64) -> Result<(), String> {
+        let fail = |m: String| {
+            Err(format!(
+                "partition {idx} [{},{}): {m}",
+                self.start, self.end
+            ))
+        };
+        let (mut prev_end, mut sum) = (None, 0);
+        for (&s, &l) in &self.holes {
+            let e = s + l;
+            let bad = if l == 0 || s < self.start || e > self.end {
+                "is empty or outside the partition"
+            } else if prev_end.is_some_and(|pe| s < pe) {
+                "overlaps the previous hole"
+            } else if prev_end == Some(s) {
+                "is adjacent to the previous hole (not merged)"
+            } else if s.div_ceil(H) * H + H <= e {
+                "contains a full aligned unit"
+            } else if self.aligned_set.range(s - s % H..e).next().is_some() {
+                "overlaps an aligned extent"
+            } else {
+                ""
+            };
+            if !bad.is_empty() {
+                return fail(format!("hole [{s},{e}) {bad}"));
+            }
+            (prev_end, sum) = (Some(e), sum + l);
+        }
+        for &u in &self.aligned {
+            if u % H != 0 || u < self.start || u + H > self.end || !self.aligned_set.contains(&u) {
+                return fail(format!(
+                    "aligned extent {u} misaligned, outside or unindexed"
+                ));
+            }
+        }
+        let n = self.aligned.len() as u64;
+        if self.aligned_set.len() as u64 != n {
+            return fail("duplicate aligned extents in the list".into());
+        }
+        if sum != self.hole_blocks || cnt_holes != sum || cnt_aligned != n {
+            let hb = self.hole_blocks;
+            return fail(format!(
+                "counters: holes {hb}/{cnt_holes} (real {sum}), aligned {cnt_aligned} (real {n})"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Sort runs and merge the physically adjacent ones.
+pub(crate) fn coalesce(mut runs: Vec<BlockRun>) -> Vec<BlockRun> {
+    runs.sort();
+    let mut out: Vec<BlockRun> = Vec::with_capacity(runs.len());
+    for r in runs {
+        match out.last_mut() {
+            Some(last) if last.end() == r.start => last.len += r.len,
+            _ => out.push(r),
+        }
+    }
+    out
+}
