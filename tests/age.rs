@@ -6,34 +6,27 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use winefs::age::profile::{Profile, chi_square, chi_square_critical_95};
 use winefs::age::{AgeConfig, AgeReport, Ager, CreateMethod, LibraryTarget, PosixTarget};
-use winefs::{Fs, MkfsOptions, MountOptions};
+use winefs::{Fs, MountOptions};
+
+mod common;
 
 const MIB: u64 = 1 << 20;
 
 fn pool(dir: &Path, name: &str, size: u64) -> Fs {
     let p = dir.join(name);
-    Fs::mkfs(
-        &p,
-        &MkfsOptions {
-            size: Some(size),
-            // One partition: with per-CPU partitions, where a file lands (and so, now and then,
-            // how many metadata blocks it needs) depends on the core the thread runs on.
-            partitions: Some(1),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    // One partition: with per-CPU partitions, where a file lands (and so, now and then, how
+    // many metadata blocks it needs) depends on the core the thread runs on.
+    common::format(&p, size, Some(1));
     // The ager's own properties are tested on a file system without background work: hole
     // compaction moves blocks on its own schedule, so usage (and every choice after it) would
     // depend on timing. tests/compact.rs ages with it on.
-    Fs::mount(
+    common::mount_opts(
         &p,
         MountOptions {
             no_background_rewrite: true,
             ..Default::default()
         },
     )
-    .unwrap()
 }
 
 fn cfg(profile: &str, util: f64, writes: f64, seed: u64) -> AgeConfig {
@@ -239,7 +232,7 @@ fn resumes_after_an_interruption() {
     assert!(ck.problems.is_empty(), "{:?}", ck.problems);
     fs.unmount().unwrap();
     // A state made with another profile is refused.
-    let fs = Fs::mount(&dir.path().join("p"), MountOptions::default()).unwrap();
+    let fs = common::mount(&dir.path().join("p"));
     let mut other = cfg("agrawal", 0.7, 5.0, 9);
     other.state = Some(state);
     let target = LibraryTarget {

@@ -1,7 +1,8 @@
 //! `winefs frag`, `winefs filemap` and `winefs rewrite` on a pool prepared with the library.
 
 use std::process::Command;
-use winefs::{Fs, MkfsOptions, MountOptions};
+
+mod common;
 
 const BIN: &str = env!("CARGO_BIN_EXE_winefs");
 
@@ -37,15 +38,7 @@ fn frag_filemap_and_rewrite_report_the_layout() {
     let d = tempfile::tempdir().unwrap();
     let pool = d.path().join("pool");
     let ps = pool.to_str().unwrap();
-    Fs::mkfs(
-        &pool,
-        &MkfsOptions {
-            size: Some(128 << 20),
-            partitions: Some(2),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    common::format(&pool, 128 << 20, Some(2));
     let fresh = run(&["frag", ps]);
     let fresh_aligned = number_after(&fresh, "aligned 2 MiB extents");
     // A fresh pool's free space is all in aligned 2 MiB extents, in every partition.
@@ -64,7 +57,7 @@ fn frag_filemap_and_rewrite_report_the_layout() {
     // The first file in the root takes one block for the directory (from one aligned extent,
     // which becomes the hole later metadata comes from); the fallocate is then measured alone.
     {
-        let fs = Fs::mount(&pool, MountOptions::default()).unwrap();
+        let fs = common::mount(&pool);
         fs.create_file("/aligned").unwrap();
         fs.create_file("/scattered").unwrap();
         fs.unmount().unwrap();
@@ -73,7 +66,7 @@ fn frag_filemap_and_rewrite_report_the_layout() {
     let created_aligned = number_after(&created, "aligned 2 MiB extents");
     assert!(fresh_aligned - created_aligned <= 1.0, "{fresh}\n{created}");
     {
-        let fs = Fs::mount(&pool, MountOptions::default()).unwrap();
+        let fs = common::mount(&pool);
         fs.open_file("/aligned")
             .unwrap()
             .fallocate(0, 8 << 20)
@@ -85,7 +78,7 @@ fn frag_filemap_and_rewrite_report_the_layout() {
     let used = created_aligned - number_after(&after, "aligned 2 MiB extents");
     assert_eq!(used, 4.0, "{created}\n{after}");
     {
-        let fs = Fs::mount(&pool, MountOptions::default()).unwrap();
+        let fs = common::mount(&pool);
         let s = fs.open_file("/scattered").unwrap();
         s.write_at(0, &vec![9u8; 4 << 20]).unwrap();
         fs.scatter(s.ino()).unwrap();

@@ -16,7 +16,9 @@ use winefs::media::layout::{
 };
 use winefs::media::pool::{Category, Pool};
 use winefs::meta::xattr::XATTR_SPACE;
-use winefs::{Fs, MkfsOptions, MountOptions, XattrSet};
+use winefs::{Fs, MountOptions, XattrSet};
+
+mod common;
 
 #[derive(Debug, Clone)]
 struct Row {
@@ -511,16 +513,8 @@ fn real_journal_entries_decode_at_documented_offsets() {
 
 /// Format a one-partition 64 MiB pool at `path` and mount it.
 fn fresh_fs(path: &Path, opts: MountOptions) -> Fs {
-    Fs::mkfs(
-        path,
-        &MkfsOptions {
-            size: Some(64 << 20),
-            partitions: Some(1),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    Fs::mount(path, opts).unwrap()
+    common::format(path, 64 << 20, Some(1));
+    common::mount_opts(path, opts)
 }
 
 /// An unmounted pool read back through a private (read-only) mapping.

@@ -48,12 +48,16 @@ pub fn mount(path: &Path) -> Fs {
 
 /// Mount with the given data guarantees.
 pub fn mount_with(path: &Path, consistency: Consistency) -> Fs {
-    Fs::mount(
+    mount_opts(
         path,
         MountOptions {
             consistency,
             ..Default::default()
         },
     )
-    .unwrap_or_else(|e| panic!("mount {}: {e}", path.display()))
+}
+
+/// Mount with any options.
+pub fn mount_opts(path: &Path, opts: MountOptions) -> Fs {
+    Fs::mount(path, opts).unwrap_or_else(|e| panic!("mount {}: {e}", path.display()))
 }
