@@ -136,24 +136,24 @@ const STATE_MAGIC: &str = "winefs-age-state 2";
 #[derive(Serialize, Deserialize)]
 struct Checkpoint {
     /// [`STATE_MAGIC`].
-    pub(super) format: String,
-    pub(super) profile: String,
-    pub(super) seed: u64,
-    pub(super) rng: u64,
-    pub(super) clock: u64,
-    pub(super) next_id: u64,
-    pub(super) written: u64,
-    pub(super) creates: u64,
-    pub(super) deletes: u64,
-    pub(super) full: u64,
-    pub(super) filled: bool,
+    format: String,
+    profile: String,
+    seed: u64,
+    rng: u64,
+    clock: u64,
+    next_id: u64,
+    written: u64,
+    creates: u64,
+    deletes: u64,
+    full: u64,
+    filled: bool,
     /// Files created per size class and per depth entry.
-    pub(super) sizes: Vec<u64>,
-    pub(super) depths: Vec<u64>,
+    sizes: Vec<u64>,
+    depths: Vec<u64>,
     /// Directories made: (depth, index at that depth).
-    pub(super) dirs: Vec<(u32, u64)>,
+    dirs: Vec<(u32, u64)>,
     /// Live files, births ascending: (birth, id, size, depth, directory).
-    pub(super) files: Vec<(u64, u64, u64, u32, u64)>,
+    files: Vec<(u64, u64, u64, u32, u64)>,
 }
 
 impl State {
