@@ -436,7 +436,6 @@ pub(crate) fn unlink(state: &MountState, parent: u64, name: &[u8], want_dir: boo
         let c = g.get_mut(&loc.ino).expect("locked");
         c.hdr = ch;
         if free_now {
-            c.hdr.flags &= !INODE_IN_USE;
             state.forget_inode(c);
         }
     }
@@ -631,9 +630,7 @@ pub(crate) fn rename(
         g.get_mut(&i).expect("locked").hdr = h;
     }
     if let Some(v) = victim_freed {
-        let n = g.get_mut(&v).expect("locked");
-        n.hdr.flags &= !INODE_IN_USE;
-        state.forget_inode(n);
+        state.forget_inode(g.get_mut(&v).expect("locked"));
     }
     apply_edit(edit, &mut g);
     Ok(())
