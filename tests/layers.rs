@@ -413,7 +413,10 @@ impl Crate {
                         krate.resolve(&p[1..], 0).map(|t| &krate.files[t])
                     }
                     _ => match self.absolute(i, &p, &bound) {
-                        Some(a) if extern_crate.is_some_and(|(name, _)| a[0] == name) => {
+                        Some(a)
+                            if extern_crate
+                                .is_some_and(|(name, _)| a.first().is_some_and(|s| s == name)) =>
+                        {
                             let (_, krate) = extern_crate.expect("checked");
                             krate.resolve(&a[1..], 0).map(|t| &krate.files[t])
                         }

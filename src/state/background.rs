@@ -6,9 +6,10 @@
 //! waits here without holding the mount, so an unmount never waits for it to notice.
 
 use crate::media::alloc::Allocator;
+use crate::state::locks::lock;
 use crate::types::{CompactStats, RewriteStats};
 use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Background compaction is asked for when holes hold more than this share of free space...
@@ -21,10 +22,6 @@ pub(crate) const MIN_FREE: u64 = 16 * 512;
 const COMPACT_QUIET_UNITS: u64 = 4;
 /// How often a waiting worker checks whether its mount is gone.
 const IDLE_POLL: Duration = Duration::from_millis(200);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// One piece of background work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

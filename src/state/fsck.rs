@@ -9,6 +9,7 @@ use crate::media::layout::{BLOCK_BYTES, BLOCK_SIZE, FileKind, INODE_BYTES, Inode
 use crate::meta::dir::DirIndex;
 use crate::meta::inode::FileMap;
 use crate::state::inode_state::{InodeState, rlock};
+use crate::state::locks::lock;
 use crate::state::mount;
 use crate::state::mount_state::MountState;
 use crate::types::MountOptions;
@@ -299,7 +300,7 @@ pub(crate) fn check(state: &MountState) -> Report {
     // 4. Inode free lists agree with the table.
     let mut free_inodes = 0u64;
     for (part, f) in state.inode_free.iter().enumerate() {
-        let f = f.lock().unwrap_or_else(|e| e.into_inner());
+        let f = lock(f);
         free_inodes += f.len() as u64;
         for i in f.iter() {
             if nodes.contains_key(i) {

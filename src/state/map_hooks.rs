@@ -7,7 +7,8 @@ use crate::error::Result;
 use crate::media::layout::BLOCK_SIZE;
 use crate::media::pool::Category;
 use crate::state::inode_state::InodeState;
-use crate::state::mappings::{Shared, UNIT_BLOCKS, lock};
+use crate::state::locks::lock;
+use crate::state::mappings::{Shared, UNIT_BLOCKS};
 use crate::state::mount_state::MountState;
 use std::sync::Arc;
 

@@ -9,17 +9,14 @@
 
 use crate::error::Result;
 use crate::media::layout::{BLOCK_SIZE, BLOCKS_PER_HUGE};
+use crate::state::locks::lock;
 use crate::sys::vm::{self, PAGE, Uffd, Wakeup};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 /// Blocks per 2 MiB unit.
 pub(crate) const UNIT_BLOCKS: u64 = BLOCKS_PER_HUGE;
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The address-space side of one mapping.
 pub(crate) struct MapState {

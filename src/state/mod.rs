@@ -5,6 +5,7 @@
 pub(crate) mod background;
 pub mod fsck;
 pub(crate) mod inode_state;
+pub(crate) mod locks;
 pub(crate) mod map_hooks;
 pub(crate) mod mappings;
 pub mod mkfs;

@@ -16,16 +16,13 @@ use crate::media::layout::{BLOCK_SIZE, Geometry, NAME_MAX, Superblock};
 use crate::media::pool::Pool;
 use crate::state::background::Background;
 use crate::state::inode_state::{InodeRef, InodeState};
+use crate::state::locks::lock;
 use crate::state::mappings::FaultService;
 use crate::sys::current_cpu;
 use crate::types::{Attr, Consistency, StatFs};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Shared state of a mounted pool.
 pub(crate) struct MountState {
