@@ -17,6 +17,12 @@ use std::sync::{Arc, RwLock};
 
 /// Cache-line size assumed by the flush loop and the journal entry size.
 pub(crate) const CACHE_LINE: u64 = 64;
+/// How long a busy pool lock is retried before the pool is refused as in use. The lock belongs
+/// to the open file description, so a child forked by another thread (to run `mount`, say)
+/// keeps a copy of a pool descriptor, and its lock, from the fork until it execs, even after
+/// the parent closed it (every descriptor is close-on-exec): microseconds. A mount holds the
+/// lock for its whole life, so waiting this long changes nothing for a real conflict.
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
 const HUGE: usize = 2 << 20;
 
 /// A pool offset or length as a `usize`, for pointer arithmetic. Callers pass only values within
@@ -252,21 +258,27 @@ impl Pool {
     fn map(path: &Path, file: File, size: u64, private: bool) -> Result<Pool> {
         // One writer per pool: two processes mounting it would corrupt it. A private (read-only)
         // mapping shares the lock, so fsck and info refuse a pool that is mounted.
-        let locked = if private {
-            file.try_lock_shared()
-        } else {
-            file.try_lock()
-        };
-        match locked {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(Error::Busy(format!(
-                    "pool {} is in use by another winefs mount",
-                    path.display()
-                )));
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(Error::io(format!("lock pool {}", path.display()), e));
+        let deadline = std::time::Instant::now() + LOCK_RETRY;
+        loop {
+            let locked = if private {
+                file.try_lock_shared()
+            } else {
+                file.try_lock()
+            };
+            match locked {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(Error::Busy(format!(
+                        "pool {} is in use by another winefs mount",
+                        path.display()
+                    )));
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(Error::io(format!("lock pool {}", path.display()), e));
+                }
             }
         }
         let len = size & !4095;
@@ -659,6 +671,32 @@ impl Drop for Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lock held only for a moment (a forked child's copy of a closed descriptor, until it
+    /// execs) does not refuse the pool; a lock still held after the retry window does.
+    #[test]
+    fn a_briefly_held_lock_is_waited_out_a_held_one_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("pool");
+        drop(Pool::create(&p, 8 << 20).unwrap());
+        // Another open file description of the pool, locked like a mount's.
+        let other = File::open(&p).unwrap();
+        other.lock().unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            drop(other);
+        });
+        assert!(Pool::open(&p, false).is_ok(), "a lock released after 20 ms");
+        release.join().unwrap();
+        let _held = Pool::open(&p, false).unwrap();
+        let t = std::time::Instant::now();
+        assert!(matches!(Pool::open(&p, false), Err(Error::Busy(_))));
+        assert!(matches!(Pool::open(&p, true), Err(Error::Busy(_))));
+        assert!(
+            t.elapsed() >= 2 * LOCK_RETRY,
+            "refused only after the retry window"
+        );
+    }
 
     #[test]
     fn mapping_is_2mib_aligned_and_round_trips() {
