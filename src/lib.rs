@@ -36,6 +36,7 @@ pub mod units;
 pub use error::{Error, Result};
 pub use fs::{File, Fs, Mapping};
 pub use media::layout::FileKind;
+pub use ops::repair::RepairReport;
 pub use types::{
     Attr, CompactStats, Consistency, DirEntry, MkfsOptions, MountOptions, RenameFlags,
     RewriteStats, SetAttr, StatFs, TimeSet, XattrSet,

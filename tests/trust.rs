@@ -293,3 +293,92 @@ fn fsck_finds_a_damaged_xattr_block() {
     let ino = fs.resolve("/x", true).unwrap();
     assert!(fs.getxattr(ino, b"user.tag").is_err());
 }
+
+/// `fsck --repair` (the library's `Fs::repair_pool`): the damage above that mount refuses is
+/// repaired with a report line per change, and the pool then mounts and checks clean.
+fn repaired(p: &Path, expect: &str) -> winefs::RepairReport {
+    let rep = Fs::repair_pool(p).unwrap();
+    assert!(rep.left.is_empty(), "left: {:?}", rep.left);
+    assert!(
+        rep.changes.iter().any(|c| c.contains(expect)),
+        "no change mentions {expect:?}: {:?}",
+        rep.changes
+    );
+    let after = winefs::state::fsck::check_pool(p).unwrap();
+    assert!(after.is_clean(), "{:?}", after.problems);
+    rep
+}
+
+#[test]
+fn repair_fixes_link_counts_types_dangling_and_nameless_inodes() {
+    // A link count too low, and a named inode whose count says 0 (never freed as an orphan).
+    for bad in [1u32, 0] {
+        let (_d, p) = fresh_pool(32 * MIB, Some(1));
+        let fs = mount(&p);
+        let f = fs.create_file("/linked").unwrap();
+        f.write_at(0, b"keep me").unwrap();
+        let ino = f.ino();
+        drop(f);
+        fs.link(ino, fs.root(), b"second").unwrap();
+        let g = fs.geometry();
+        fs.unmount().unwrap();
+        patch(&p, g.inode_offset(ino).unwrap() + 16, &bad.to_le_bytes());
+        refused(&p, &format!("inode {ino}: link count {bad}"));
+        repaired(&p, &format!("link count was {bad}; set to 2"));
+        let fs = mount(&p);
+        assert_eq!(fs.open_file("/second").unwrap().read_all().unwrap(), b"keep me");
+    }
+    // A mistyped entry.
+    let (_d, p) = fresh_pool(32 * MIB, Some(1));
+    let fs = mount(&p);
+    fs.mknod(fs.root(), b"pipe-xq7", FileKind::Fifo, 0o644, 0, 0, 0)
+        .unwrap();
+    fs.unmount().unwrap();
+    let mut img = std::fs::read(&p).unwrap();
+    let e = dentry_offset(&img, b"pipe-xq7");
+    img[e + 9] = 1;
+    reseal_dentry(&mut img, e, 8);
+    std::fs::write(&p, &img).unwrap();
+    repaired(&p, "is Fifo, and the entry now says so");
+    let fs = mount(&p);
+    assert_eq!(fs.stat_path("/pipe-xq7").unwrap().kind, FileKind::Fifo);
+    drop(fs);
+    // An entry naming a freed inode, and an inode no entry names.
+    let (_d, p) = fresh_pool(32 * MIB, Some(1));
+    let fs = mount(&p);
+    let gone = fs.create_file("/gone-k1").unwrap().ino();
+    let lost = fs.create_file("/lost-k2").unwrap();
+    lost.write_at(0, b"found again").unwrap();
+    let lost_ino = lost.ino();
+    drop(lost);
+    let g = fs.geometry();
+    let root_block = fs.extents(fs.root()).unwrap()[0].1;
+    fs.unmount().unwrap();
+    patch(&p, g.inode_offset(gone).unwrap(), &0u32.to_le_bytes()); // in-use flag cleared
+    let img = std::fs::read(&p).unwrap();
+    let e = dentry_offset(&img, b"lost-k2") as u64;
+    let slot = (e - root_block * 4096) / 64;
+    let starts_at = root_block * 4096 + 8;
+    let mut starts =
+        u64::from_le_bytes(img[starts_at as usize..starts_at as usize + 8].try_into().unwrap());
+    starts &= !(1u64 << slot); // the entry is gone
+    patch(&p, starts_at, &starts.to_le_bytes());
+    refused(&p, "");
+    let rep = repaired(&p, "which named free inode");
+    assert!(
+        rep.changes
+            .iter()
+            .any(|c| c.contains(&format!("linked as /lost+found/#{lost_ino}"))),
+        "{:?}",
+        rep.changes
+    );
+    let fs = mount(&p);
+    assert_eq!(
+        fs.open_file(&format!("/lost+found/#{lost_ino}"))
+            .unwrap()
+            .read_all()
+            .unwrap(),
+        b"found again"
+    );
+    assert!(fs.stat_path("/gone-k1").is_err());
+}

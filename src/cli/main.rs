@@ -96,7 +96,14 @@ enum Cmd {
         force: bool,
     },
     /// Check a pool offline (nothing is written). Exit 0 clean, 1 problems, 2 cannot check.
-    Fsck { pool: PathBuf },
+    /// With --repair: fix what can be fixed without guessing, report every change; exit 0
+    /// nothing to do, 1 repaired (now clean), 2 cannot check, 3 problems left.
+    Fsck {
+        pool: PathBuf,
+        /// Repair the pool (it is written; every change is journaled and reported).
+        #[arg(long)]
+        repair: bool,
+    },
     /// Show a pool's geometry, state and free space (nothing is written).
     Info { pool: PathBuf },
     /// Free space by extent size and free aligned 2 MiB extents per partition (read-only).
@@ -353,7 +360,7 @@ fn main() -> ExitCode {
             inodes,
             force,
         } => mkfs(&pool, size, partitions, inodes, force),
-        Cmd::Fsck { pool } => fsck(&pool),
+        Cmd::Fsck { pool, repair } => fsck(&pool, repair),
         Cmd::Info { pool } => info(&pool),
         Cmd::Frag { pool } => frag(&pool),
         Cmd::Filemap { pool, path } => filemap(&pool, &path),
@@ -500,12 +507,40 @@ fn mkfs(
 
 // ----- fsck -----
 
-fn fsck(pool: &Path) -> Result<u8, Fail> {
+fn fsck(pool: &Path, repair: bool) -> Result<u8, Fail> {
     let p = pool.display();
     let rep = winefs::state::fsck::check_pool(pool).map_err(|e| Fail {
         code: 2,
         ..fail(format!("fsck {p}"), e)
     })?;
+    if repair && !rep.is_clean() {
+        for prob in &rep.problems {
+            println!("found: {prob}");
+        }
+        let fixed = Fs::repair_pool(pool).map_err(|e| Fail {
+            code: 2,
+            ..fail(format!("repair {p}"), e)
+        })?;
+        for c in &fixed.changes {
+            println!("repaired: {c}");
+        }
+        for l in &fixed.left {
+            println!("left: {l}");
+        }
+        let after = winefs::state::fsck::check_pool(pool).map_err(|e| Fail {
+            code: 2,
+            ..fail(format!("fsck {p} after repair"), e)
+        })?;
+        if after.is_clean() && fixed.left.is_empty() {
+            println!("clean after {} change(s)", fixed.changes.len());
+            return Ok(1);
+        }
+        eprintln!(
+            "winefs: fsck {p}: {} problem(s) left after repair",
+            after.problems.len().max(fixed.left.len())
+        );
+        return Ok(3);
+    }
     if rep.is_clean() {
         println!(
             "clean: {} inodes, {} directories, {} used blocks, {} free blocks",

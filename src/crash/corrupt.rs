@@ -6,7 +6,8 @@
 //! put through fsck, mount, a full read of every file, writes, unmount and mount again.
 //!
 //! Each trial is judged by the trust rules (docs/TESTING.md, "Corruption"): no panic; a refused
-//! pool is byte-for-byte unchanged (so are `fsck` and `info`'s pools: they map it privately);
+//! pool is byte-for-byte unchanged (so are `fsck` and `info`'s pools: they map it privately),
+//! and when `fsck --repair` then says it left nothing, the pool mounts and checks clean;
 //! a pool mount accepted stays mountable after use; and a file whose content is wrong must have
 //! been reported (EIO when read, or an fsck problem). The last rule cannot hold yet where
 //! metadata has no checksum of its own (inode fields, extent records, extent-index and symlink
@@ -401,6 +402,18 @@ fn trial(base: &Base, pool: &Path, img: &[u8], kind: Damage) -> std::result::Res
         Ok(fs) => fs,
         Err(_) => {
             unchanged("a refused mount")?;
+            // fsck --repair: whenever it says it repaired everything, the pool mounts and
+            // checks clean.
+            if let Ok(rep) = Fs::repair_pool(pool)
+                && rep.left.is_empty()
+            {
+                let fs = Fs::mount(pool, MountOptions::default())
+                    .map_err(|e| format!("repair left nothing, but mount refuses: {e}"))?;
+                let c = fs.check();
+                if !c.is_clean() {
+                    return Err(format!("repair left nothing, but: {:?}", c.problems));
+                }
+            }
             return Ok(Outcome::Refused);
         }
     };

@@ -11,9 +11,11 @@ use crate::media::layout::{FileKind, Geometry, ROOT_INO, SYMLINK_MAX, Superblock
 use crate::media::pool::{PersistStats, Pool};
 use crate::meta::xattr::HUGEPAGE_HINT;
 use crate::ops::namespace::NewInode;
+use crate::ops::repair::{self, RepairReport};
 use crate::ops::{file, namespace, relocate, xattr};
 use crate::state::inode_state::rlock;
 use crate::state::mount_state::MountState;
+use crate::state::mount::Inconsistent;
 use crate::state::{fsck, mkfs, mount};
 use crate::types::{
     Attr, CompactStats, Consistency, DirEntry, MkfsOptions, MountOptions, RenameFlags,
@@ -49,6 +51,21 @@ impl Fs {
     /// image before recovery runs on it).
     pub(crate) fn mount_pool(pool: Pool, opts: MountOptions) -> Result<Fs> {
         Ok(Fs::in_service(mount::mount_pool(pool, &opts)?))
+    }
+
+    /// `winefs fsck --repair`: mount the pool at `path` without refusing a namespace that fails
+    /// its checks (anything mount cannot build a state from is still refused), repair it
+    /// (`ops::repair`: dangling and mistyped entries, nameless inodes into `/lost+found`,
+    /// parent fields, link counts), and unmount cleanly. Every change is journaled.
+    pub fn repair_pool(path: &Path) -> Result<RepairReport> {
+        let opts = MountOptions {
+            no_background_rewrite: true,
+            ..Default::default()
+        };
+        let state = mount::mount_checked(Pool::open(path, false)?, &opts, Inconsistent::Report)?;
+        let rep = repair::repair(&state)?;
+        mount::unmount(&state)?;
+        Ok(rep)
     }
 
     /// A freshly mounted state, put in service: background requests now start the worker.

@@ -6,4 +6,5 @@ pub(crate) mod file;
 pub(crate) mod mmap;
 pub(crate) mod namespace;
 pub(crate) mod relocate;
+pub mod repair;
 pub(crate) mod xattr;

@@ -52,7 +52,7 @@ fn is_dot(name: &[u8]) -> bool {
 
 /// Directory changes of one namespace operation, applied to DRAM after commit.
 #[derive(Default)]
-struct DirEdit {
+pub(crate) struct DirEdit {
     /// starts-word pool offset → new value.
     starts: HashMap<u64, u64>,
     inserts: Vec<(u64, Vec<u8>, DirEntryLoc)>,
@@ -64,7 +64,7 @@ struct DirEdit {
 #[allow(clippy::too_many_arguments)]
 /// Plan inserting `name → ino` into directory `d`: writes the entry bytes into free slots
 /// (or a fresh block) unjournaled and records the journaled `starts` change in `edit`.
-fn plan_insert(
+pub(crate) fn plan_insert(
     state: &MountState,
     d: &mut InodeState,
     name: &[u8],
@@ -150,7 +150,7 @@ fn block_at(map: &FileMap, dino: u64, b: u32) -> Result<u64> {
         .ok_or_else(|| Error::Corrupted(format!("directory {dino} block {b} unmapped")))
 }
 
-fn plan_remove(d: &InodeState, name: &[u8], edit: &mut DirEdit) -> Result<()> {
+pub(crate) fn plan_remove(d: &InodeState, name: &[u8], edit: &mut DirEdit) -> Result<()> {
     let dirx = d.dir.as_ref().ok_or(Error::NotDir)?;
     let loc = *dirx.get(name).ok_or(Error::NotFound)?;
     let phys = block_at(&d.map, d.ino, loc.block)?;
@@ -165,7 +165,7 @@ fn plan_remove(d: &InodeState, name: &[u8], edit: &mut DirEdit) -> Result<()> {
     Ok(())
 }
 
-fn plan_repoint(
+pub(crate) fn plan_repoint(
     d: &InodeState,
     name: &[u8],
     ino: u64,
@@ -186,13 +186,13 @@ fn plan_repoint(
     Ok(())
 }
 
-fn edit_tx(edit: &DirEdit, tx: &mut Tx<'_>) {
+pub(crate) fn edit_tx(edit: &DirEdit, tx: &mut Tx<'_>) {
     for (&off, &w) in &edit.starts {
         tx.write(off, w.to_le_bytes().to_vec(), Category::Metadata);
     }
 }
 
-fn apply_edit(edit: DirEdit, guards: &mut HashMap<u64, RwLockWriteGuard<'_, InodeState>>) {
+pub(crate) fn apply_edit(edit: DirEdit, guards: &mut HashMap<u64, RwLockWriteGuard<'_, InodeState>>) {
     for d in &edit.new_blocks {
         if let Some(dx) = guards.get_mut(d).and_then(|g| g.dir.as_mut()) {
             dx.push_block();
@@ -215,11 +215,11 @@ fn apply_edit(edit: DirEdit, guards: &mut HashMap<u64, RwLockWriteGuard<'_, Inod
     }
 }
 
-fn lock_all<'a>(arcs: &'a [(u64, InodeRef)]) -> HashMap<u64, RwLockWriteGuard<'a, InodeState>> {
+pub(crate) fn lock_all<'a>(arcs: &'a [(u64, InodeRef)]) -> HashMap<u64, RwLockWriteGuard<'a, InodeState>> {
     arcs.iter().map(|(i, a)| (*i, wlock(a))).collect()
 }
 
-fn inode_refs(state: &MountState, inos: &[u64]) -> Result<Vec<(u64, InodeRef)>> {
+pub(crate) fn inode_refs(state: &MountState, inos: &[u64]) -> Result<Vec<(u64, InodeRef)>> {
     let mut v: Vec<u64> = inos.to_vec();
     v.sort_unstable();
     v.dedup();
@@ -808,6 +808,6 @@ fn dec_links(h: &mut InodeHeader) {
 }
 
 /// Add one link; callers check `MAX_LINKS` first, this only keeps a damaged count from wrapping.
-fn inc_links(h: &mut InodeHeader) {
+pub(crate) fn inc_links(h: &mut InodeHeader) {
     h.nlink = h.nlink.saturating_add(1);
 }

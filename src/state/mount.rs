@@ -21,7 +21,7 @@ use crate::state::mkfs::write_state;
 use crate::state::mount_state::MountState;
 use crate::sys::now_ns;
 use crate::types::MountOptions;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -278,10 +278,18 @@ pub(crate) fn mount_checked(
         pool.flush(off, layout::EXTENT_SIZE, Category::Metadata);
     }
     pool.fence();
+    // Orphans: no links and named by no entry (a named inode without links is damage that
+    // the namespace check refused, or that fsck reports; it is never freed here).
+    let named: HashSet<u64> = loaded
+        .inodes
+        .values()
+        .filter_map(|n| n.dir.as_ref())
+        .flat_map(|d| d.names.values().map(|l| l.ino))
+        .collect();
     let orphans: Vec<u64> = loaded
         .inodes
         .values()
-        .filter(|n| n.hdr.nlink == 0)
+        .filter(|n| n.hdr.nlink == 0 && !named.contains(&n.ino))
         .map(|n| n.ino)
         .collect();
     let background = Background::new(

@@ -17,7 +17,6 @@ pub(crate) fn namespace(
     at_mount: bool,
     problems: &mut Vec<String>,
 ) {
-    let orphan = |n: &InodeState| n.hdr.nlink == 0 && (at_mount || n.open > 0);
     let mut p = |s: String| problems.push(s);
     let mut refs: HashMap<u64, u32> = HashMap::new();
     let mut subdirs: HashMap<u64, u32> = HashMap::new();
@@ -62,6 +61,11 @@ pub(crate) fn namespace(
             ));
         }
     }
+    // An orphan has no links and no entry names it; a named inode with no links is damage
+    // (freeing it as an orphan would leave its entries dangling).
+    let orphan = |n: &InodeState| {
+        n.hdr.nlink == 0 && !refs.contains_key(&n.ino) && (at_mount || n.open > 0)
+    };
     for n in nodes.values() {
         let rc = refs.get(&n.ino).copied().unwrap_or(0);
         if n.is_dir() {
