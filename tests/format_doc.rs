@@ -178,6 +178,8 @@ fn mapping() -> Vec<(&'static str, &'static str, usize, usize)> {
         (IN, "ctime", ino::CTIME, 8),
         (IN, "crtime", ino::CRTIME, 8),
         (IN, "rdev", ino::RDEV, 4),
+        (IN, "crc", ino::CRC, 4),
+        (IN, "target_crc", ino::TARGET_CRC, 4),
         (
             IN,
             "extent_slots",

@@ -24,6 +24,16 @@ fn patch(p: &Path, off: u64, bytes: &[u8]) {
     std::fs::write(p, img).unwrap();
 }
 
+/// Change bytes of inode `ino` and reseal its checksum, as a buggy writer would leave it (the
+/// namespace checks, not the checksum, must catch what follows).
+fn patch_inode(p: &Path, g: &Geometry, ino: u64, field: u64, bytes: &[u8]) {
+    let off = g.inode_offset(ino).unwrap();
+    patch(p, off + field, bytes);
+    let img = std::fs::read(p).unwrap();
+    let crc = winefs::media::checksum::inode_checksum(&img[off as usize..off as usize + 256]);
+    patch(p, off + 100, &crc.to_le_bytes());
+}
+
 fn flip(p: &Path, off: u64, mask: u8) {
     let img = std::fs::read(p).unwrap();
     patch(p, off, &[img[off as usize] ^ mask]);
@@ -262,8 +272,7 @@ fn mount_refuses_a_wrong_link_count() {
     let g = fs.geometry();
     fs.unmount().unwrap();
     // nlink is inode byte 16; set it to 1 while two entries name the inode.
-    let off = g.inode_offset(ino).unwrap() + 16;
-    patch(&p, off, &1u32.to_le_bytes());
+    patch_inode(&p, &g, ino, 16, &1u32.to_le_bytes());
     refused(&p, &format!("inode {ino}: link count 1 but 2 directory entries"));
 }
 
@@ -322,7 +331,7 @@ fn repair_fixes_link_counts_types_dangling_and_nameless_inodes() {
         fs.link(ino, fs.root(), b"second").unwrap();
         let g = fs.geometry();
         fs.unmount().unwrap();
-        patch(&p, g.inode_offset(ino).unwrap() + 16, &bad.to_le_bytes());
+        patch_inode(&p, &g, ino, 16, &bad.to_le_bytes());
         refused(&p, &format!("inode {ino}: link count {bad}"));
         repaired(&p, &format!("link count was {bad}; set to 2"));
         let fs = mount(&p);
@@ -381,4 +390,52 @@ fn repair_fixes_link_counts_types_dangling_and_nameless_inodes() {
         b"found again"
     );
     assert!(fs.stat_path("/gone-k1").is_err());
+}
+
+#[test]
+fn a_damaged_inode_fails_its_checksum_is_refused_and_repair_frees_it() {
+    let (_d, p) = fresh_pool(32 * MIB, Some(1));
+    let fs = mount(&p);
+    let f = fs.create_file("/victim").unwrap();
+    f.write_at(0, &pattern(10_000, 4)).unwrap();
+    let ino = f.ino();
+    drop(f);
+    fs.create_file("/bystander").unwrap().write_at(0, b"fine").unwrap();
+    let g = fs.geometry();
+    fs.unmount().unwrap();
+    let off = g.inode_offset(ino).unwrap();
+    let raw = std::fs::read(&p).unwrap()[off as usize..off as usize + 256].to_vec();
+    assert!(winefs::media::checksum::inode_checksum_ok(&raw), "sealed on media");
+    // The size field grows by one byte: without the checksum, reads would return a zero.
+    flip(&p, off + 24, 0x01);
+    refused(&p, &format!("inode {ino} fails its checksum"));
+    let rep = winefs::state::fsck::check_pool(&p).unwrap();
+    assert!(rep.problems.iter().any(|x| x.contains(&format!("inode {ino} fails its checksum"))));
+    repaired(&p, &format!("inode {ino} failed its checksum; freed"));
+    let fs = mount(&p);
+    assert!(fs.stat_path("/victim").is_err(), "the damaged file's entry is gone");
+    assert_eq!(fs.open_file("/bystander").unwrap().read_all().unwrap(), b"fine");
+}
+
+#[test]
+fn a_damaged_symlink_target_is_an_error_not_a_wrong_target() {
+    let (_d, p) = fresh_pool(32 * MIB, Some(1));
+    let fs = mount(&p);
+    fs.symlink(fs.root(), b"ln", b"target-zq8/file", 0, 0).unwrap();
+    fs.unmount().unwrap();
+    let img = std::fs::read(&p).unwrap();
+    let at = img
+        .windows(15)
+        .position(|w| w == b"target-zq8/file")
+        .unwrap() as u64;
+    flip(&p, at + 3, 0x02);
+    let rep = winefs::state::fsck::check_pool(&p).unwrap();
+    assert!(
+        rep.problems.iter().any(|x| x.contains("target fails its checksum")),
+        "{:?}",
+        rep.problems
+    );
+    let fs = mount(&p);
+    let l = fs.resolve("/ln", false).unwrap();
+    assert!(matches!(fs.readlink(l), Err(Error::Corrupted(_))));
 }

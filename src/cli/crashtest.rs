@@ -135,7 +135,7 @@ pub(crate) fn run(cmd: CrashCmd, verbose: bool) -> Result<u8, Fail> {
             // Every damaged pool that mounts is reported at warning level; the summary is
             // the output here (-v shows them).
             if !verbose {
-                log::set_max_level(log::LevelFilter::Error);
+                log::set_max_level(log::LevelFilter::Off);
             }
             let tmp;
             let dir = match dir {

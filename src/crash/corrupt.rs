@@ -78,10 +78,7 @@ impl Damage {
     /// Damage to structures with no checksum of their own yet: wrong content they cause is
     /// counted, not failed.
     fn unchecksummed(self) -> bool {
-        matches!(
-            self,
-            Damage::Inode | Damage::IndexBlock | Damage::SymlinkBlock | Damage::ZeroedBlock
-        )
+        matches!(self, Damage::IndexBlock | Damage::ZeroedBlock)
     }
 }
 

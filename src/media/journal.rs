@@ -106,6 +106,26 @@ impl<'a> Tx<'a> {
             });
         }
     }
+    /// The pool ranges this transaction writes: (offset, length), in order.
+    pub(crate) fn targets(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.writes.iter().map(|w| (w.off, w.data.len() as u64))
+    }
+    /// Apply this transaction's writes, in order, to `buf`, a copy of the pool bytes at `off`.
+    pub(crate) fn overlay(&self, off: u64, buf: &mut [u8]) {
+        let end = off + buf.len() as u64;
+        for w in &self.writes {
+            let (ws, we) = (w.off, w.off + w.data.len() as u64);
+            let (a, b) = (ws.max(off), we.min(end));
+            // Offsets relative to `buf` and to the write are below their lengths (usize).
+            let rel = |x: u64| usize::try_from(x).unwrap_or(usize::MAX);
+            if a < b
+                && let Some(dst) = buf.get_mut(rel(a - off)..rel(b - off))
+                && let Some(src) = w.data.get(rel(a - ws)..rel(b - ws))
+            {
+                dst.copy_from_slice(src);
+            }
+        }
+    }
     /// No writes.
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty()

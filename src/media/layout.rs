@@ -166,6 +166,10 @@ pub mod ino {
     pub const CRTIME: usize = 88;
     /// u32: device number of device nodes.
     pub const RDEV: usize = 96;
+    /// u32: crc32c of the inode as `media::checksum::inode_checksum` defines it.
+    pub const CRC: usize = 100;
+    /// u32: symlinks: crc32c of the target (the first `size` bytes of its block).
+    pub const TARGET_CRC: usize = 104;
     /// End of the scalar header.
     pub const HEADER: usize = 128;
     /// The header is journaled in pieces of this many bytes, each fitting one inline journal

@@ -2,6 +2,7 @@
 //! alignment-aware allocator and the per-CPU undo journals.
 
 pub mod alloc;
+pub mod checksum;
 pub(crate) mod free_space;
 pub mod journal;
 pub mod layout;

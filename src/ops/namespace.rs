@@ -334,6 +334,10 @@ pub(crate) fn make_inode(
         hdr.map_end = 1;
     }
     body[..128].copy_from_slice(&hdr.encode());
+    if let Some(t) = target {
+        let o = layout::ino::TARGET_CRC;
+        body[o..o + 4].copy_from_slice(&crc32c::crc32c(t).to_le_bytes());
+    }
     // The inode slot is free, so everything but its first 32 bytes (which hold the in-use
     // flag) can be written without journaling.
     state
@@ -774,6 +778,15 @@ pub(crate) fn readlink(state: &MountState, ino: u64) -> Result<Vec<u8>> {
     }
     let mut buf = vec![0u8; g.hdr.size as usize];
     read_locked(state, &g, 0, &mut buf)?;
+    let want: [u8; 4] = state
+        .pool
+        .read_array(state.inode_off(ino) + layout::ino::TARGET_CRC as u64)?;
+    if crc32c::crc32c(&buf) != u32::from_le_bytes(want) {
+        log::error!("symlink {ino}: its target fails its checksum");
+        return Err(Error::Corrupted(format!(
+            "symlink {ino}: its target fails its checksum"
+        )));
+    }
     Ok(buf)
 }
 

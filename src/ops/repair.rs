@@ -1,6 +1,7 @@
 //! `winefs fsck --repair`, in the spirit of e2fsck's passes, on a pool that mount validated down
 //! to its namespace (`state::mount::Inconsistent::Report`). Each fix is one journaled transaction
 //! and one line of the report; what cannot be fixed without guessing is left and reported:
+//! 0. inodes that fail their checksum (mount did not load them) are freed;
 //! 1. entries naming a free inode are removed; entries whose type disagrees with their inode's
 //!    are rewritten with the inode's type;
 //! 2. a directory listed in more than one place is left (which listing is right cannot be known);
@@ -123,6 +124,21 @@ fn header_fix(
 /// Repair the mounted `state` (nothing else may use it meanwhile).
 pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
     let mut rep = RepairReport::default();
+    // 0. Inodes that fail their checksum were not loaded: free their slots (whatever they
+    //    owned is free already); the entries naming them dangle and go next.
+    for &ino in &state.damaged_inodes {
+        let mut tx = Tx::new();
+        tx.write(
+            state.inode_off(ino) + crate::media::layout::ino::FLAGS as u64,
+            0u32.to_le_bytes().to_vec(),
+            crate::media::pool::Category::Metadata,
+        );
+        state.commit(tx)?;
+        state.release_inode_number(ino);
+        rep.changes.push(format!(
+            "inode {ino} failed its checksum; freed (its content is lost)"
+        ));
+    }
     // 1. Entries naming free inodes, or with the wrong type.
     let live = inodes(state);
     for (dino, name, loc) in entries(state) {
@@ -242,15 +258,15 @@ pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
         } else {
             refs
         };
-        if kind == FileKind::Dir && ino != ROOT_INO {
-            if let Some(&listed_in) = named.get(&ino).and_then(|d| d.first())
-                && listed_in != parent
-            {
-                header_fix(state, ino, |h| h.parent = listed_in)?;
-                rep.changes.push(format!(
-                    "directory {ino}: parent field was {parent}; set to {listed_in}, which lists it"
-                ));
-            }
+        if kind == FileKind::Dir
+            && ino != ROOT_INO
+            && let Some(&listed_in) = named.get(&ino).and_then(|d| d.first())
+            && listed_in != parent
+        {
+            header_fix(state, ino, |h| h.parent = listed_in)?;
+            rep.changes.push(format!(
+                "directory {ino}: parent field was {parent}; set to {listed_in}, which lists it"
+            ));
         }
         if nlink != want {
             header_fix(state, ino, |h| h.nlink = want)?;
@@ -261,7 +277,13 @@ pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
     }
     // Whatever the checks still find is left.
     let after = crate::state::fsck::check(state);
-    rep.left.extend(after.problems);
+    // The damaged inodes freed above are still listed in this mount's state.
+    rep.left.extend(
+        after
+            .problems
+            .into_iter()
+            .filter(|p| !p.ends_with("fails its checksum") || !p.starts_with("inode ")),
+    );
     Ok(rep)
 }
 

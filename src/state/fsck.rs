@@ -198,9 +198,13 @@ pub(crate) fn check(state: &MountState) -> Report {
         p(format!("allocator: {e}"));
     }
 
-    // 3. Link counts, entry types and the directory tree; xattr blocks.
+    for ino in &state.damaged_inodes {
+        r.problems.push(format!("inode {ino} fails its checksum"));
+    }
+    // 3. Link counts, entry types and the directory tree; xattr blocks and symlink targets.
     validate::namespace(&nodes, false, &mut r.problems);
     validate::xattr_blocks(&state.pool, g, nodes.values().copied(), &mut r.problems);
+    validate::symlink_targets(state, nodes.values().copied(), &mut r.problems);
     r.directories = nodes.values().filter(|n| n.is_dir()).count() as u64;
 
     // 4. Inode free lists agree with the table.

@@ -2,6 +2,7 @@
 //! the superblock last), refusing to touch an existing file unless asked to.
 
 use crate::error::{Error, Result};
+use crate::media::checksum;
 use crate::media::layout::{
     self, BLOCK_SIZE, Geometry, INODE_IN_USE, INODE_SIZE, InodeHeader, JOURNAL_ENTRY_SIZE,
     ROOT_INO, SbState, Superblock, sb,
@@ -153,7 +154,11 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
         ..Default::default()
     };
     let roff = g.inode_offset(ROOT_INO)?;
-    pool.write_flush(roff, &root.encode(), Category::Metadata)?;
+    let mut raw = [0u8; layout::INODE_BYTES];
+    raw[..layout::ino::HEADER].copy_from_slice(&root.encode());
+    let crc = checksum::inode_checksum(&raw);
+    raw[layout::ino::CRC..layout::ino::CRC + 4].copy_from_slice(&crc.to_le_bytes());
+    pool.write_flush(roff, &raw, Category::Metadata)?;
     pool.fence();
     let mut uuid = [0u8; 16];
     uuid[..8].copy_from_slice(&now.to_le_bytes());

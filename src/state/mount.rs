@@ -6,6 +6,7 @@ use crate::error::{Error, Result, corrupt};
 use crate::media::alloc::{Allocator, BlockRun};
 use crate::media::journal::{Journals, epoch_of};
 use crate::media::recovery;
+use crate::media::checksum;
 use crate::media::layout::{
     self, BLOCK_BYTES, BLOCK_SIZE, FileKind, Geometry, INODE_BYTES, INODE_SIZE, InodeHeader,
     MAX_FILE_SIZE, ROOT_INO, SbState, Superblock, sb,
@@ -49,6 +50,8 @@ struct LoadedInodes {
     free: Vec<BTreeSet<u64>>,
     /// Pool offsets of dead extent slots, to zero.
     dead_slots: Vec<u64>,
+    /// In-use inodes that fail their checksum (not loaded, not free).
+    damaged: Vec<u64>,
 }
 
 /// Load every in-use inode, validating what the DRAM indexes are built from.
@@ -56,6 +59,7 @@ fn load_inodes(pool: &Pool, g: &Geometry) -> Result<LoadedInodes> {
     let mut nodes = HashMap::new();
     let mut free = vec![BTreeSet::new(); g.partitions as usize];
     let mut dead_offs = Vec::new();
+    let mut damaged = Vec::new();
     let mut blk = vec![0u8; BLOCK_BYTES];
     let per_block = BLOCK_SIZE / INODE_SIZE;
     let total = g.total_inodes();
@@ -66,6 +70,12 @@ fn load_inodes(pool: &Pool, g: &Geometry) -> Result<LoadedInodes> {
             let hdr = InodeHeader::decode(raw);
             if !hdr.in_use() {
                 free[g.inode_partition(cur) as usize].insert(cur);
+                continue;
+            }
+            if !checksum::inode_checksum_ok(raw) {
+                // Not loaded: nothing is built from an inode that may be wrong. Mount refuses
+                // the pool; fsck reports it, and repair frees the slot (its entries dangle).
+                damaged.push(cur);
                 continue;
             }
             let kind = hdr
@@ -129,6 +139,7 @@ fn load_inodes(pool: &Pool, g: &Geometry) -> Result<LoadedInodes> {
         inodes: nodes,
         free,
         dead_slots: dead_offs,
+        damaged,
     })
 }
 
@@ -226,6 +237,17 @@ pub(crate) fn mount_checked(
         None => return Err(corrupt!("inode 1 (the root) is not in use")),
     }
     let owned = owned_runs(&loaded.inodes)?;
+    if inconsistent == Inconsistent::Refuse
+        && let Some(first) = loaded.damaged.first()
+    {
+        return Err(corrupt!(
+            "inode {first} fails its checksum{}; the pool was not changed; `winefs fsck --repair` frees damaged inodes",
+            match loaded.damaged.len() {
+                1 => String::new(),
+                n => format!(" (and {} more inodes)", n - 1),
+            }
+        ));
+    }
     if inconsistent == Inconsistent::Refuse {
         let mut problems = Vec::new();
         let nodes: HashMap<u64, &InodeState> = loaded.inodes.iter().map(|(k, v)| (*k, v)).collect();
@@ -317,6 +339,7 @@ pub(crate) fn mount_checked(
             u32::try_from(now_ns() & i64::from(u32::MAX)).expect("masked to 32 bits"),
         ),
         recovery: report,
+        damaged_inodes: loaded.damaged,
         faults: Mutex::new(None),
         background: Arc::new(background),
         pool,

@@ -13,7 +13,9 @@ use crate::error::{Error, Result};
 use crate::media::alloc::{Allocator, BlockRun};
 use crate::media::journal::{Journals, Tx};
 use crate::media::recovery::RecoveryReport;
-use crate::media::layout::{BLOCK_SIZE, Geometry, NAME_MAX, Superblock};
+use crate::media::checksum;
+use crate::media::layout::{self, BLOCK_SIZE, Geometry, INODE_SIZE, InodeHeader, NAME_MAX, Superblock};
+use crate::media::pool::Category;
 use crate::media::pool::Pool;
 use crate::state::background::Background;
 use crate::state::inode_state::{InodeRef, InodeState};
@@ -47,6 +49,9 @@ pub(crate) struct MountState {
     pub generation: AtomicU32,
     /// What recovery did at mount.
     pub recovery: RecoveryReport,
+    /// In-use inodes that failed their checksum at mount (only a mount for fsck or repair
+    /// gets this far with any): not loaded, not free.
+    pub damaged_inodes: Vec<u64>,
     /// The page-fault service of file mappings, started by the first `mmap`.
     pub faults: Mutex<Option<Arc<FaultService>>>,
     /// Requests for the background worker (reactive rewrite, hole compaction).
@@ -74,10 +79,41 @@ impl MountState {
 
     /// Commit a transaction on the current CPU's journal. A failure here means DRAM state may
     /// have moved ahead of media, so the mount is poisoned.
-    pub fn commit(&self, tx: Tx<'_>) -> Result<()> {
+    pub fn commit(&self, mut tx: Tx<'_>) -> Result<()> {
+        self.seal_inodes(&mut tx).inspect_err(|_| self.poison())?;
         self.journals
             .commit(&self.pool, tx, current_cpu())
             .inspect_err(|_| self.poison())
+    }
+
+    /// Add to `tx` the new checksum of every in-use inode it changes (`checksum::inode_checksum`
+    /// of the inode as the transaction leaves it), so the checksum commits with the change.
+    fn seal_inodes(&self, tx: &mut Tx<'_>) -> Result<()> {
+        let g = &self.geo;
+        let table = g.inode_table_start * BLOCK_SIZE;
+        let table_end = table + g.total_inodes() * INODE_SIZE;
+        let mut touched = std::collections::BTreeSet::new();
+        for (off, len) in tx.targets() {
+            let (a, b) = (off.max(table), (off + len).min(table_end));
+            if a < b {
+                touched.extend((a - table) / INODE_SIZE + 1..=(b - 1 - table) / INODE_SIZE + 1);
+            }
+        }
+        for ino in touched {
+            let off = self.inode_off(ino);
+            let mut raw = [0u8; layout::INODE_BYTES];
+            self.pool.read(off, &mut raw)?;
+            tx.overlay(off, &mut raw);
+            let crc = checksum::inode_checksum(&raw);
+            if InodeHeader::decode(&raw).in_use() && layout::get_u32(&raw, layout::ino::CRC) != crc {
+                tx.write(
+                    off + layout::ino::CRC as u64,
+                    crc.to_le_bytes().to_vec(),
+                    Category::Metadata,
+                );
+            }
+        }
+        Ok(())
     }
 
     /// The in-use inode `ino` (`Stale` if it is not in use).

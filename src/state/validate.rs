@@ -138,3 +138,35 @@ pub(crate) fn xattr_blocks<'a>(
         }
     }
 }
+
+/// Every symlink's target matches the checksum its inode keeps.
+pub(crate) fn symlink_targets<'a>(
+    state: &crate::state::mount_state::MountState,
+    nodes: impl IntoIterator<Item = &'a InodeState>,
+    problems: &mut Vec<String>,
+) {
+    for n in nodes {
+        if n.kind() != FileKind::Symlink {
+            continue;
+        }
+        let Some((phys, _)) = n.map.lookup(0) else {
+            problems.push(format!("symlink {}: its target block is not mapped", n.ino));
+            continue;
+        };
+        let len = usize::try_from(n.hdr.size).unwrap_or(usize::MAX).min(4095);
+        let mut buf = vec![0u8; len];
+        let want = state
+            .pool
+            .read(phys * crate::media::layout::BLOCK_SIZE, &mut buf)
+            .and_then(|()| {
+                state.pool.read_array::<4>(
+                    state.inode_off(n.ino) + crate::media::layout::ino::TARGET_CRC as u64,
+                )
+            });
+        match want {
+            Ok(w) if crc32c::crc32c(&buf) == u32::from_le_bytes(w) => {}
+            Ok(_) => problems.push(format!("symlink {}: its target fails its checksum", n.ino)),
+            Err(e) => problems.push(format!("symlink {}: {e}", n.ino)),
+        }
+    }
+}
