@@ -339,7 +339,9 @@ fn serve(
     };
     cfg.n_threads = Some(threads);
     cfg.clone_fd = true;
-    let mut session = match Session::new(WinefsFuse::new(Arc::clone(&fs)), mnt, &cfg) {
+    let adapter = WinefsFuse::new(Arc::clone(&fs));
+    let notifier = adapter.notifier_slot();
+    let mut session = match Session::new(adapter, mnt, &cfg) {
         Ok(s) => s,
         Err(e) => {
             let why = explain_mount_error(&e);
@@ -351,6 +353,7 @@ fn serve(
             return Err(fail(format!("mount on {}", mnt.display()), why));
         }
     };
+    let _ = notifier.set(session.notifier());
     ready(Ok(()));
 
     let mut unmounter = session.unmount_callable();
