@@ -14,7 +14,8 @@
 //! - `EISDIR`: open of a directory, and a create whose name turns out to be a directory;
 //! - `ENOTDIR`: opendir of anything else;
 //! - `EOPNOTSUPP`: POSIX ACL attributes (`system.posix_acl_*`, see `is_posix_acl`), and
-//!   fallocate modes other than plain, KEEP_SIZE and PUNCH_HOLE|KEEP_SIZE;
+//!   fallocate modes other than plain, KEEP_SIZE, PUNCH_HOLE|KEEP_SIZE, ZERO_RANGE (with or
+//!   without KEEP_SIZE), COLLAPSE_RANGE and INSERT_RANGE;
 //! - `ERANGE`: getxattr or listxattr with a buffer too small for the answer;
 //! - `EACCES`: access(2) refused by the mode bits (`permitted`);
 //! - `ENOSYS` for every FLUSH, so the kernel stops sending them (nothing is buffered);
@@ -711,12 +712,18 @@ impl Filesystem for WinefsFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
+        let (fs, ino) = (&self.fs, ino.0);
         let r = match mode {
-            0 => self.fs.fallocate(ino.0, offset, length, false),
-            libc::FALLOC_FL_KEEP_SIZE => self.fs.fallocate(ino.0, offset, length, true),
-            m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => {
-                self.fs.punch_hole(ino.0, offset, length)
-            }
+            0 => fs.fallocate(ino, offset, length, false),
+            KEEP => fs.fallocate(ino, offset, length, true),
+            m if m == libc::FALLOC_FL_PUNCH_HOLE | KEEP => fs.punch_hole(ino, offset, length),
+            libc::FALLOC_FL_ZERO_RANGE => fs.zero_range(ino, offset, length, false),
+            m if m == libc::FALLOC_FL_ZERO_RANGE | KEEP => fs.zero_range(ino, offset, length, true),
+            // The kernel's FUSE client (Linux 6.18) refuses these two itself; served for
+            // clients that pass them on.
+            libc::FALLOC_FL_COLLAPSE_RANGE => fs.collapse_range(ino, offset, length),
+            libc::FALLOC_FL_INSERT_RANGE => fs.insert_range(ino, offset, length),
             _ => return reply.error(Errno::EOPNOTSUPP),
         };
         reply_empty(reply, r);
