@@ -151,6 +151,7 @@ fn mapping() -> Vec<(&'static str, &'static str, usize, usize)> {
         (SB, "checksum", sb::CHECKSUM, 4),
         (SB, "state_clean", sb::STATE_CLEAN, 4),
         (SB, "state_mount_count", sb::STATE_MOUNT_COUNT, 8),
+        (SB, "state_bitmap_crc", sb::STATE_BITMAP_CRC, 4),
         (SB, "state_checksum", sb::STATE_CHECKSUM, 4),
         (JE, "txid", entry::TXID, 8),
         (JE, "gen", entry::GEN, 4),
@@ -159,6 +160,7 @@ fn mapping() -> Vec<(&'static str, &'static str, usize, usize)> {
         (JE, "count", entry::COUNT, 2),
         (JE, "target", entry::TARGET, 8),
         (JE, "payload", entry::PAYLOAD, journal::INLINE_MAX),
+        (JE, "epoch", entry::EPOCH, 4),
         (JE, "crc", entry::CRC, 4),
         (IN, "flags", ino::FLAGS, 4),
         (IN, "mode", ino::MODE, 4),
@@ -326,6 +328,8 @@ fn encoded_structures_decode_at_documented_offsets() {
     let st = SbState {
         clean: true,
         mount_count: 0xabcdef,
+        bitmap_crc: 0x1357_9bdf,
+        damaged: false,
     };
     let o = at("Superblock", "state_clean");
     blk[o..o + 32].copy_from_slice(&st.encode());
@@ -382,6 +386,10 @@ fn encoded_structures_decode_at_documented_offsets() {
     assert_eq!(
         u64_at(&blk, at("Superblock", "state_mount_count")),
         0xabcdef
+    );
+    assert_eq!(
+        u32_at(&blk, at("Superblock", "state_bitmap_crc")),
+        0x1357_9bdf
     );
     let sc = at("Superblock", "state_checksum");
     assert_eq!(u32_at(&blk, sc), crc32c::crc32c(&blk[o..sc]), "state crc");
@@ -465,7 +473,7 @@ fn real_journal_entries_decode_at_documented_offsets() {
     let dir = tempfile::tempdir().unwrap();
     let g = Geometry::compute(32 << 20, 2, 64).unwrap();
     let pool = Pool::create(&dir.path().join("p"), 32 << 20).unwrap();
-    let j = Journals::new(&g);
+    let j = Journals::new(&g, 0x0e0c_0a08);
     let target = g.data_start * BLOCK_SIZE + 40;
     pool.write(target, &[0x5a; 12], Category::Data).unwrap();
     let mut tx = Tx::new();
@@ -495,9 +503,8 @@ fn real_journal_entries_decode_at_documented_offsets() {
         assert_eq!(u32_at(x, at("gen")), 1);
         assert_eq!(u16_at(x, at("count")), 4);
         assert_eq!(journal::entry_count(x), 4);
+        assert_eq!(u32_at(x, at("epoch")), 0x0e0c_0a08);
         assert_eq!(u32_at(x, at("crc")), crc32c::crc32c(&x[..at("crc")]));
-        let r = field(&t, "Journal entry", "reserved");
-        assert!(x[r.offset..r.offset + r.size].iter().all(|&b| b == 0));
     }
     assert_eq!(u64_at(&e[1], at("target")), target);
     assert_eq!(e[1][at("inline_len")], 12);
@@ -507,8 +514,14 @@ fn real_journal_entries_decode_at_documented_offsets() {
     // The staged payload's documented sub-fields.
     assert_eq!(p, entry::STAGED_OFF);
     assert_eq!(p + 4, entry::STAGED_LEN);
+    assert_eq!(p + 8, entry::STAGED_CRC);
     assert_eq!(u32_at(&e[2], p), 0);
     assert_eq!(u32_at(&e[2], p + 4), 100);
+    assert_eq!(u32_at(&e[2], p + 8), crc32c::crc32c(&[0u8; 100]), "old image's crc");
+    let staged = pool
+        .read_array::<100>(g.staging_offset(0))
+        .unwrap();
+    assert_eq!(staged, [0u8; 100], "the old image in the staging area");
 }
 
 /// Format a one-partition 64 MiB pool at `path` and mount it.
@@ -647,6 +660,8 @@ fn real_pool_blocks_decode_at_documented_offsets() {
         .filter(|&i| !used_bit(g.data_start + i))
         .count() as u64;
     assert_eq!(free_blocks, g.data_blocks - 1 - 1 - 1 - 10);
+    let sc = field(&t, "Superblock", "state_bitmap_crc").offset;
+    assert_eq!(u32_at(&m.read(0, sc + 4), sc), crc32c::crc32c(&bm), "bitmap checksum");
 }
 
 /// The fields a one-block, zero-link structure cannot tell apart from zero padding, checked with

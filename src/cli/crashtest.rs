@@ -47,6 +47,18 @@ pub(crate) enum CrashCmd {
         #[arg(long)]
         list: bool,
     },
+    /// Structure-aware corruption: damage a small pool holding every kind of metadata in one
+    /// seeded way per trial, then fsck, mount, read every file, write, unmount and mount again;
+    /// judge each trial by the trust rules (docs/TESTING.md, "Corruption").
+    Corrupt {
+        #[arg(long, default_value_t = 2000)]
+        trials: usize,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Scratch directory for the pools (default: a temporary directory).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
     /// Kill the FUSE daemon with SIGKILL at random moments under a multi-threaded fsync'ing
     /// writer workload; fsck and check every fsync'd file after each remount (needs root and
     /// /dev/fuse). With -v, a line per round.
@@ -120,6 +132,29 @@ pub(crate) fn run(cmd: CrashCmd, verbose: bool) -> Result<u8, Fail> {
             println!("{sum}");
             Ok(if sum.failures.is_empty() { 0 } else { 1 })
         }
+        CrashCmd::Corrupt { trials, seed, dir } => {
+            // Every damaged pool that mounts is reported at warning level; the summary is
+            // the output here (-v shows them).
+            if !verbose {
+                log::set_max_level(log::LevelFilter::Error);
+            }
+            let tmp;
+            let dir = match dir {
+                Some(d) => d,
+                None => {
+                    tmp = tempfile_dir().map_err(|e| fail("crashtest corrupt", e))?;
+                    tmp.0.clone()
+                }
+            };
+            let sum = winefs::crash::corrupt::run(&dir, trials, seed)
+                .map_err(|e| fail("crashtest corrupt", e))?;
+            for f in &sum.failures {
+                println!("FAIL {f}");
+            }
+            print!("{sum}");
+            println!("(seed {seed}; reproduce a trial with the same --trials and --seed)");
+            Ok(if sum.failures.is_empty() { 0 } else { 1 })
+        }
         CrashCmd::Kill {
             rounds,
             threads,
@@ -141,4 +176,19 @@ pub(crate) fn run(cmd: CrashCmd, verbose: bool) -> Result<u8, Fail> {
             Ok(if sum.failures.is_empty() { 0 } else { 1 })
         }
     }
+}
+
+/// A scratch directory under the system's temporary directory, removed when dropped.
+struct ScratchDir(std::path::PathBuf);
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tempfile_dir() -> std::io::Result<ScratchDir> {
+    let d = std::env::temp_dir().join(format!("winefs-corrupt-{}", std::process::id()));
+    std::fs::create_dir_all(&d)?;
+    Ok(ScratchDir(d))
 }

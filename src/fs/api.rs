@@ -6,7 +6,7 @@
 use crate::background;
 use crate::error::{Error, Result};
 use crate::media::alloc::{BlockRun, PartitionStats};
-use crate::media::journal::RecoveryReport;
+use crate::media::recovery::RecoveryReport;
 use crate::media::layout::{FileKind, Geometry, ROOT_INO, SYMLINK_MAX, Superblock};
 use crate::media::pool::{PersistStats, Pool};
 use crate::meta::xattr::HUGEPAGE_HINT;

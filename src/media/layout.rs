@@ -19,7 +19,7 @@ pub const BLOCKS_PER_HUGE: u64 = 512;
 /// Bytes per 2 MiB hugepage.
 pub(crate) const HUGE_SIZE: u64 = BLOCK_SIZE * BLOCKS_PER_HUGE;
 /// Format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Superblock magic (offset 0).
 pub const MAGIC: [u8; 8] = *b"WINEFSPM";
 /// Longest file name in bytes (NAME_MAX).
@@ -120,10 +120,12 @@ pub mod sb {
     pub const STATE: usize = 192;
     /// Length of the state record as encoded by `SbState::encode`.
     pub(crate) const STATE_SIZE: usize = 32;
-    /// u32: 1 = cleanly unmounted (the allocator bitmap is valid).
+    /// u32: 1 = cleanly unmounted (the journals are empty and the allocator bitmap was saved).
     pub const STATE_CLEAN: usize = 192;
-    /// u64: mounts since mkfs.
+    /// u64: mounts since mkfs; its low 32 bits are the epoch stamped on journal entries.
     pub const STATE_MOUNT_COUNT: usize = 200;
+    /// u32: crc32c of the allocator bitmap saved by the last clean unmount.
+    pub const STATE_BITMAP_CRC: usize = 208;
     /// u32: crc32c of the state record's first `STATE_CHECKSUMMED` bytes.
     pub const STATE_CHECKSUM: usize = 216;
     /// Bytes of the state record covered by its checksum.
@@ -367,7 +369,7 @@ impl Geometry {
     }
 
     /// Byte offset of partition `p`'s undo staging area.
-    pub(crate) fn staging_offset(&self, p: u32) -> u64 {
+    pub fn staging_offset(&self, p: u32) -> u64 {
         self.journal_offset(p)
             + (self.journal_entries as u64 * JOURNAL_ENTRY_SIZE).next_multiple_of(BLOCK_SIZE)
     }
@@ -537,10 +539,15 @@ impl Superblock {
 /// The mutable state record in the superblock's fourth cache line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct SbState {
-    /// The last unmount was clean, so the allocator bitmap is valid.
+    /// The last unmount was clean: the journals were cleared and the allocator bitmap saved.
     pub clean: bool,
     /// Mounts since mkfs.
     pub mount_count: u64,
+    /// crc32c of the allocator bitmap saved by the last clean unmount.
+    pub bitmap_crc: u32,
+    /// The record failed its checksum when read (torn or damaged); the other fields are then
+    /// zero and mean nothing. Never encoded.
+    pub damaged: bool,
 }
 
 impl SbState {
@@ -549,23 +556,27 @@ impl SbState {
         let mut b = [0u8; sb::STATE_SIZE];
         put_u32(&mut b, sb::STATE_CLEAN - sb::STATE, u32::from(self.clean));
         put_u64(&mut b, sb::STATE_MOUNT_COUNT - sb::STATE, self.mount_count);
+        put_u32(&mut b, sb::STATE_BITMAP_CRC - sb::STATE, self.bitmap_crc);
         let crc = crc32c::crc32c(&b[..sb::STATE_CHECKSUMMED]);
         put_u32(&mut b, sb::STATE_CHECKSUM - sb::STATE, crc);
         b
     }
 
-    /// A torn or damaged state record decodes as "not clean", which only costs a full rebuild.
+    /// A torn or damaged state record decodes as `damaged` (and not clean): mount then takes
+    /// the epoch from the journals and rebuilds the allocator state.
     pub fn decode(b: &[u8]) -> SbState {
         let crc = crc32c::crc32c(&b[..sb::STATE_CHECKSUMMED]);
         if crc != get_u32(b, sb::STATE_CHECKSUM - sb::STATE) {
             return SbState {
-                clean: false,
-                mount_count: 0,
+                damaged: true,
+                ..SbState::default()
             };
         }
         SbState {
             clean: get_u32(b, sb::STATE_CLEAN - sb::STATE) == 1,
             mount_count: get_u64(b, sb::STATE_MOUNT_COUNT - sb::STATE),
+            bitmap_crc: get_u32(b, sb::STATE_BITMAP_CRC - sb::STATE),
+            damaged: false,
         }
     }
 }
@@ -880,13 +891,13 @@ mod tests {
         assert!(
             matches!(Superblock::decode(&foreign, 64 << 20), Err(Error::Foreign(m)) if m.contains("magic"))
         );
-        let mut v2 = b;
-        put_u32(&mut v2, sb::VERSION, 2);
+        let mut v1 = b;
+        put_u32(&mut v1, sb::VERSION, 1);
         assert!(matches!(
-            Superblock::decode(&v2, 64 << 20),
+            Superblock::decode(&v1, 64 << 20),
             Err(Error::Version {
-                found: 2,
-                supported: 1
+                found: 1,
+                supported: 2
             })
         ));
         assert!(
@@ -922,11 +933,14 @@ mod tests {
         let s = SbState {
             clean: true,
             mount_count: 9,
+            bitmap_crc: 0xdead_beef,
+            damaged: false,
         };
         let mut b = s.encode();
         assert_eq!(SbState::decode(&b), s);
         b[8] ^= 0xff;
-        assert!(!SbState::decode(&b).clean);
+        let d = SbState::decode(&b);
+        assert!(d.damaged && !d.clean);
     }
 
     #[test]

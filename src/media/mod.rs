@@ -6,3 +6,4 @@ pub(crate) mod free_space;
 pub mod journal;
 pub mod layout;
 pub mod pool;
+pub mod recovery;

@@ -311,6 +311,22 @@ impl Pool {
 
     fn map(path: &Path, file: File, size: u64, private: bool) -> Result<Pool> {
         take_lock(path, &file, private)?;
+        Self::map_locked(path, file, size, private)
+    }
+
+    /// A copy-on-write mapping of this pool: stores to it never reach the media. Mount
+    /// validates what recovery would leave on such a view before it writes anything. It takes
+    /// no lock of its own (this pool holds it).
+    pub(crate) fn private_view(&self) -> Result<Pool> {
+        let file = self
+            .file
+            .try_clone()
+            .map_err(|e| Error::io(format!("reopen pool {}", self.path.display()), e))?;
+        Self::map_locked(&self.path, file, self.len, true)
+    }
+
+    /// Map `file` (whose lock the caller holds) at a 2 MiB-aligned address.
+    fn map_locked(path: &Path, file: File, size: u64, private: bool) -> Result<Pool> {
         let len = size & !4095;
         if len == 0 {
             return Err(Error::PoolTooSmall { size, min: 4096 });

@@ -5,15 +5,16 @@
 
 use crate::error::{Result, corrupt};
 use crate::media::alloc::BlockRun;
-use crate::media::layout::{BLOCK_BYTES, BLOCK_SIZE, FileKind, INODE_BYTES, InodeHeader, ROOT_INO};
+use crate::media::layout::{BLOCK_BYTES, BLOCK_SIZE, INODE_BYTES, InodeHeader};
 use crate::meta::dir::DirIndex;
 use crate::meta::inode::FileMap;
 use crate::state::inode_state::{InodeState, rlock};
 use crate::state::locks::lock;
 use crate::state::mount;
 use crate::state::mount_state::MountState;
+use crate::state::validate;
 use crate::types::MountOptions;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::path::Path;
 
 /// What fsck found.
@@ -40,13 +41,12 @@ impl Report {
 
 /// Check a pool offline. The pool is mapped copy-on-write, so recovery happens in memory only.
 pub fn check_pool(path: &Path) -> Result<Report> {
-    let state = mount::mount(
-        path,
-        &MountOptions {
-            private: true,
-            ..Default::default()
-        },
-    )?;
+    let opts = MountOptions {
+        private: true,
+        ..Default::default()
+    };
+    let pool = crate::media::pool::Pool::open(path, true)?;
+    let state = mount::mount_checked(pool, &opts, mount::Inconsistent::Report)?;
     Ok(check(&state))
 }
 
@@ -198,106 +198,13 @@ pub(crate) fn check(state: &MountState) -> Report {
         p(format!("allocator: {e}"));
     }
 
-    // 3. Link counts and the directory tree.
-    let mut refs: HashMap<u64, u32> = HashMap::new();
-    let mut subdirs: HashMap<u64, u32> = HashMap::new();
-    for n in nodes.values() {
-        let Some(d) = &n.dir else { continue };
-        for (name, loc) in &d.names {
-            let nm = String::from_utf8_lossy(name);
-            match nodes.get(&loc.ino) {
-                None => p(format!(
-                    "directory {}: entry {nm:?} points at free inode {}",
-                    n.ino, loc.ino
-                )),
-                Some(c) => {
-                    *refs.entry(loc.ino).or_default() += 1;
-                    if c.kind() != loc.kind {
-                        p(format!(
-                            "directory {}: entry {nm:?} says {:?} but inode {} is {:?}",
-                            n.ino,
-                            loc.kind,
-                            loc.ino,
-                            c.kind()
-                        ));
-                    }
-                    if c.is_dir() {
-                        *subdirs.entry(n.ino).or_default() += 1;
-                        if c.hdr.parent != n.ino {
-                            p(format!(
-                                "directory {}: parent field is {} but it is listed in {}",
-                                loc.ino, c.hdr.parent, n.ino
-                            ));
-                        }
-                    }
-                }
-            }
-        }
-        if n.hdr.size != d.blocks() as u64 * BLOCK_SIZE {
-            p(format!(
-                "directory {}: size {} but {} blocks",
-                n.ino,
-                n.hdr.size,
-                d.blocks()
-            ));
-        }
-    }
-    for n in nodes.values() {
-        let rc = refs.get(&n.ino).copied().unwrap_or(0);
-        if n.is_dir() {
-            r.directories += 1;
-            let want = 2 + subdirs.get(&n.ino).copied().unwrap_or(0);
-            if n.hdr.nlink != want {
-                p(format!(
-                    "directory {}: link count {} but {} expected",
-                    n.ino, n.hdr.nlink, want
-                ));
-            }
-            let want_refs = if n.ino == ROOT_INO { 0 } else { 1 };
-            if rc != want_refs {
-                p(format!(
-                    "directory {}: listed {rc} times (expected {want_refs})",
-                    n.ino
-                ));
-            }
-        } else if n.hdr.nlink != rc && (n.hdr.nlink != 0 || n.open == 0) {
-            p(format!(
-                "inode {}: link count {} but {rc} directory entries",
-                n.ino, n.hdr.nlink
-            ));
-        }
-        if n.kind() == FileKind::Symlink && (n.hdr.size == 0 || n.hdr.size > 4095) {
-            p(format!("symlink {}: target length {}", n.ino, n.hdr.size));
-        }
-    }
-    let mut seen = HashSet::new();
-    let mut q = VecDeque::from([ROOT_INO]);
-    while let Some(d) = q.pop_front() {
-        if !seen.insert(d) {
-            p(format!("directory {d} is reachable twice (a cycle)"));
-            continue;
-        }
-        if let Some(dx) = nodes.get(&d).and_then(|n| n.dir.as_ref()) {
-            for loc in dx.names.values() {
-                if nodes.get(&loc.ino).is_some_and(|c| c.is_dir()) {
-                    q.push_back(loc.ino);
-                } else {
-                    seen.insert(loc.ino);
-                }
-            }
-        }
-    }
-    for n in nodes.values() {
-        if !seen.contains(&n.ino) && (n.hdr.nlink != 0 || n.open == 0) {
-            p(format!(
-                "inode {} ({:?}) is not reachable from the root",
-                n.ino,
-                n.kind()
-            ));
-        }
-    }
+    // 3. Link counts, entry types and the directory tree; xattr blocks.
+    validate::namespace(&nodes, false, &mut r.problems);
+    validate::xattr_blocks(&state.pool, g, nodes.values().copied(), &mut r.problems);
+    r.directories = nodes.values().filter(|n| n.is_dir()).count() as u64;
 
     // 4. Inode free lists agree with the table.
+    let mut p = |s: String| r.problems.push(s);
     let mut free_inodes = 0u64;
     for (part, f) in state.inode_free.iter().enumerate() {
         let f = lock(f);

@@ -6,7 +6,9 @@ use crate::media::layout::{
     self, BLOCK_SIZE, Geometry, INODE_IN_USE, INODE_SIZE, InodeHeader, JOURNAL_ENTRY_SIZE,
     ROOT_INO, SbState, Superblock, sb,
 };
+use crate::media::alloc::BlockRun;
 use crate::media::pool::{Category, Pool};
+use crate::state::alloc_snapshot;
 use crate::sys::now_ns;
 use crate::types::MkfsOptions;
 use std::path::Path;
@@ -149,10 +151,14 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
         g.inode_table_start * BLOCK_SIZE,
         g.total_inodes() * INODE_SIZE,
     )?;
-    zero_region(
+    // The allocator snapshot of an empty pool: every data block free.
+    let bitmap_crc = alloc_snapshot::save(
         &pool,
-        g.bitmap_start * BLOCK_SIZE,
-        g.bitmap_blocks * BLOCK_SIZE,
+        &g,
+        &[BlockRun {
+            start: g.data_start,
+            len: g.data_blocks,
+        }],
     )?;
     let now = now_ns();
     let (uid, gid) = crate::sys::real_ids();
@@ -187,7 +193,8 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
         &pool,
         SbState {
             clean: true,
-            mount_count: 0,
+            bitmap_crc,
+            ..SbState::default()
         },
     )
 }

@@ -2,6 +2,7 @@
 //! background work) and how it comes to be and ends (mkfs, mount with recovery, unmount), with
 //! the transaction helpers every operation builds on and fsck's invariant checks.
 
+pub(crate) mod alloc_snapshot;
 pub(crate) mod background;
 pub mod fsck;
 pub(crate) mod inode_state;
@@ -12,3 +13,4 @@ pub mod mkfs;
 pub mod mount;
 pub(crate) mod mount_state;
 pub(crate) mod tx;
+pub(crate) mod validate;

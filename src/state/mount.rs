@@ -4,16 +4,19 @@
 
 use crate::error::{Error, Result, corrupt};
 use crate::media::alloc::{Allocator, BlockRun};
-use crate::media::journal::Journals;
+use crate::media::journal::{Journals, epoch_of};
+use crate::media::recovery;
 use crate::media::layout::{
     self, BLOCK_BYTES, BLOCK_SIZE, FileKind, Geometry, INODE_BYTES, INODE_SIZE, InodeHeader,
-    MAX_FILE_SIZE, ROOT_INO, SbState, Superblock, bitmap_bit, sb,
+    MAX_FILE_SIZE, ROOT_INO, SbState, Superblock, sb,
 };
 use crate::media::pool::{Category, Pool};
 use crate::meta::dir::DirIndex;
 use crate::meta::inode::FileMap;
+use crate::state::alloc_snapshot;
 use crate::state::background::Background;
 use crate::state::inode_state::{InodeState, wlock};
+use crate::state::validate;
 use crate::state::mkfs::write_state;
 use crate::state::mount_state::MountState;
 use crate::sys::now_ns;
@@ -73,6 +76,12 @@ fn load_inodes(pool: &Pool, g: &Geometry) -> Result<LoadedInodes> {
                     "inode {cur}: size {} / map end {} out of range",
                     hdr.size,
                     hdr.map_end
+                ));
+            }
+            if hdr.xattr_block != 0 && !g.is_data_block(hdr.xattr_block) {
+                return Err(corrupt!(
+                    "inode {cur}: xattr block {} outside the data area",
+                    hdr.xattr_block
                 ));
             }
             if hdr.index_block != 0 && !g.is_data_block(hdr.index_block) {
@@ -162,53 +171,13 @@ fn complement(g: &Geometry, owned: &[(BlockRun, u64)]) -> Vec<BlockRun> {
     free
 }
 
-/// A buffer as long as the allocator bitmap, every byte `fill`.
-fn bitmap_buffer(g: &Geometry, fill: u8) -> Result<Vec<u8>> {
-    let len = usize::try_from(g.bitmap_blocks * BLOCK_SIZE).map_err(|_| {
-        corrupt!(
-            "allocator bitmap of {} blocks does not fit in memory",
-            g.bitmap_blocks
-        )
-    })?;
-    Ok(vec![fill; len])
-}
-
-/// Whether bit `i` of the allocator bitmap `bits` is set (the data block is in use).
-fn bitmap_get(bits: &[u8], i: u64) -> Result<bool> {
-    let (byte, mask) = bitmap_bit(i)?;
-    let b = bits
-        .get(byte)
-        .ok_or_else(|| corrupt!("data block index {i} is past the allocator bitmap"))?;
-    Ok(b & mask != 0)
-}
-
-/// Free runs recorded in the saved allocator bitmap (bit set = block in use).
-fn bitmap_free_runs(pool: &Pool, g: &Geometry) -> Result<Vec<BlockRun>> {
-    let mut bits = bitmap_buffer(g, 0)?;
-    pool.read(g.bitmap_start * BLOCK_SIZE, &mut bits)?;
-    let mut free = Vec::new();
-    let mut run: Option<u64> = None;
-    for i in 0..g.data_blocks {
-        let used = bitmap_get(&bits, i)?;
-        match (used, run) {
-            (false, None) => run = Some(i),
-            (true, Some(s)) => {
-                free.push(BlockRun {
-                    start: g.data_start + s,
-                    len: i - s,
-                });
-                run = None;
-            }
-            _ => {}
-        }
-    }
-    if let Some(s) = run {
-        free.push(BlockRun {
-            start: g.data_start + s,
-            len: g.data_blocks - s,
-        });
-    }
-    Ok(free)
+/// How mount treats a namespace that fails its checks (link counts, entry types, the tree).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Inconsistent {
+    /// Refuse the pool, leaving it unchanged (every mount that serves files).
+    Refuse,
+    /// Mount it anyway, privately, so fsck can list every problem.
+    Report,
 }
 
 /// Mount the pool at `path`: validate the superblock, roll back unfinished transactions,
@@ -220,30 +189,90 @@ pub(crate) fn mount(path: &Path, opts: &MountOptions) -> Result<Arc<MountState>>
 /// Mount an already mapped pool (the crash explorer patches a private mapping of a crash image
 /// before recovery runs on it).
 pub(crate) fn mount_pool(pool: Pool, opts: &MountOptions) -> Result<Arc<MountState>> {
+    mount_checked(pool, opts, Inconsistent::Refuse)
+}
+
+/// Mount, validating everything the mount will trust before its first write to the pool: the
+/// superblock, every journal (entries and staged images), the inode tables and extent maps on
+/// the image recovery will leave (on a private view of the pool), block ownership and the
+/// namespace. A pool refused at any of these steps is byte-for-byte unchanged.
+pub(crate) fn mount_checked(
+    pool: Pool,
+    opts: &MountOptions,
+    inconsistent: Inconsistent,
+) -> Result<Arc<MountState>> {
     let (sbk, sb_state) = decode_superblock(&pool)?;
     let g = sbk.geometry.clone();
-    let mount_count = sb_state.mount_count + 1;
-    write_state(
-        &pool,
-        SbState {
-            clean: false,
-            mount_count,
-        },
-    )?;
-    let recovery = Journals::recover(&pool, &g)?;
-    let loaded = load_inodes(&pool, &g)?;
+    let epoch = (!sb_state.damaged).then(|| epoch_of(sb_state.mount_count));
+    let plan = recovery::plan(&pool, &g, epoch)?;
+    let mut notes = plan.report.notes.clone();
+    if sb_state.damaged {
+        notes.push(
+            "the superblock's state record fails its checksum; the pool is treated as not cleanly unmounted".into(),
+        );
+    }
+    // What the inode tables will say once recovery has run, read without writing the pool.
+    let loaded = if plan.is_empty() || pool.is_private() {
+        plan.apply(&pool)?; // nothing, or stores that stay in this process
+        load_inodes(&pool, &g)?
+    } else {
+        let view = pool.private_view()?;
+        plan.apply(&view)?;
+        load_inodes(&view, &g)?
+    };
     match loaded.inodes.get(&ROOT_INO) {
         Some(n) if n.is_dir() => {}
         Some(_) => return Err(corrupt!("inode 1 (the root) is not a directory")),
         None => return Err(corrupt!("inode 1 (the root) is not in use")),
     }
-    let free = if sb_state.clean && recovery.rolled_back.is_empty() {
-        bitmap_free_runs(&pool, &g)?
-    } else {
-        complement(&g, &owned_runs(&loaded.inodes)?)
-    };
+    let owned = owned_runs(&loaded.inodes)?;
+    if inconsistent == Inconsistent::Refuse {
+        let mut problems = Vec::new();
+        let nodes: HashMap<u64, &InodeState> = loaded.inodes.iter().map(|(k, v)| (*k, v)).collect();
+        validate::namespace(&nodes, true, &mut problems);
+        if let Some(first) = problems.first() {
+            let more = match problems.len() {
+                1 => String::new(),
+                n => format!(" (and {} more problems)", n - 1),
+            };
+            return Err(corrupt!(
+                "{first}{more}; the pool was not changed; `winefs fsck` lists every problem"
+            ));
+        }
+    }
+    let free = complement(&g, &owned);
+    if sb_state.clean
+        && let Some(why) = alloc_snapshot::bitmap_disagreement(&pool, &g, sb_state.bitmap_crc, &free)?
+    {
+        notes.push(format!("{why}; free space was rebuilt from the inode tables"));
+    }
     let alloc = Allocator::from_free_runs(&g.partition_ranges(), free)
-        .map_err(|e| corrupt!("saved allocator state: {e}"))?;
+        .map_err(|e| corrupt!("free space rebuilt from the inode tables: {e}"))?;
+
+    // Everything the mount trusts is validated: from here on the pool is written.
+    if !plan.is_empty() && !pool.is_private() {
+        plan.apply(&pool)?;
+    }
+    let mount_count = sb_state
+        .mount_count
+        .max(plan.epoch.map_or(0, u64::from))
+        + 1;
+    // The new epoch makes every entry in the rings stale at once; clearing them is tidiness.
+    write_state(
+        &pool,
+        SbState {
+            mount_count,
+            ..SbState::default()
+        },
+    )?;
+    if plan.rings_dirty {
+        recovery::clear_rings(&pool, &g)?;
+    }
+    for note in &notes {
+        log::warn!("{}: {note}", pool.path().display());
+    }
+    let mut report = plan.report;
+    report.notes = notes;
     for off in loaded.dead_slots {
         pool.zero(off, layout::EXTENT_SIZE, Category::Metadata)?;
         pool.flush(off, layout::EXTENT_SIZE, Category::Metadata);
@@ -260,7 +289,7 @@ pub(crate) fn mount_pool(pool: Pool, opts: &MountOptions) -> Result<Arc<MountSta
         !opts.no_background_rewrite && !pool.is_private(),
     );
     let state = MountState {
-        journals: Journals::new(&g),
+        journals: Journals::new(&g, epoch_of(mount_count)),
         alloc,
         inode_free: loaded.free.into_iter().map(Mutex::new).collect(),
         inodes: RwLock::new(
@@ -279,7 +308,7 @@ pub(crate) fn mount_pool(pool: Pool, opts: &MountOptions) -> Result<Arc<MountSta
         generation: AtomicU32::new(
             u32::try_from(now_ns() & i64::from(u32::MAX)).expect("masked to 32 bits"),
         ),
-        recovery,
+        recovery: report,
         faults: Mutex::new(None),
         background: Arc::new(background),
         pool,
@@ -295,8 +324,9 @@ pub(crate) fn mount_pool(pool: Pool, opts: &MountOptions) -> Result<Arc<MountSta
     Ok(Arc::new(state))
 }
 
-/// Clean unmount: save the allocator state and mark the superblock clean (not for a poisoned
-/// mount, which the next mount recovers). Runs once; later calls do nothing.
+/// Clean unmount: clear the journals, save the allocator state and mark the superblock clean
+/// (not for a poisoned mount, which the next mount recovers). Runs once; later calls do
+/// nothing.
 pub(crate) fn unmount(state: &MountState) -> Result<()> {
     if state.unmounted.swap(true, Ordering::SeqCst) {
         return Ok(());
@@ -310,22 +340,17 @@ pub(crate) fn unmount(state: &MountState) -> Result<()> {
         return Ok(());
     }
     let g = &state.geo;
-    let mut bits = bitmap_buffer(g, 0xff)?;
-    for r in state.alloc.free_runs() {
-        for b in r.start - g.data_start..r.start + r.len - g.data_start {
-            let (byte, mask) = bitmap_bit(b)?;
-            bits[byte] &= !mask;
-        }
-    }
-    state
-        .pool
-        .write_flush(g.bitmap_start * BLOCK_SIZE, &bits, Category::Metadata)?;
-    state.pool.fence();
+    // Every transaction has committed: the rings only describe finished work. Cleared before
+    // the pool is marked clean, so no old entry can ever be taken for an unfinished one.
+    recovery::clear_rings(&state.pool, g)?;
+    let bitmap_crc = alloc_snapshot::save(&state.pool, g, &state.alloc.free_runs())?;
     write_state(
         &state.pool,
         SbState {
             clean: true,
             mount_count: state.mount_count,
+            bitmap_crc,
+            ..SbState::default()
         },
     )
 }

@@ -11,7 +11,8 @@
 
 use crate::error::{Error, Result};
 use crate::media::alloc::{Allocator, BlockRun};
-use crate::media::journal::{Journals, RecoveryReport, Tx};
+use crate::media::journal::{Journals, Tx};
+use crate::media::recovery::RecoveryReport;
 use crate::media::layout::{BLOCK_SIZE, Geometry, NAME_MAX, Superblock};
 use crate::media::pool::Pool;
 use crate::state::background::Background;

@@ -1,0 +1,136 @@
+//! Checks of the namespace and of per-inode metadata blocks that both mount and fsck make: mount
+//! refuses a pool that fails them before it writes a byte, fsck lists every failure.
+
+use crate::media::layout::{FileKind, Geometry, ROOT_INO};
+use crate::media::pool::Pool;
+use crate::meta::xattr;
+use crate::state::inode_state::InodeState;
+use std::collections::{HashMap, HashSet, VecDeque};
+
+/// Link counts, entry types and the directory tree: every entry names an in-use inode of the
+/// type it says, link counts equal the entries (and subdirectories) that name an inode, every
+/// directory is listed once under its parent, nothing is unreachable and there is no cycle.
+/// An inode with no links is an orphan (unlinked while open): at mount (`at_mount`) every one
+/// is, and is freed next; in a live mount only while it is still open.
+pub(crate) fn namespace(
+    nodes: &HashMap<u64, &InodeState>,
+    at_mount: bool,
+    problems: &mut Vec<String>,
+) {
+    let orphan = |n: &InodeState| n.hdr.nlink == 0 && (at_mount || n.open > 0);
+    let mut p = |s: String| problems.push(s);
+    let mut refs: HashMap<u64, u32> = HashMap::new();
+    let mut subdirs: HashMap<u64, u32> = HashMap::new();
+    for n in nodes.values() {
+        let Some(d) = &n.dir else { continue };
+        for (name, loc) in &d.names {
+            let nm = String::from_utf8_lossy(name);
+            match nodes.get(&loc.ino) {
+                None => p(format!(
+                    "directory {}: entry {nm:?} points at free inode {}",
+                    n.ino, loc.ino
+                )),
+                Some(c) => {
+                    *refs.entry(loc.ino).or_default() += 1;
+                    if c.kind() != loc.kind {
+                        p(format!(
+                            "directory {}: entry {nm:?} says {:?} but inode {} is {:?}",
+                            n.ino,
+                            loc.kind,
+                            loc.ino,
+                            c.kind()
+                        ));
+                    }
+                    if c.is_dir() {
+                        *subdirs.entry(n.ino).or_default() += 1;
+                        if c.hdr.parent != n.ino {
+                            p(format!(
+                                "directory {}: parent field is {} but it is listed in {}",
+                                loc.ino, c.hdr.parent, n.ino
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        if n.hdr.size != d.blocks() as u64 * crate::media::layout::BLOCK_SIZE {
+            p(format!(
+                "directory {}: size {} but {} blocks",
+                n.ino,
+                n.hdr.size,
+                d.blocks()
+            ));
+        }
+    }
+    for n in nodes.values() {
+        let rc = refs.get(&n.ino).copied().unwrap_or(0);
+        if n.is_dir() {
+            let want = 2 + subdirs.get(&n.ino).copied().unwrap_or(0);
+            if n.hdr.nlink != want {
+                p(format!(
+                    "directory {}: link count {} but {} expected",
+                    n.ino, n.hdr.nlink, want
+                ));
+            }
+            let want_refs = if n.ino == ROOT_INO { 0 } else { 1 };
+            if rc != want_refs {
+                p(format!(
+                    "directory {}: listed {rc} times (expected {want_refs})",
+                    n.ino
+                ));
+            }
+        } else if n.hdr.nlink != rc && !orphan(n) {
+            p(format!(
+                "inode {}: link count {} but {rc} directory entries",
+                n.ino, n.hdr.nlink
+            ));
+        }
+        if n.kind() == FileKind::Symlink && (n.hdr.size == 0 || n.hdr.size > 4095) {
+            p(format!("symlink {}: target length {}", n.ino, n.hdr.size));
+        }
+    }
+    let mut seen = HashSet::new();
+    let mut q = VecDeque::from([ROOT_INO]);
+    while let Some(d) = q.pop_front() {
+        if !seen.insert(d) {
+            p(format!("directory {d} is reachable twice (a cycle)"));
+            continue;
+        }
+        if let Some(dx) = nodes.get(&d).and_then(|n| n.dir.as_ref()) {
+            for loc in dx.names.values() {
+                if nodes.get(&loc.ino).is_some_and(|c| c.is_dir()) {
+                    q.push_back(loc.ino);
+                } else {
+                    seen.insert(loc.ino);
+                }
+            }
+        }
+    }
+    for n in nodes.values() {
+        if !seen.contains(&n.ino) && !orphan(n) {
+            p(format!(
+                "inode {} ({:?}) is not reachable from the root",
+                n.ino,
+                n.kind()
+            ));
+        }
+    }
+}
+
+/// Every xattr block decodes (magic, checksum, entries within bounds).
+pub(crate) fn xattr_blocks<'a>(
+    pool: &Pool,
+    g: &Geometry,
+    nodes: impl IntoIterator<Item = &'a InodeState>,
+    problems: &mut Vec<String>,
+) {
+    for n in nodes {
+        let block = n.hdr.xattr_block;
+        if block == 0 {
+            continue;
+        }
+        if let Err(e) = xattr::load(pool, g, n.ino, block) {
+            problems.push(format!("inode {}: xattr block {block}: {e}", n.ino));
+        }
+    }
+}

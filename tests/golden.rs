@@ -1,0 +1,150 @@
+//! The golden pool: an image of format version 2 made once by this file's ignored `make_golden`
+//! test and stored sparsely in `tests/data/golden-v2.pool.hex`. Every later build must mount it
+//! and find exactly what was written — or, after a format change that cannot read it, refuse it
+//! with the version message (then this test changes to expect that, and a new golden image of
+//! the new format is added beside it).
+
+mod common;
+
+use std::fmt::Write as _;
+use std::path::Path;
+use winefs::{Error, Fs, MkfsOptions, MountOptions, XattrSet};
+
+const GOLDEN: &str = "tests/data/golden-v2.pool.hex";
+
+/// What the golden pool holds: (path, content).
+fn files() -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        ("/hello.txt", b"hello, winefs\n".to_vec()),
+        (
+            "/docs/notes.md",
+            (0..5000u32).map(|i| b"notes "[(i % 6) as usize]).collect(),
+        ),
+        (
+            "/docs/deep/blocks.bin",
+            (0..20_000u32).map(|i| (i * 7 % 251) as u8).collect(),
+        ),
+        ("/empty", Vec::new()),
+    ]
+}
+
+fn decode(hex: &str, out: &Path) {
+    let mut lines = hex.lines();
+    let size: usize = lines
+        .next()
+        .and_then(|l| l.strip_prefix("size "))
+        .and_then(|s| s.parse().ok())
+        .expect("golden header");
+    let mut img = vec![0u8; size];
+    for l in lines {
+        let (off, data) = l.split_once(' ').expect("offset and bytes");
+        let off: usize = off.parse().expect("offset");
+        for (i, pair) in data.as_bytes().chunks(2).enumerate() {
+            let s = std::str::from_utf8(pair).unwrap();
+            img[off + i] = u8::from_str_radix(s, 16).expect("hex byte");
+        }
+    }
+    std::fs::write(out, img).unwrap();
+}
+
+/// Regenerate the golden image (only when the format changes: `cargo test --release --test
+/// golden -- --ignored make_golden`).
+#[test]
+#[ignore]
+fn make_golden() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("pool");
+    Fs::mkfs(
+        &p,
+        &MkfsOptions {
+            size: Some(24 << 20),
+            partitions: Some(1),
+            inodes: Some(64),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let fs = common::mount(&p);
+    fs.mkdir_path("/docs").unwrap();
+    fs.mkdir_path("/docs/deep").unwrap();
+    for (path, c) in files() {
+        fs.create_file(path).unwrap().write_at(0, &c).unwrap();
+    }
+    let h = fs.resolve("/hello.txt", true).unwrap();
+    fs.link(h, fs.resolve("/docs", true).unwrap(), b"hello-link")
+        .unwrap();
+    fs.symlink(fs.root(), b"to-notes", b"docs/notes.md", 0, 0)
+        .unwrap();
+    fs.setxattr(h, b"user.colour", b"green", XattrSet::Create)
+        .unwrap();
+    fs.unmount().unwrap();
+    let img = std::fs::read(&p).unwrap();
+    let mut out = format!("size {}\n", img.len());
+    for (i, line) in img.chunks(64).enumerate() {
+        if line.iter().any(|&b| b != 0) {
+            write!(out, "{}", i * 64).unwrap();
+            out.push(' ');
+            for b in line {
+                write!(out, "{b:02x}").unwrap();
+            }
+            out.push('\n');
+        }
+    }
+    std::fs::write(GOLDEN, out).unwrap();
+}
+
+#[test]
+fn the_golden_pool_of_format_2_mounts_and_holds_what_was_written() {
+    let hex = std::fs::read_to_string(GOLDEN).expect("the golden image is in the tree");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("pool");
+    decode(&hex, &p);
+    let rep = winefs::state::fsck::check_pool(&p).unwrap();
+    assert!(rep.is_clean(), "{:?}", rep.problems);
+    let fs = Fs::mount(&p, MountOptions::default()).unwrap();
+    for (path, c) in files() {
+        assert_eq!(
+            fs.open_file(path).unwrap().read_all().unwrap(),
+            c,
+            "{path}"
+        );
+    }
+    let h = fs.resolve("/hello.txt", true).unwrap();
+    assert_eq!(fs.resolve("/docs/hello-link", true).unwrap(), h);
+    assert_eq!(fs.getattr(h).unwrap().nlink, 2);
+    assert_eq!(fs.getxattr(h, b"user.colour").unwrap(), b"green");
+    let l = fs.resolve("/to-notes", false).unwrap();
+    assert_eq!(fs.readlink(l).unwrap(), b"docs/notes.md");
+    let mut names = fs.list_dir("/docs").unwrap();
+    names.sort();
+    assert_eq!(names, vec![b"deep".to_vec(), b"hello-link".to_vec(), b"notes.md".to_vec()]);
+    // It stays usable: write, unmount, mount, check.
+    fs.create_file("/after").unwrap().write_at(0, b"later").unwrap();
+    fs.unmount().unwrap();
+    let fs = Fs::mount(&p, MountOptions::default()).unwrap();
+    assert!(fs.check().is_clean());
+    assert_eq!(fs.open_file("/after").unwrap().read_all().unwrap(), b"later");
+}
+
+/// A pool of the previous format (version 1) is refused with the version message, unwritten.
+#[test]
+fn a_pool_of_format_1_is_refused_with_the_version_message() {
+    let hex = std::fs::read_to_string(GOLDEN).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("pool");
+    decode(&hex, &p);
+    // Rewrite the version (and the immutable part's checksum) as a version-1 pool has it.
+    let mut img = std::fs::read(&p).unwrap();
+    img[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32c::crc32c(&img[..120]);
+    img[120..124].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&p, &img).unwrap();
+    match Fs::mount(&p, MountOptions::default()) {
+        Err(e @ Error::Version { found: 1, .. }) => {
+            assert!(e.to_string().contains("format version 1"), "{e}")
+        }
+        Err(e) => panic!("unexpected error: {e}"),
+        Ok(_) => panic!("a version-1 pool mounted"),
+    }
+    assert!(std::fs::read(&p).unwrap() == img);
+}
