@@ -14,7 +14,8 @@
 //! - `EISDIR`: open of a directory, and a create whose name turns out to be a directory;
 //! - `ENOTDIR`: opendir of anything else;
 //! - `EOPNOTSUPP`: POSIX ACL attributes (`system.posix_acl_*`, see `is_posix_acl`), and
-//!   fallocate modes other than plain, KEEP_SIZE and PUNCH_HOLE|KEEP_SIZE;
+//!   fallocate modes other than plain, KEEP_SIZE, PUNCH_HOLE|KEEP_SIZE, ZERO_RANGE (with or
+//!   without KEEP_SIZE), COLLAPSE_RANGE and INSERT_RANGE;
 //! - `ERANGE`: getxattr or listxattr with a buffer too small for the answer;
 //! - `EACCES`: access(2) refused by the mode bits (`permitted`);
 //! - `ENOSYS` for every FLUSH, so the kernel stops sending them (nothing is buffered);
@@ -39,15 +40,17 @@ use crate::{
 };
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+mod privs;
 
 /// How long the kernel may cache attributes and directory entries.
 pub(crate) const TTL: Duration = Duration::from_secs(1);
@@ -64,6 +67,8 @@ const COPY_CHUNK: usize = 1 << 20;
 /// The FUSE adapter. Cheap to clone the handle it holds; the session owns one.
 pub struct WinefsFuse {
     fs: Arc<Fs>,
+    /// The session's channel for notifications to the kernel, once the session exists.
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 impl WinefsFuse {
@@ -95,7 +100,28 @@ impl WinefsFuse {
 
     /// The adapter serving `fs` (the session holds it; `fs` stays shared with the caller).
     pub fn new(fs: Arc<Fs>) -> Self {
-        WinefsFuse { fs }
+        WinefsFuse {
+            fs,
+            notifier: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Where the mount puts the session's [`Notifier`] once the session is made (the adapter
+    /// moves into the session first). With it, a change the kernel did not ask for (a write
+    /// dropping set-user-ID) reaches the kernel's attribute cache at once; without it the
+    /// kernel shows the old mode until its cache times out (`TTL`).
+    pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+        Arc::clone(&self.notifier)
+    }
+
+    /// Tell the kernel that its cached attributes of `ino` are stale (offset -1: attributes
+    /// only; the page cache, which a writer may hold locked, is left alone).
+    fn attributes_changed(&self, ino: u64) {
+        if let Some(n) = self.notifier.get()
+            && let Err(e) = n.inval_inode(INodeNo(ino), -1, 0)
+        {
+            log::debug!("invalidating the attributes of inode {ino}: {e}");
+        }
     }
 }
 
@@ -185,73 +211,6 @@ fn to_time_set(t: TimeOrNow) -> TimeSet {
     }
 }
 
-impl WinefsFuse {
-    /// Owner and permission bits for a new inode in `parent`: the caller's ids and mode less
-    /// its umask, and the BSD group rule of a set-group-ID directory.
-    fn new_owner(
-        &self,
-        req: &Request,
-        parent: u64,
-        mode: u32,
-        umask: u32,
-        dir: bool,
-    ) -> (u32, u32, u32) {
-        let mut perm = mode & 0o7777 & !umask;
-        let mut gid = req.gid();
-        if let Ok(p) = self.fs.getattr(parent)
-            && p.perm & libc::S_ISGID != 0
-        {
-            gid = p.gid;
-            if dir {
-                perm |= libc::S_ISGID;
-            }
-        }
-        (perm, req.uid(), gid)
-    }
-
-    /// After a write, truncate or chown: remove file capabilities, and when `clear_mode`, the
-    /// set-user-ID bit and the set-group-ID bit of a group-executable file, as the VFS does
-    /// (the kernel leaves this to the file system under `FUSE_HANDLE_KILLPRIV_V2`, which saves
-    /// a GETXATTR round trip per write). Best effort: the data change has already succeeded.
-    fn drop_privileges(&self, ino: u64, clear_mode: bool) {
-        if clear_mode && let Ok(a) = self.fs.getattr(ino) {
-            let mut perm = a.perm & 0o7777 & !libc::S_ISUID;
-            if perm & libc::S_IXGRP != 0 {
-                perm &= !libc::S_ISGID;
-            }
-            if perm != a.perm & 0o7777 {
-                let set = SetAttr {
-                    mode: Some(perm),
-                    ..Default::default()
-                };
-                let _ = self.fs.setattr(ino, &set);
-            }
-        }
-        let _ = self.fs.removexattr(ino, b"security.capability");
-    }
-
-    /// POSIX access check for `access(2)` (the kernel does it itself under
-    /// `default_permissions`, so this serves only mounts without it).
-    fn permitted(req: &Request, a: &Attr, mask: AccessFlags) -> bool {
-        let want = mask.bits() as u32 & 0o7;
-        if want == 0 {
-            return true;
-        }
-        if req.uid() == 0 {
-            // Root may read and write anything, and execute what anyone may execute.
-            return want & 0o1 == 0 || a.kind == FileKind::Dir || a.perm & 0o111 != 0;
-        }
-        let bits = if req.uid() == a.uid {
-            (a.perm >> 6) & 0o7
-        } else if req.gid() == a.gid {
-            (a.perm >> 3) & 0o7
-        } else {
-            a.perm & 0o7
-        };
-        bits & want == want
-    }
-}
-
 impl Filesystem for WinefsFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Optional capabilities: a kernel without them still works, only slower.
@@ -313,6 +272,10 @@ impl Filesystem for WinefsFuse {
             atime: atime.map(to_time_set),
             mtime: mtime.map(to_time_set),
         };
+        let before = match self.fs.getattr(ino.0) {
+            Ok(a) => a,
+            Err(e) => return reply.error(errno(&e)),
+        };
         let a = match self.fs.setattr(ino.0, &set) {
             Ok(a) => a,
             Err(e) => return reply.error(errno(&e)),
@@ -320,10 +283,13 @@ impl Filesystem for WinefsFuse {
         // The VFS rules the kernel leaves to us under FUSE_HANDLE_KILLPRIV_V2: a chown of a
         // non-directory drops set-user/group-ID, and so does a truncate by an unprivileged
         // caller (fuser does not pass FATTR_KILL_SUIDGID; uid 0 stands in for CAP_FSETID).
+        // Group membership is judged by the group the file had before a chown.
         let chown = (uid.is_some() || gid.is_some()) && a.kind != FileKind::Dir;
         let truncate = size.is_some() && req.uid() != 0;
         if mode.is_none() && (chown || truncate) || size.is_some() {
-            self.drop_privileges(ino.0, mode.is_none() && (chown || truncate));
+            let kill = (mode.is_none() && (chown || truncate))
+                .then(|| req.uid() == 0 || privs::in_group(req, before.gid));
+            privs::drop_privileges(&self.fs, ino.0, kill);
         }
         match self.fs.getattr(ino.0) {
             Ok(a) => reply.attr(&TTL, &file_attr(&a)),
@@ -354,7 +320,7 @@ impl Filesystem for WinefsFuse {
         else {
             return reply.error(Errno::EINVAL);
         };
-        let (perm, uid, gid) = self.new_owner(req, parent.0, mode, umask, false);
+        let (perm, uid, gid) = privs::new_owner(&self.fs, req, parent.0, mode, umask, false);
         let r = match kind {
             FileKind::File => self.fs.create(parent.0, name.as_bytes(), perm, uid, gid),
             _ => self
@@ -373,7 +339,7 @@ impl Filesystem for WinefsFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let (perm, uid, gid) = self.new_owner(req, parent.0, mode, umask, true);
+        let (perm, uid, gid) = privs::new_owner(&self.fs, req, parent.0, mode, umask, true);
         reply_entry(
             reply,
             self.fs.mkdir(parent.0, name.as_bytes(), perm, uid, gid),
@@ -396,7 +362,7 @@ impl Filesystem for WinefsFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let (_, uid, gid) = self.new_owner(req, parent.0, 0o777, 0, false);
+        let (_, uid, gid) = privs::new_owner(&self.fs, req, parent.0, 0o777, 0, false);
         reply_entry(
             reply,
             self.fs.symlink(
@@ -481,7 +447,7 @@ impl Filesystem for WinefsFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -495,10 +461,19 @@ impl Filesystem for WinefsFuse {
         // on the inode and passes the end of file as `offset`.
         match self.fs.write(ino.0, offset, data) {
             Ok(n) => {
-                self.drop_privileges(
-                    ino.0,
-                    write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID),
-                );
+                // The kernel sets the flag for callers without CAP_FSETID.
+                let kill = write_flags
+                    .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+                    .then(|| {
+                        self.fs
+                            .getattr(ino.0)
+                            .is_ok_and(|a| privs::in_group(req, a.gid))
+                    });
+                if privs::drop_privileges(&self.fs, ino.0, kill) {
+                    // The write reply carries no attributes, and the kernel's cached mode
+                    // (still with the dropped bits) would be shown until it times out.
+                    self.attributes_changed(ino.0);
+                }
                 reply.written(n as u32)
             }
             Err(e) => reply.error(errno(&e)),
@@ -686,7 +661,7 @@ impl Filesystem for WinefsFuse {
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         match self.fs.getattr(ino.0) {
-            Ok(a) if Self::permitted(req, &a, mask) => reply.ok(),
+            Ok(a) if privs::permitted(req, &a, mask) => reply.ok(),
             Ok(_) => reply.error(Errno::EACCES),
             Err(e) => reply.error(errno(&e)),
         }
@@ -702,7 +677,7 @@ impl Filesystem for WinefsFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let (perm, uid, gid) = self.new_owner(req, parent.0, mode, umask, false);
+        let (perm, uid, gid) = privs::new_owner(&self.fs, req, parent.0, mode, umask, false);
         let made = match self.fs.create(parent.0, name.as_bytes(), perm, uid, gid) {
             // Another opener won the race for the name: O_CREAT without O_EXCL opens it.
             Err(Error::Exists) if flags & libc::O_EXCL == 0 => {
@@ -737,12 +712,18 @@ impl Filesystem for WinefsFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
+        let (fs, ino) = (&self.fs, ino.0);
         let r = match mode {
-            0 => self.fs.fallocate(ino.0, offset, length, false),
-            libc::FALLOC_FL_KEEP_SIZE => self.fs.fallocate(ino.0, offset, length, true),
-            m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => {
-                self.fs.punch_hole(ino.0, offset, length)
-            }
+            0 => fs.fallocate(ino, offset, length, false),
+            KEEP => fs.fallocate(ino, offset, length, true),
+            m if m == libc::FALLOC_FL_PUNCH_HOLE | KEEP => fs.punch_hole(ino, offset, length),
+            libc::FALLOC_FL_ZERO_RANGE => fs.zero_range(ino, offset, length, false),
+            m if m == libc::FALLOC_FL_ZERO_RANGE | KEEP => fs.zero_range(ino, offset, length, true),
+            // The kernel's FUSE client (Linux 6.18) refuses these two itself; served for
+            // clients that pass them on.
+            libc::FALLOC_FL_COLLAPSE_RANGE => fs.collapse_range(ino, offset, length),
+            libc::FALLOC_FL_INSERT_RANGE => fs.insert_range(ino, offset, length),
             _ => return reply.error(Errno::EOPNOTSUPP),
         };
         reply_empty(reply, r);

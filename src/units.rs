@@ -27,6 +27,14 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("size {s:?} is too large"))
 }
 
+/// [`parse_size`] for a size that must not be zero (a pool, a file, a benchmark's data).
+pub fn parse_nonzero_size(s: &str) -> Result<u64, String> {
+    match parse_size(s)? {
+        0 => Err(format!("size {s:?} must be greater than zero")),
+        n => Ok(n),
+    }
+}
+
 /// Format `bytes` as "512 B", "1.5 KiB", "4.0 GiB" (one decimal above bytes).
 pub fn format_size(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -60,6 +68,9 @@ mod tests {
         assert!(parse_size("").is_err());
         assert!(parse_size("M").is_err());
         assert!(parse_size("99999999T").is_err());
+        assert_eq!(parse_nonzero_size("1K"), Ok(1024));
+        assert!(parse_nonzero_size("0").is_err());
+        assert!(parse_nonzero_size("0M").is_err());
     }
 
     #[test]

@@ -237,6 +237,8 @@ struct Mounted {
     /// Where the current daemon's part of the log begins.
     log_start: usize,
     daemon: Option<Child>,
+    /// Options `start` adds to `winefs mount POOL MNT -f --threads 4`.
+    args: Vec<&'static str>,
 }
 
 impl Mounted {
@@ -258,6 +260,7 @@ impl Mounted {
             pool,
             mnt,
             daemon: None,
+            args: Vec::new(),
         };
         m.start();
         m
@@ -293,6 +296,7 @@ impl Mounted {
             .arg(&self.pool)
             .arg(&self.mnt)
             .args(["-f", "--threads", "4"])
+            .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -1501,10 +1505,11 @@ fn aligned_in_pool(fs: &winefs::Fs, path: &str) -> bool {
 }
 
 #[test]
-fn cp_preserve_xattr_carries_the_hugepage_hint() {
+fn hugepage_hint_stays_in_the_pool_and_hinted_directories_align_copies() {
     require_base();
     require("fallocate", "util-linux");
     require("getfattr", "attr");
+    require("setfattr", "attr");
     let mut m = Mounted::new();
     let data = pseudo_random(77, 2 << 20);
     // An aligned original: fallocate gives it an aligned extent (and so the hint), then the
@@ -1513,19 +1518,41 @@ fn cp_preserve_xattr_carries_the_hugepage_hint() {
     let mut f = File::options().write(true).open(m.path("orig")).unwrap();
     f.write_all(&data).unwrap();
     drop(f);
+    setfattr(&m.path("orig"), "user.note", Some("kept"));
+    // The hint is there by name ...
     let hint = ok(cmd("getfattr")
         .args(["--only-values", "-n", "user.winefs.hugepage"])
         .arg(m.path("orig")));
     assert_eq!(hint, "1", "the original carries no hint");
-    // cp writes the copy in 1 MiB FUSE requests (holes: the file is small), then sets the
-    // attributes; the hint makes the daemon rewrite the copy onto an aligned extent. A copy
-    // without the attributes stays where its small writes put it.
+    // ... but not listed, so tools that copy every listed attribute leave it behind.
+    let dump = ok(cmd("getfattr").args(["-d", "-m", "-"]).arg(m.path("orig")));
+    assert!(
+        dump.contains("user.note") && !dump.contains("winefs.hugepage"),
+        "getfattr -d lists: {dump}"
+    );
+    let outside = tempfile::tempdir().unwrap();
+    ok(cmd("cp").arg("-a").arg(m.path("orig")).arg(outside.path()));
+    let dump = ok(cmd("getfattr")
+        .args(["-d", "-m", "-"])
+        .arg(outside.path().join("orig")));
+    assert!(
+        dump.contains("user.note") && !dump.contains("winefs.hugepage"),
+        "cp -a carried to the host: {dump}"
+    );
+    // Inside the pool, a hinted directory keeps what is copied into it aligned: cp writes the
+    // copy in 1 MiB FUSE requests (holes, for a file this small) unless the file inherited the
+    // hint when it was created. A copy elsewhere stays where its small writes put it.
+    fs::create_dir(m.path("hinted")).unwrap();
+    setfattr(&m.path("hinted"), "user.winefs.hugepage", Some("1"));
     ok(cmd("cp")
         .arg("--preserve=xattr")
         .arg(m.path("orig"))
-        .arg(m.path("copy")));
-    ok(cmd("cp").arg(m.path("orig")).arg(m.path("plain")));
-    assert_bytes(&m.path("copy"), &data);
+        .arg(m.path("hinted/copy")));
+    ok(cmd("cp")
+        .arg("--preserve=xattr")
+        .arg(m.path("orig"))
+        .arg(m.path("plain")));
+    assert_bytes(&m.path("hinted/copy"), &data);
     m.stop(); // a clean unmount lets queued rewrites finish
     let fs = winefs::Fs::mount(
         &m.pool,
@@ -1536,13 +1563,217 @@ fn cp_preserve_xattr_carries_the_hugepage_hint() {
     )
     .unwrap();
     assert!(aligned_in_pool(&fs, "/orig"));
-    assert!(aligned_in_pool(&fs, "/copy"), "the copy was not rewritten");
+    assert!(
+        aligned_in_pool(&fs, "/hinted/copy"),
+        "the copy in the hinted directory is not aligned"
+    );
     assert!(
         !aligned_in_pool(&fs, "/plain"),
-        "a copy without the hint should have stayed in holes (the test lost its contrast)"
+        "a copy outside it should have stayed in holes (the test lost its contrast)"
     );
-    let ino = fs.resolve("/copy", true).unwrap();
+    let plain = fs.resolve("/plain", true).unwrap();
+    assert!(
+        fs.getxattr(plain, winefs::meta::xattr::HUGEPAGE_HINT)
+            .is_err(),
+        "cp --preserve=xattr carried the hint"
+    );
+    let ino = fs.resolve("/hinted/copy", true).unwrap();
     let mut got = vec![0u8; data.len()];
     fs.read(ino, 0, &mut got).unwrap();
-    assert!(got == data, "the rewritten copy differs");
+    assert!(got == data, "the copy differs");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10. Operator safety and POSIX details
+
+#[test]
+fn mount_refuses_a_nonempty_mountpoint_unless_asked() {
+    let mut m = Mounted::new();
+    fs::write(m.path("inside"), b"in the pool\n").unwrap();
+    m.stop();
+    // Something in the mountpoint itself, which a mount would hide.
+    fs::write(m.mnt.join("underneath"), b"on the host\n").unwrap();
+    let info_before = info(&m.pool);
+    let line = refused(&mut mount_cmd(&m.pool, &m.mnt), &m.mnt, "not empty");
+    assert!(line.contains("--nonempty"), "{line}");
+    assert_eq!(
+        info(&m.pool),
+        info_before,
+        "a refused mount changed the pool"
+    );
+    // Asked for, it mounts over them; they are back once it is gone.
+    m.args.push("--nonempty");
+    m.start();
+    assert_bytes(&m.path("inside"), b"in the pool\n");
+    assert!(!m.path("underneath").exists());
+    m.stop();
+    assert_bytes(&m.mnt.join("underneath"), b"on the host\n");
+}
+
+#[test]
+fn mkfs_force_refuses_the_pool_a_daemon_serves() {
+    let mut m = Mounted::new();
+    let data = pseudo_random(5, 3 << 20);
+    fs::write(m.path("keep"), &data).unwrap();
+    let len = fs::metadata(&m.pool).unwrap().len();
+    for size in ["512M", "64M"] {
+        let out = run_timeout(
+            Command::new(BIN)
+                .arg("mkfs")
+                .arg(&m.pool)
+                .args(["--size", size, "--force"]),
+            CMD_WAIT,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.lines().count() == 1 && err.contains("in use"),
+            "mkfs --force of a mounted pool: {} {err}",
+            out.status
+        );
+        assert_eq!(
+            fs::metadata(&m.pool).unwrap().len(),
+            len,
+            "the pool was resized"
+        );
+    }
+    // The daemon is alive and its pool intact.
+    assert_bytes(&m.path("keep"), &data);
+    fs::write(m.path("more"), b"after\n").unwrap();
+    m.stop(); // fsck clean
+}
+
+/// Prepare files with set-user/group-ID bits in `dir` (as root), let uid 1000 (no
+/// supplementary groups) append to them and truncate one, and return what `stat` shows right
+/// after each change, one "name mode" line each.
+fn set_id_changes(dir: &Path) -> String {
+    use std::os::unix::fs::chown;
+    let files = [
+        ("suid", 0o4755, 1000),
+        ("sgid_other_group", 0o2767, 0),
+        ("sgid_own_group", 0o2767, 1000),
+        ("sgid_group_exec", 0o2777, 1000),
+        ("trunc_other_group", 0o2767, 0),
+    ];
+    for (name, mode, gid) in files {
+        let p = dir.join(name);
+        fs::write(&p, b"x\n").unwrap();
+        chown(&p, Some(1000), Some(gid)).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let script = "for f in suid sgid_other_group sgid_own_group sgid_group_exec; do \
+                  echo more >> $f && stat -c \"$f %a\" $f; done; \
+                  truncate -s 1 trunc_other_group && stat -c \"trunc_other_group %a\" trunc_other_group";
+    ok(cmd("setpriv")
+        .args([
+            "--reuid=1000",
+            "--regid=1000",
+            "--clear-groups",
+            "sh",
+            "-c",
+            script,
+        ])
+        .current_dir(dir))
+}
+
+#[test]
+fn writes_drop_set_id_bits_as_ext4_does_and_stat_shows_it_at_once() {
+    require_base();
+    require("setpriv", "util-linux");
+    require("stat", "coreutils");
+    let m = Mounted::new();
+    // uid 1000 must reach the mount: the test's directory is private.
+    fs::set_permissions(m.mnt.parent().unwrap(), fs::Permissions::from_mode(0o755)).unwrap();
+    let got = set_id_changes(&m.mnt);
+    // What ext4 does on Linux 6.18 (checked on a loop-mounted image, below when possible): a
+    // write or truncate by a caller without CAP_FSETID drops set-user-ID, and set-group-ID
+    // when the group may execute or the caller is not in the file's group. stat right after
+    // the write shows it (the kernel's attribute cache once showed the old mode for a second).
+    let want = "suid 755\nsgid_other_group 767\nsgid_own_group 2767\nsgid_group_exec 777\n\
+                trunc_other_group 767\n";
+    assert_eq!(got, want, "modes after unprivileged writes on winefs");
+    // Root (CAP_FSETID) keeps them.
+    let p = m.path("root_suid");
+    fs::write(&p, b"x").unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o4755)).unwrap();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&p)
+        .unwrap()
+        .write_all(b"y")
+        .unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o4755);
+    // The same on ext4, when a loop device can be had.
+    require("mkfs.ext4", "e2fsprogs");
+    let tmp = tempfile::tempdir().unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let img = tmp.path().join("ext4.img");
+    let dir = tmp.path().join("ext4");
+    fs::create_dir(&dir).unwrap();
+    File::create(&img).unwrap().set_len(32 << 20).unwrap();
+    ok(cmd("mkfs.ext4").arg("-q").arg(&img));
+    let mounted = run_timeout(
+        cmd("mount").args(["-o", "loop"]).arg(&img).arg(&dir),
+        CMD_WAIT,
+    );
+    if !mounted.status.success() {
+        eprintln!(
+            "skipping the ext4 comparison: cannot loop-mount an image here ({})",
+            String::from_utf8_lossy(&mounted.stderr).trim()
+        );
+        return;
+    }
+    let ext4 = set_id_changes(&dir);
+    ok(cmd("umount").arg(&dir));
+    assert_eq!(got, ext4, "winefs and ext4 differ");
+}
+
+#[test]
+fn fallocate_zero_range_through_the_mount() {
+    use libc::{
+        FALLOC_FL_COLLAPSE_RANGE, FALLOC_FL_INSERT_RANGE, FALLOC_FL_KEEP_SIZE, FALLOC_FL_ZERO_RANGE,
+    };
+    use winefs::sys::fallocate_mode;
+    let mut m = Mounted::new();
+    let mut want = pseudo_random(9, 3 << 20);
+    fs::write(m.path("z"), &want).unwrap();
+    let f = File::options()
+        .read(true)
+        .write(true)
+        .open(m.path("z"))
+        .unwrap();
+    // Read first, so the kernel's page cache holds the old bytes it must drop.
+    assert_bytes(&m.path("z"), &want);
+    fallocate_mode(&f, FALLOC_FL_ZERO_RANGE, 1000, 70_000).unwrap();
+    want[1000..71_000].fill(0);
+    assert_bytes(&m.path("z"), &want);
+    fallocate_mode(
+        &f,
+        FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
+        (3 << 20) - 10,
+        5000,
+    )
+    .unwrap();
+    want[(3 << 20) - 10..].fill(0);
+    assert_bytes(&m.path("z"), &want);
+    fallocate_mode(&f, FALLOC_FL_ZERO_RANGE, 3 << 20, 4096).unwrap();
+    want.resize((3 << 20) + 4096, 0);
+    assert_bytes(&m.path("z"), &want);
+    // Collapse and insert: the kernel's FUSE client refuses them itself (Linux 6.18); should a
+    // kernel pass them on, the daemon serves them, and the bytes must be right.
+    match fallocate_mode(&f, FALLOC_FL_COLLAPSE_RANGE, 0, 1 << 20) {
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}"),
+        Ok(()) => {
+            want.drain(..1 << 20);
+            assert_bytes(&m.path("z"), &want);
+        }
+    }
+    match fallocate_mode(&f, FALLOC_FL_INSERT_RANGE, 0, 1 << 20) {
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}"),
+        Ok(()) => {
+            want.splice(..0, std::iter::repeat_n(0, 1 << 20));
+            assert_bytes(&m.path("z"), &want);
+        }
+    }
+    drop(f);
+    m.stop(); // fsck clean
 }

@@ -213,6 +213,14 @@ fn alignment_hint_is_recorded_inherited_and_honoured() {
     let big = fs.create_file("/big").unwrap();
     big.write_at(0, &pattern(HUGE as usize, 1)).unwrap();
     assert_eq!(fs.getxattr(big.ino(), hint).unwrap(), b"1");
+    // It is read by name but never listed (copying tools would carry it elsewhere); the
+    // file's own attributes are listed as ever.
+    fs.setxattr(big.ino(), b"user.mine", b"v", Default::default())
+        .unwrap();
+    assert_eq!(
+        fs.listxattr(big.ino()).unwrap(),
+        vec![b"user.mine".to_vec()]
+    );
     // A small file does not.
     let small = fs.create_file("/small").unwrap();
     small.write_at(0, b"tiny").unwrap();

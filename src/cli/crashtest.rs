@@ -24,8 +24,9 @@ pub(crate) enum CrashCmd {
         /// Random subsets per crash point beyond the exhaustive bound.
         #[arg(long, default_value_t = 32)]
         states: usize,
-        /// Crash points with at most this many pending cache lines get every subset.
-        #[arg(long, default_value_t = 10)]
+        /// Crash points with at most this many pending cache lines get every subset (0-20:
+        /// 2^N states each).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=20))]
         exhaustive_lines: u32,
         /// Seed of every sampled choice.
         #[arg(long, default_value_t = 1)]
@@ -62,10 +63,10 @@ pub(crate) enum CrashCmd {
     /// writer workload; fsck and check every fsync'd file after each remount (needs root and
     /// /dev/fuse). With -v, a line per round.
     Kill {
-        #[arg(long, default_value_t = 200)]
+        #[arg(long, default_value_t = 200, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
         rounds: usize,
-        /// Writer threads.
-        #[arg(long, default_value_t = 4)]
+        /// Writer threads, 1-64.
+        #[arg(long, default_value_t = 4, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
         threads: usize,
         #[arg(long, default_value_t = 1)]
         seed: u64,

@@ -24,7 +24,7 @@ use winefs::bench::{
 };
 use winefs::media::layout::{BLOCK_SIZE, FORMAT_VERSION};
 use winefs::report::{FileMapReport, FragReport};
-use winefs::units::{format_size as human, parse_size};
+use winefs::units::{format_size as human, parse_nonzero_size, parse_size};
 use winefs::{Consistency, Fs, MkfsOptions, MountOptions};
 
 #[derive(Parser)]
@@ -57,15 +57,19 @@ enum Cmd {
         /// Metadata atomic and durable; data written in place.
         #[arg(long)]
         relaxed: bool,
-        /// Threads serving FUSE requests (default: one per CPU).
-        #[arg(long)]
+        /// Threads serving FUSE requests, 1-64 (default: one per CPU, at most 64).
+        #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
         threads: Option<usize>,
         /// Stay in the foreground (stop with Ctrl-C).
         #[arg(short = 'f', long)]
         foreground: bool,
-        /// Size of the default pool when it is created (K/M/G/T suffixes, binary).
-        #[arg(long, default_value = "1G", value_parser = parse_size)]
-        size: u64,
+        /// Mount even if MOUNTPOINT is not empty (its entries are hidden while mounted).
+        #[arg(long)]
+        nonempty: bool,
+        /// Size of the default pool when it is created (K/M/G/T suffixes, binary; default 1G);
+        /// refused with POOL and MOUNTPOINT or when the default pool exists.
+        #[arg(long, value_parser = parse_nonzero_size)]
+        size: Option<u64>,
         /// Daemon log file (default: in the temporary directory, named after the mountpoint).
         #[arg(long)]
         log: Option<PathBuf>,
@@ -76,7 +80,7 @@ enum Cmd {
         #[arg(long)]
         pool: Option<PathBuf>,
         /// Size of a new pool (K/M/G/T suffixes, binary).
-        #[arg(long, default_value = "256M", value_parser = parse_size)]
+        #[arg(long, default_value = "256M", value_parser = parse_nonzero_size)]
         size: u64,
     },
     /// Format a pool file or device.
@@ -85,10 +89,11 @@ enum Cmd {
         /// Pool size (K/M/G/T suffixes, binary); required for a new file.
         #[arg(long, value_parser = parse_size)]
         size: Option<u64>,
-        /// Per-CPU allocation partitions (default: one per CPU, fewer for small pools).
+        /// Per-CPU allocation partitions, 1-256 (default: one per CPU, fewer for small pools).
         #[arg(long)]
         partitions: Option<u32>,
-        /// Total inodes (default: one per 16 KiB).
+        /// Total inodes, at least 1; each partition's share is rounded up to a multiple of 16
+        /// (default: one per 16 KiB, at least 64 per partition).
         #[arg(long)]
         inodes: Option<u64>,
         /// Format even if POOL exists (its contents are lost).
@@ -154,13 +159,13 @@ enum BenchCmd {
         #[arg(long)]
         dir: Option<PathBuf>,
         /// File size (K/M/G/T suffixes; a multiple of 2 MiB).
-        #[arg(long, default_value = "1G", value_parser = parse_size)]
+        #[arg(long, default_value = "1G", value_parser = parse_nonzero_size)]
         size: u64,
         /// Fresh mappings measured per case (the best is reported).
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         repeats: u32,
         /// Random 8-byte reads per measurement.
-        #[arg(long, default_value_t = 4_000_000)]
+        #[arg(long, default_value_t = 4_000_000, value_parser = clap::value_parser!(u64).range(1..))]
         reads: u64,
     },
     /// The mmap benchmark over given layouts in one run: files of winefs pools, and layouts
@@ -171,14 +176,14 @@ enum BenchCmd {
         #[arg(long = "case", required = true)]
         cases: Vec<String>,
         /// Bytes of each file mapped (a multiple of 2 MiB).
-        #[arg(long, value_parser = parse_size)]
+        #[arg(long, value_parser = parse_nonzero_size)]
         size: u64,
         /// Directory on a hugepage tmpfs for replay images (default: /mnt/winefs-huge).
         #[arg(long)]
         dir: Option<PathBuf>,
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         repeats: u32,
-        #[arg(long, default_value_t = 2_000_000)]
+        #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u64).range(1..))]
         reads: u64,
         /// Also write one JSON object per case here.
         #[arg(long)]
@@ -190,16 +195,16 @@ enum BenchCmd {
         #[arg(long)]
         dir: Option<PathBuf>,
         /// Files created and unlinked per run.
-        #[arg(long, default_value_t = 5000)]
+        #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
         files: u64,
         /// Size of the sequentially written and read file (K/M/G/T suffixes).
-        #[arg(long, default_value = "64M", value_parser = parse_size)]
+        #[arg(long, default_value = "64M", value_parser = parse_nonzero_size)]
         size: u64,
-        /// FUSE worker threads.
-        #[arg(long, default_value_t = 2)]
+        /// FUSE worker threads, 1-64.
+        #[arg(long, default_value_t = 2, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
         threads: usize,
         /// Timed repetitions per measurement (the best is reported).
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         repeats: u32,
     },
     /// 4 KiB append/overwrite/read and create/unlink: winefs library vs std::fs on tmpfs.
@@ -208,16 +213,16 @@ enum BenchCmd {
         #[arg(long)]
         dir: Option<PathBuf>,
         /// Operations per measurement.
-        #[arg(long, default_value_t = 20_000)]
+        #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
         ops: u64,
         /// Size of the overwrite/read file (K/M/G/T suffixes).
-        #[arg(long, default_value = "64M", value_parser = parse_size)]
+        #[arg(long, default_value = "64M", value_parser = parse_nonzero_size)]
         size: u64,
         /// Size of the winefs pool.
-        #[arg(long, default_value = "256M", value_parser = parse_size)]
+        #[arg(long, default_value = "256M", value_parser = parse_nonzero_size)]
         pool_size: u64,
         /// Timed repetitions per measurement (the best is reported).
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         repeats: u32,
     },
 }
@@ -337,6 +342,7 @@ fn main() -> ExitCode {
             relaxed,
             threads,
             foreground,
+            nonempty,
             size,
             log,
         } => mount::run(mount::MountArgs {
@@ -349,6 +355,7 @@ fn main() -> ExitCode {
             },
             threads,
             foreground,
+            nonempty,
             size,
             log,
         }),
@@ -486,8 +493,16 @@ fn mkfs(
         g.pool_size
     );
     println!("  partitions    {}", g.partitions);
+    // An explicit count is honoured up to whole groups of 16 per partition; say so when the
+    // layout needed more.
+    let rounded = match inodes {
+        Some(n) if n != g.total_inodes() => {
+            format!("; --inodes {n} rounded up to whole groups of 16 per partition")
+        }
+        _ => String::new(),
+    };
     println!(
-        "  inodes        {} ({} per partition)",
+        "  inodes        {} ({} per partition{rounded})",
         g.total_inodes(),
         g.inodes_per_partition
     );

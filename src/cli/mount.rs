@@ -27,12 +27,18 @@ pub struct MountArgs {
     pub consistency: Consistency,
     pub threads: Option<usize>,
     pub foreground: bool,
-    pub size: u64,
+    /// Mount over a directory that has entries (hiding them while mounted).
+    pub nonempty: bool,
+    /// Size of a new default pool (None: [`DEFAULT_SIZE`]).
+    pub size: Option<u64>,
     pub log: Option<PathBuf>,
 }
 
 /// Name of the default pool file (on the hugepage tmpfs, or /dev/shm).
 const DEFAULT_POOL: &str = "winefs.pool";
+
+/// Size of a new default pool.
+const DEFAULT_SIZE: u64 = 1 << 30;
 
 const SIGNALS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
@@ -69,8 +75,9 @@ fn unescape_mountinfo(s: &str) -> String {
         .replace("\\134", "\\")
 }
 
-/// Everything about the mountpoint that would make the kernel mount fail, as one clear line.
-fn check_mountpoint(mnt: &Path) -> Result<PathBuf, Fail> {
+/// Everything about the mountpoint that would make the kernel mount fail, or hide files
+/// without being asked to (`nonempty`), as one clear line.
+fn check_mountpoint(mnt: &Path, nonempty: bool) -> Result<PathBuf, Fail> {
     let m = mnt.display();
     let meta = match std::fs::metadata(mnt) {
         Ok(meta) => meta,
@@ -114,6 +121,16 @@ fn check_mountpoint(mnt: &Path) -> Result<PathBuf, Fail> {
             ));
         }
     }
+    if !nonempty {
+        let mut entries =
+            std::fs::read_dir(&canon).map_err(|e| fail(format!("mount on {m}"), e))?;
+        if entries.next().is_some() {
+            return Err(fail(
+                format!("mount on {m}"),
+                "the mountpoint is not empty: its files would be hidden while mounted (pass --nonempty to mount over them)",
+            ));
+        }
+    }
     Ok(canon)
 }
 
@@ -149,6 +166,12 @@ fn default_log(mnt: &Path) -> PathBuf {
 
 pub fn run(a: MountArgs) -> Result<u8, Fail> {
     let (pool, mnt, is_default) = match (a.pool, a.mountpoint) {
+        (Some(_), Some(_)) if a.size.is_some() => {
+            return Err(fail(
+                "mount",
+                "--size only sizes a new default pool; format POOL with winefs mkfs instead",
+            ));
+        }
         (Some(p), Some(m)) => (p, m, false),
         (None, None) => {
             let (p, warning) = default_pool(DEFAULT_POOL);
@@ -172,19 +195,25 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
             ));
         }
     };
-    let canon_mnt = check_mountpoint(&mnt)?;
+    let canon_mnt = check_mountpoint(&mnt, a.nonempty)?;
     check_fuse()?;
     let p = pool.display().to_string();
     if is_default && !pool.exists() {
+        let size = a.size.unwrap_or(DEFAULT_SIZE);
         Fs::mkfs(
             &pool,
             &MkfsOptions {
-                size: Some(a.size),
+                size: Some(size),
                 ..Default::default()
             },
         )
         .ctx(|| format!("create default pool {p}"))?;
-        println!("created pool {p} ({})", human(a.size));
+        println!("created pool {p} ({})", human(size));
+    } else if is_default && a.size.is_some() {
+        return Err(fail(
+            format!("mount {p}"),
+            "the default pool exists already; --size only sizes a new one",
+        ));
     }
     // An absolute path for the mount table and the messages (the daemon runs from "/").
     let pool = std::fs::canonicalize(&pool).unwrap_or(pool);
@@ -310,7 +339,9 @@ fn serve(
     };
     cfg.n_threads = Some(threads);
     cfg.clone_fd = true;
-    let mut session = match Session::new(WinefsFuse::new(Arc::clone(&fs)), mnt, &cfg) {
+    let adapter = WinefsFuse::new(Arc::clone(&fs));
+    let notifier = adapter.notifier_slot();
+    let mut session = match Session::new(adapter, mnt, &cfg) {
         Ok(s) => s,
         Err(e) => {
             let why = explain_mount_error(&e);
@@ -322,6 +353,7 @@ fn serve(
             return Err(fail(format!("mount on {}", mnt.display()), why));
         }
     };
+    let _ = notifier.set(session.notifier());
     ready(Ok(()));
 
     let mut unmounter = session.unmount_callable();

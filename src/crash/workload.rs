@@ -44,6 +44,25 @@ pub enum Op {
         len: u64,
         keep_size: bool,
     },
+    /// FALLOC_FL_ZERO_RANGE (with `keep_size`, | KEEP_SIZE).
+    ZeroRange {
+        path: String,
+        off: u64,
+        len: u64,
+        keep_size: bool,
+    },
+    /// FALLOC_FL_COLLAPSE_RANGE.
+    CollapseRange {
+        path: String,
+        off: u64,
+        len: u64,
+    },
+    /// FALLOC_FL_INSERT_RANGE.
+    InsertRange {
+        path: String,
+        off: u64,
+        len: u64,
+    },
     Link {
         from: String,
         to: String,
@@ -114,6 +133,18 @@ impl fmt::Display for Op {
                 "fallocate {path} {off}+{len}{}",
                 if *keep_size { " keep_size" } else { "" }
             ),
+            Op::ZeroRange {
+                path,
+                off,
+                len,
+                keep_size,
+            } => write!(
+                f,
+                "zero range {path} {off}+{len}{}",
+                if *keep_size { " keep_size" } else { "" }
+            ),
+            Op::CollapseRange { path, off, len } => write!(f, "collapse range {path} {off}+{len}"),
+            Op::InsertRange { path, off, len } => write!(f, "insert range {path} {off}+{len}"),
             Op::Link { from, to } => write!(f, "link {from} {to}"),
             Op::Unlink(p) => write!(f, "unlink {p}"),
             Op::Rename { from, to } => write!(f, "rename {from} {to}"),
@@ -173,6 +204,18 @@ impl Op {
                 len,
                 keep_size,
             } => fs.fallocate(fs.resolve(path, false)?, *off, *len, *keep_size),
+            Op::ZeroRange {
+                path,
+                off,
+                len,
+                keep_size,
+            } => fs.zero_range(fs.resolve(path, false)?, *off, *len, *keep_size),
+            Op::CollapseRange { path, off, len } => {
+                fs.collapse_range(fs.resolve(path, false)?, *off, *len)
+            }
+            Op::InsertRange { path, off, len } => {
+                fs.insert_range(fs.resolve(path, false)?, *off, *len)
+            }
             Op::Link { from, to } => {
                 let ino = fs.resolve(from, false)?;
                 let (parent, name) = fs.parent_of(to)?;
@@ -474,6 +517,37 @@ pub fn catalogue() -> Vec<Op> {
             len: 4096,
             keep_size: false,
         },
+    ]);
+    // The range-rewriting fallocate modes, each one transaction: zero range in a small file
+    // (partial blocks, growing), in place in /B's aligned unit, over /B's whole aligned unit
+    // (a fresh aligned extent) and past the end of /D/C; collapse and insert by blocks (extents
+    // split and shifted) and by a whole unit (aligned extents moved as they are).
+    let zero = |p: &str, off: u64, len: u64, keep_size: bool| Op::ZeroRange {
+        path: s(p),
+        off,
+        len,
+        keep_size,
+    };
+    let collapse = |p: &str, off: u64, len: u64| Op::CollapseRange {
+        path: s(p),
+        off,
+        len,
+    };
+    let insert = |p: &str, off: u64, len: u64| Op::InsertRange {
+        path: s(p),
+        off,
+        len,
+    };
+    ops.extend([
+        zero("/A", 1000, 5000, false),
+        zero("/B", 4096 + 100, 8000, true),
+        zero("/B", 0, HUGE_SIZE, true),
+        zero("/D/C", 50, HUGE_SIZE, false),
+        collapse("/B", 4096, 8192),
+        collapse("/B", 0, HUGE_SIZE),
+        insert("/B", 4096, 4096),
+        insert("/B", HUGE_SIZE, HUGE_SIZE),
+        insert("/A", 0, 8192),
         Op::Link {
             from: s("/A"),
             to: s("/D/L"),
@@ -606,7 +680,10 @@ impl Model {
             Op::Write { path, .. }
             | Op::Append { path, .. }
             | Op::Truncate { path, .. }
-            | Op::Fallocate { path, .. } => self.is_file(path) && path != "/S",
+            | Op::Fallocate { path, .. }
+            | Op::ZeroRange { path, .. }
+            | Op::CollapseRange { path, .. }
+            | Op::InsertRange { path, .. } => self.is_file(path) && path != "/S",
             Op::Msync { path, .. } => self.is_file(path) && path != "/S",
             Op::Compact => true,
             Op::Fsync(p) | Op::Unlink(p) => self.is_file(p),
@@ -679,6 +756,9 @@ impl Model {
             | Op::Append { .. }
             | Op::Truncate { .. }
             | Op::Fallocate { .. }
+            | Op::ZeroRange { .. }
+            | Op::CollapseRange { .. }
+            | Op::InsertRange { .. }
             | Op::Fsync(_)
             | Op::Compact
             | Op::Msync { .. } => {}

@@ -12,7 +12,7 @@ use crate::media::pool::{PersistStats, Pool};
 use crate::meta::xattr::HUGEPAGE_HINT;
 use crate::ops::namespace::NewInode;
 use crate::ops::repair::{self, RepairReport};
-use crate::ops::{file, namespace, relocate, xattr};
+use crate::ops::{falloc, file, namespace, relocate, xattr};
 use crate::state::inode_state::rlock;
 use crate::state::mount_state::MountState;
 use crate::state::mount::Inconsistent;
@@ -290,6 +290,26 @@ impl Fs {
     /// Deallocate [off, off+len) (FALLOC_FL_PUNCH_HOLE | KEEP_SIZE): it reads back as zeros.
     pub fn punch_hole(&self, ino: u64, off: u64, len: u64) -> Result<()> {
         file::punch_hole(&self.state, ino, off, len)
+    }
+
+    /// Zero [off, off+len) (FALLOC_FL_ZERO_RANGE, with `keep_size` | KEEP_SIZE): it reads back
+    /// as zeros and is allocated; the size grows to off+len unless `keep_size`. Atomic.
+    pub fn zero_range(&self, ino: u64, off: u64, len: u64, keep_size: bool) -> Result<()> {
+        falloc::zero_range(&self.state, ino, off, len, keep_size)
+    }
+
+    /// Remove [off, off+len) and move the rest of the file down (FALLOC_FL_COLLAPSE_RANGE):
+    /// `off` and `len` are multiples of 4096 and the range ends before the end of the file
+    /// (else EINVAL). No data is copied. Atomic.
+    pub fn collapse_range(&self, ino: u64, off: u64, len: u64) -> Result<()> {
+        falloc::collapse_range(&self.state, ino, off, len)
+    }
+
+    /// Open a hole of `len` bytes at `off`, moving the rest of the file up
+    /// (FALLOC_FL_INSERT_RANGE): `off` and `len` are multiples of 4096 and `off` lies inside
+    /// the file (else EINVAL); EFBIG past the largest file size. No data is copied. Atomic.
+    pub fn insert_range(&self, ino: u64, off: u64, len: u64) -> Result<()> {
+        falloc::insert_range(&self.state, ino, off, len)
     }
 
     /// First offset >= `off` that holds data (`data == true`) or a hole (SEEK_DATA/SEEK_HOLE).

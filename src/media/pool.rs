@@ -216,6 +216,36 @@ fn reserve_backing(path: &Path, file: &File, len: u64) -> Result<()> {
     }
 }
 
+/// Take the pool lock on `file`: exclusive for a writer, shared for a private (read-only)
+/// mapping, so fsck and info refuse a pool that is mounted and two writers never meet (two
+/// processes mounting one pool would corrupt it). A lock held only briefly is waited out
+/// ([`LOCK_RETRY`]); taking it again through the same descriptor succeeds at once.
+fn take_lock(path: &Path, file: &File, private: bool) -> Result<()> {
+    let deadline = std::time::Instant::now() + LOCK_RETRY;
+    loop {
+        let locked = if private {
+            file.try_lock_shared()
+        } else {
+            file.try_lock()
+        };
+        match locked {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::Busy(format!(
+                    "pool {} is in use by another winefs mount",
+                    path.display()
+                )));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(Error::io(format!("lock pool {}", path.display()), e));
+            }
+        }
+    }
+}
+
 impl Pool {
     /// Create a pool file of `size` bytes (it must not exist yet, so nothing is ever overwritten
     /// by accident) and map it.
@@ -226,6 +256,8 @@ impl Pool {
             .create_new(true)
             .open(path)
             .map_err(|e| Error::io(format!("create pool {}", path.display()), e))?;
+        // Locked before it is sized, like every pool a writer touches.
+        take_lock(path, &file, false)?;
         let made = file
             .set_len(size)
             .map_err(|e| Error::io(format!("size pool {} to {size} bytes", path.display()), e))
@@ -243,6 +275,28 @@ impl Pool {
         reserve_backing(&self.path, &self.file, self.len)
     }
 
+    /// Open an existing pool file or device to format it: the pool lock is taken first, so a
+    /// pool in use (mounted) is refused before anything changes; then a regular file is resized
+    /// to `size`, if given.
+    pub fn open_for_format(path: &Path, size: Option<u64>) -> Result<Pool> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::io(format!("open pool {}", path.display()), e))?;
+        take_lock(path, &file, false)?;
+        let is_file = file
+            .metadata()
+            .map_err(|e| Error::io(format!("stat {}", path.display()), e))?
+            .is_file();
+        if let Some(size) = size.filter(|_| is_file) {
+            file.set_len(size)
+                .map_err(|e| Error::io(format!("resize {}", path.display()), e))?;
+        }
+        let size = backing_size(path, &file)?;
+        Self::map(path, file, size, false)
+    }
+
     /// Open an existing pool file or device. `private` maps it copy-on-write: every store stays in
     /// this process and the media is never modified (used by fsck).
     pub fn open(path: &Path, private: bool) -> Result<Pool> {
@@ -256,31 +310,7 @@ impl Pool {
     }
 
     fn map(path: &Path, file: File, size: u64, private: bool) -> Result<Pool> {
-        // One writer per pool: two processes mounting it would corrupt it. A private (read-only)
-        // mapping shares the lock, so fsck and info refuse a pool that is mounted.
-        let deadline = std::time::Instant::now() + LOCK_RETRY;
-        loop {
-            let locked = if private {
-                file.try_lock_shared()
-            } else {
-                file.try_lock()
-            };
-            match locked {
-                Ok(()) => break,
-                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                }
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    return Err(Error::Busy(format!(
-                        "pool {} is in use by another winefs mount",
-                        path.display()
-                    )));
-                }
-                Err(std::fs::TryLockError::Error(e)) => {
-                    return Err(Error::io(format!("lock pool {}", path.display()), e));
-                }
-            }
-        }
+        take_lock(path, &file, private)?;
         Self::map_locked(path, file, size, private)
     }
 

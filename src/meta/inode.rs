@@ -294,6 +294,45 @@ impl FileMap {
         }
     }
 
+    /// Split the extent straddling logical block `at` (if any) into two at `at`: the head keeps
+    /// its slot, the tail takes a free one (reserve one slot first, see `index_blocks_needed`).
+    pub fn split_at(&mut self, at: u64, upd: &mut MapUpdate) {
+        let Some((&k, &e)) = self.extents.range(..at).next_back() else {
+            return;
+        };
+        if k + e.len <= at {
+            return;
+        }
+        let head = Extent { len: at - k, ..e };
+        upd.slot_writes.insert(e.slot, record(k, &head));
+        self.extents.insert(k, head);
+        let s = self.take_slot();
+        let tail = Extent {
+            phys: e.phys + (at - k),
+            len: k + e.len - at,
+            slot: s,
+        };
+        upd.slot_writes.insert(s, record(at, &tail));
+        self.extents.insert(at, tail);
+    }
+
+    /// Move every extent at or beyond logical block `from` so that `from` lands on `to`: down
+    /// for a collapse (the caller emptied [to, from) first), up for an insert (the caller split
+    /// the extent straddling `from` first, see [`FileMap::split_at`]). Each extent keeps its
+    /// physical blocks and its slot; only the logical block of its record changes, so the
+    /// records to rewrite are the extents moved.
+    pub fn shift(&mut self, from: u64, to: u64, upd: &mut MapUpdate) {
+        let moved: Vec<(u64, Extent)> = self.extents.range(from..).map(|(&k, &e)| (k, e)).collect();
+        for (k, _) in &moved {
+            self.extents.remove(k);
+        }
+        for (k, e) in moved {
+            let nk = k - from + to;
+            upd.slot_writes.insert(e.slot, record(nk, &e));
+            self.extents.insert(nk, e);
+        }
+    }
+
     /// Every physical block the map owns: data extents and index blocks.
     pub fn owned_runs(&self) -> Vec<BlockRun> {
         let mut v: Vec<BlockRun> = self
@@ -528,6 +567,38 @@ mod tests {
         assert!(m.extents.is_empty());
         assert_eq!(u.freed, vec![run(100, 8)]);
         assert_eq!(u.slot_writes.values().next().unwrap().len, 0);
+    }
+
+    #[test]
+    fn split_and_shift_move_logical_blocks_only() {
+        let mut m = FileMap::new();
+        let mut u = MapUpdate::default();
+        m.remap(0, 10, &[run(1000, 10)], &mut u);
+        m.remap(20, 5, &[run(3000, 5)], &mut u);
+        // Insert 512 blocks at 4: split there, move everything from 4 up.
+        let mut u = MapUpdate::default();
+        m.split_at(4, &mut u);
+        m.shift(4, 4 + 512, &mut u);
+        assert_eq!(m.lookup(3), Some((1003, 1)));
+        assert_eq!(m.lookup(4), None);
+        assert_eq!(m.lookup(516), Some((1004, 6)));
+        assert_eq!(m.lookup(532), Some((3000, 5)));
+        assert_eq!(m.mapped_blocks(), 15);
+        assert!(u.freed.is_empty(), "a shift frees nothing");
+        // Head, tail (new slot) and the moved extent: three records rewritten.
+        assert_eq!(u.slot_writes.len(), 3);
+        assert_eq!(u.slot_writes[&m.extents[&532].slot].logical, 532);
+        // Collapse it again: empty [4, 516), move 516.. down to 4.
+        let mut u = MapUpdate::default();
+        m.remap(4, 512, &[], &mut u);
+        m.shift(516, 4, &mut u);
+        assert_eq!(m.lookup(4), Some((1004, 6)));
+        assert_eq!(m.lookup(20), Some((3000, 5)));
+        // Splitting where no extent straddles changes nothing.
+        let mut u = MapUpdate::default();
+        m.split_at(4, &mut u);
+        m.split_at(15, &mut u);
+        assert!(u.slot_writes.is_empty());
     }
 
     #[test]

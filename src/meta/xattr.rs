@@ -24,8 +24,9 @@ pub(crate) const XATTR_SIZE_MAX: usize = 65536;
 
 /// The alignment hint (see docs/DESIGN.md): a file carrying it gets whole aligned 2 MiB
 /// extents even when written in small pieces; a directory carrying it passes it to the files
-/// created directly in it. Set automatically once a file receives an aligned extent, so it
-/// travels with `cp --preserve=xattr` and `rsync -X`.
+/// created directly in it. Set automatically once a file receives an aligned extent. Readable
+/// and settable by name, but never listed (`ops::xattr::list`), so copying tools leave it
+/// behind: it describes this pool's layout, not the file's content.
 pub const HUGEPAGE_HINT: &[u8] = b"user.winefs.hugepage";
 
 /// An inode's attributes, in order: (name, value).

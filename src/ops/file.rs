@@ -27,7 +27,7 @@ use crate::types::{Attr, Consistency, SetAttr, TimeSet};
 /// Most existing extents one write transaction may touch (bounds its journal entries).
 const MAX_EXTENTS_PER_TX: usize = 128;
 
-fn file_kind_check(n: &InodeState) -> Result<()> {
+pub(crate) fn file_kind_check(n: &InodeState) -> Result<()> {
     match n.kind() {
         FileKind::File => Ok(()),
         FileKind::Dir => Err(Error::IsDir),
@@ -93,7 +93,7 @@ pub(crate) fn guarded<T>(state: &MountState, f: impl FnOnce() -> Result<T>) -> R
 /// mtime, ctime, crtime, each an aligned 8-byte store) is written in place without the journal:
 /// a crash can leave new times on rolled-back content, never an invalid time, and it saves a
 /// journal entry on every data write.
-fn commit_header(
+pub(crate) fn commit_header(
     state: &MountState,
     ino: u64,
     old: &InodeHeader,
@@ -310,7 +310,11 @@ fn write_piece(state: &MountState, g: &mut InodeState, pos: u64, buf: &[u8]) -> 
 
 /// After `runs` joined the file: if one is a whole aligned 2 MiB extent, record the alignment
 /// hint on the file, so copies of it (`cp --preserve=xattr`, `rsync -X`) stay aligned.
-fn mark_if_aligned(state: &MountState, g: &mut InodeState, runs: &[BlockRun]) -> Result<()> {
+pub(crate) fn mark_if_aligned(
+    state: &MountState,
+    g: &mut InodeState,
+    runs: &[BlockRun],
+) -> Result<()> {
     if runs
         .iter()
         .any(|r| r.len >= 512 && r.start.is_multiple_of(512))

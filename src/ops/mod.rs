@@ -1,7 +1,8 @@
-//! Operations on a mounted pool: the data path, memory mappings, the namespace, extended
-//! attributes, and content-preserving block moves. Each works on the mount state under the
+//! Operations on a mounted pool: the data path (with the range-rewriting fallocate modes),
+//! memory mappings, the namespace, extended attributes, and content-preserving block moves. Each works on the mount state under the
 //! locks that state documents; none knows the facade.
 
+pub(crate) mod falloc;
 pub(crate) mod file;
 pub(crate) mod mmap;
 pub(crate) mod namespace;

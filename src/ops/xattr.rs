@@ -31,11 +31,18 @@ pub(crate) fn get(state: &MountState, ino: u64, name: &[u8]) -> Result<Vec<u8>> 
         .ok_or(Error::NoAttr)
 }
 
+/// The names of the inode's attributes, less the alignment hint: winefs's own bookkeeping is
+/// read and set by name (`getfattr -n`, `setfattr -n`) but not listed, so tools that copy every
+/// listed attribute (`cp -a`, `rsync -X`, `tar --xattrs`) do not carry it to other file systems.
 pub(crate) fn list(state: &MountState, ino: u64) -> Result<Vec<Vec<u8>>> {
     state.check_alive()?;
     let n = state.inode(ino)?;
     let g = rlock(&n);
-    Ok(load(state, &g)?.into_iter().map(|(k, _)| k).collect())
+    Ok(load(state, &g)?
+        .into_iter()
+        .map(|(k, _)| k)
+        .filter(|k| k != HUGEPAGE_HINT)
+        .collect())
 }
 
 /// Set (`Some`) or remove (`None`) an attribute.

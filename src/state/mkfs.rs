@@ -50,23 +50,55 @@ fn zero_region(pool: &Pool, off: u64, len: u64) -> Result<()> {
     Ok(())
 }
 
-/// The geometry `mkfs` would give a pool of `size` bytes with `opts`.
+/// Explicit options that no pool could have, refused before anything is looked at or
+/// touched: an invalid value is an error, never silently rounded.
+fn check_options(opts: &MkfsOptions) -> Result<()> {
+    if let Some(size) = opts.size
+        && !size.is_multiple_of(BLOCK_SIZE)
+    {
+        return Err(Error::Invalid(format!(
+            "size {size} is not a multiple of the 4096-byte block size"
+        )));
+    }
+    if let Some(p) = opts.partitions
+        && !(1..=MAX_PARTITIONS).contains(&p)
+    {
+        return Err(Error::Invalid(format!(
+            "partitions must be 1..={MAX_PARTITIONS}, got {p}"
+        )));
+    }
+    if opts.inodes == Some(0) {
+        return Err(Error::Invalid(
+            "inodes must be at least 1 (the root directory takes one), got 0".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Most partitions a pool may have (`Geometry::compute` checks the same bound).
+const MAX_PARTITIONS: u32 = 256;
+
+/// The geometry `mkfs` would give a pool of `size` bytes with `opts` (already checked by
+/// [`check_options`]). An explicit inode count is split evenly over the partitions and each
+/// share rounded up to a multiple of 16 (the inode table is laid out in groups of 16); the
+/// default is one inode per 16 KiB, at least 64 per partition.
 fn plan_geometry(size: u64, opts: &MkfsOptions) -> Result<Geometry> {
     let partitions = opts.partitions.unwrap_or_else(|| default_partitions(size));
     let total_inodes = opts
         .inodes
-        .unwrap_or(size / 16384)
-        .max(64 * partitions as u64);
+        .unwrap_or_else(|| (size / 16384).max(64 * u64::from(partitions)));
+    let too_many = || Error::Invalid(format!("too many inodes: {total_inodes}"));
     let ipp = total_inodes
-        .div_ceil(partitions as u64)
-        .next_multiple_of(16);
-    let ipp = u32::try_from(ipp)
-        .map_err(|_| Error::Invalid(format!("too many inodes per partition: {ipp}")))?;
+        .div_ceil(u64::from(partitions))
+        .checked_next_multiple_of(16)
+        .ok_or_else(too_many)?;
+    let ipp = u32::try_from(ipp).map_err(|_| too_many())?;
     Geometry::compute(size, partitions, ipp)
 }
 
 /// Format the pool at `path` (see [`MkfsOptions`]).
 pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
+    check_options(opts)?;
     let pool = if std::fs::symlink_metadata(path).is_ok() {
         if !opts.force {
             let what = match Pool::open(path, true) {
@@ -77,6 +109,7 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
                     Ok(_) => "already holds a winefs pool",
                     Err(_) => "already exists",
                 },
+                Err(e @ Error::Busy(_)) => return Err(e),
                 Err(_) => "already exists",
             };
             return Err(Error::Invalid(format!(
@@ -86,18 +119,9 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
         }
         if let Some(size) = opts.size {
             plan_geometry(size, opts)?;
-            let meta = std::fs::metadata(path)
-                .map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
-            if meta.is_file() {
-                let f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .map_err(|e| Error::io(format!("open {}", path.display()), e))?;
-                f.set_len(size)
-                    .map_err(|e| Error::io(format!("resize {}", path.display()), e))?;
-            }
         }
-        let pool = Pool::open(path, false)?;
+        // The pool lock comes before any change: a mounted pool is refused as it is.
+        let pool = Pool::open_for_format(path, opts.size)?;
         pool.reserve_backing()?;
         pool
     } else {

@@ -186,6 +186,11 @@ pub fn space(path: &Path) -> io::Result<(u64, u64, u64)> {
 
 /// fallocate(2) mode 0 on an open file: allocate [off, off+len) and grow the size to cover it.
 pub fn fallocate(file: &std::fs::File, off: u64, len: u64) -> io::Result<()> {
+    fallocate_mode(file, 0, off, len)
+}
+
+/// fallocate(2) with any `mode` (`libc::FALLOC_FL_*`) on an open file.
+pub fn fallocate_mode(file: &std::fs::File, mode: i32, off: u64, len: u64) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let (off, len) = (
         i64::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?,
@@ -193,7 +198,7 @@ pub fn fallocate(file: &std::fs::File, off: u64, len: u64) -> io::Result<()> {
     );
     // SAFETY: the descriptor belongs to `file`, open for the duration of the call; fallocate
     // reads no memory of ours.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, off, len) };
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), mode, off, len) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
