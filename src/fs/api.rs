@@ -11,7 +11,7 @@ use crate::media::layout::{FileKind, Geometry, ROOT_INO, SYMLINK_MAX, Superblock
 use crate::media::pool::{PersistStats, Pool};
 use crate::meta::xattr::HUGEPAGE_HINT;
 use crate::ops::namespace::NewInode;
-use crate::ops::{file, namespace, relocate, xattr};
+use crate::ops::{file, namespace, prealloc, relocate, xattr};
 use crate::state::inode_state::rlock;
 use crate::state::mount_state::MountState;
 use crate::state::{fsck, mkfs, mount};
@@ -51,9 +51,11 @@ impl Fs {
         Ok(Fs::in_service(mount::mount_pool(pool, &opts)?))
     }
 
-    /// A freshly mounted state, put in service: background requests now start the worker.
+    /// A freshly mounted state, put in service: background requests now start the worker, and
+    /// an allocation short of space takes speculative preallocation back from files.
     fn in_service(state: Arc<MountState>) -> Fs {
         background::attach(&state);
+        prealloc::attach(&state);
         Fs { state }
     }
 

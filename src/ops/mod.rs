@@ -5,5 +5,6 @@
 pub(crate) mod file;
 pub(crate) mod mmap;
 pub(crate) mod namespace;
+pub(crate) mod prealloc;
 pub(crate) mod relocate;
 pub(crate) mod xattr;

@@ -11,4 +11,5 @@ pub(crate) mod mappings;
 pub mod mkfs;
 pub mod mount;
 pub(crate) mod mount_state;
+pub(crate) mod prealloc;
 pub(crate) mod tx;
