@@ -26,6 +26,7 @@ mod config;
 mod report;
 mod state;
 
+pub(crate) use state::Rng;
 pub use ager::Ager;
 pub use config::AgeConfig;
 pub use report::AgeReport;

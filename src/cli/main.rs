@@ -20,7 +20,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use winefs::bench::{
-    FuseBenchConfig, MmapBenchConfig, SyscallBenchConfig, fuse_bench, mmap_bench, syscall_bench,
+    FuseBenchConfig, MmapBenchConfig, SpaceBenchConfig, SyscallBenchConfig, fuse_bench,
+    mmap_bench, space_bench, syscall_bench,
 };
 use winefs::media::layout::{BLOCK_SIZE, FORMAT_VERSION};
 use winefs::report::{FileMapReport, FragReport};
@@ -194,6 +195,30 @@ enum BenchCmd {
         /// Timed repetitions per measurement (the best is reported).
         #[arg(long, default_value_t = 3)]
         repeats: u32,
+    },
+    /// Space used by a seeded fsstress-style workload: tmpfs vs the winefs library (and FUSE).
+    Space {
+        /// Directory for the pool and the tmpfs tree (default: /dev/shm).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Seed of the operation sequence.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Operations.
+        #[arg(long, default_value_t = 20_000)]
+        ops: u64,
+        /// Bound on the live files' total size (K/M/G/T suffixes).
+        #[arg(long, default_value = "512M", value_parser = parse_size)]
+        max_bytes: u64,
+        /// Size of the winefs pool.
+        #[arg(long, default_value = "2G", value_parser = parse_size)]
+        pool_size: u64,
+        /// File-size profile: agrawal, wang, meyer or a profile file.
+        #[arg(long, default_value = "agrawal")]
+        profile: String,
+        /// Also run the workload on a FUSE mount of winefs (root or /dev/fuse access).
+        #[arg(long)]
+        fuse: bool,
     },
     /// 4 KiB append/overwrite/read and create/unlink: winefs library vs std::fs on tmpfs.
     Syscall {
@@ -424,6 +449,36 @@ fn main() -> ExitCode {
                     Ok(0)
                 }
                 Err(e) => Err(fail("bench fuse", e)),
+            }
+        }
+        Cmd::Bench {
+            which:
+                BenchCmd::Space {
+                    dir,
+                    seed,
+                    ops,
+                    max_bytes,
+                    pool_size,
+                    profile,
+                    fuse,
+                },
+        } => {
+            let cfg = SpaceBenchConfig {
+                dir,
+                seed,
+                ops,
+                max_bytes,
+                pool_size,
+                profile,
+                fuse,
+            };
+            eprintln!("running: {ops} operations, seed {seed}...");
+            match space_bench(&cfg) {
+                Ok(rep) => {
+                    print!("{rep}");
+                    Ok(0)
+                }
+                Err(e) => Err(fail("bench space", e)),
             }
         }
         Cmd::Bench {

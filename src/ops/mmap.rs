@@ -129,12 +129,12 @@ fn serve_fault(state: &Weak<MountState>, sh: &Shared, addr: usize, tid: u32) {
     sh.main.wake(va, len);
 }
 
-/// Serve a fault on file block `block`. An empty unit that the file will use — wholly inside
-/// the file, or covered by this mapping (2 MiB or more), or of a file with the alignment
-/// hint — gets a whole aligned extent, installed at once (one fault per 2 MiB; blocks past EOF
-/// are speculative preallocation). Otherwise, and when no aligned extent is free, only the
-/// faulting block is allocated and installed, so a small or sparse mapping takes what it
-/// touches.
+/// Serve a fault on file block `block`. An empty unit of a mapping of 2 MiB or more, or of a
+/// file with the alignment hint, gets a whole aligned extent, installed at once (one fault per
+/// 2 MiB, the LMDB pattern of ftruncate then touch; blocks past EOF are speculative
+/// preallocation). Otherwise, and when no aligned extent is free, only the faulting block is
+/// allocated and installed: a small mapping (fsstress's map-and-store of a few pages of a
+/// large sparse file) takes what it touches.
 fn fault_in(state: &MountState, st: &MapState, block: u64) -> Result<()> {
     let unit = block / UNIT_BLOCKS;
     let n = state.inode(st.ino)?;
@@ -153,9 +153,7 @@ fn fault_in(state: &MountState, st: &MapState, block: u64) -> Result<()> {
     state.check_alive()?;
     let (u0, u1) = (unit * UNIT_BLOCKS, (unit + 1) * UNIT_BLOCKS);
     let whole = g.map.segments(u0, u1).is_empty()
-        && (u1 <= eof_blocks
-            || (st.first_block() <= u0 && u1 <= st.end_block())
-            || xattr::hinted(state, &mut g)?)
+        && (st.len >= HUGE || xattr::hinted(state, &mut g)?)
         && fill_unit_aligned(state, &mut g, u0)?;
     // A unit on one aligned extent is installed whole (it is all backed); on a plain mapping
     // re-installing pages already there changes nothing.
