@@ -83,7 +83,8 @@ fn large_file_grows_into_holes_until_no_block_is_free() {
     assert!(appended >= 380, "only {appended} appends fitted");
     assert_eq!(fs.statfs().free_blocks, 0);
     let mut tail = vec![0u8; BLOCK as usize];
-    big.read_at(HUGE + (appended - 1) * BLOCK, &mut tail).unwrap();
+    big.read_at(HUGE + (appended - 1) * BLOCK, &mut tail)
+        .unwrap();
     assert!(tail.iter().all(|&b| b == 3));
     assert_clean(&fs);
 }
@@ -99,7 +100,11 @@ fn statfs_reports_what_a_write_can_use_including_preallocation() {
     let mut big = fs.create_file("/big").unwrap();
     big.append(&vec![5u8; HUGE as usize]).unwrap();
     big.append(&[6u8; BLOCK as usize]).unwrap();
-    assert!(unit_aligned(&fs, big.ino(), 512), "{:?}", fs.extents(big.ino()));
+    assert!(
+        unit_aligned(&fs, big.ino(), 512),
+        "{:?}",
+        fs.extents(big.ino())
+    );
     let st = fs.statfs();
     assert_eq!(st.preallocated_blocks, 511);
     use_up_aligned(&fs, "/filler");
@@ -120,7 +125,11 @@ fn statfs_reports_what_a_write_can_use_including_preallocation() {
     assert_eq!((st.free_blocks, st.preallocated_blocks), (0, 0));
     assert_eq!(blocks_of(&fs, n.ino()), free, "{appended} appended");
     // The preallocation went back; the file's data did not.
-    assert_eq!(blocks_of(&fs, big.ino()), 513 + 1, "data blocks and the xattr block");
+    assert_eq!(
+        blocks_of(&fs, big.ino()),
+        513 + 1,
+        "data blocks and the xattr block"
+    );
     let mut b = [0u8; 1];
     big.read_at(HUGE, &mut b).unwrap();
     assert_eq!(b[0], 6);
@@ -145,7 +154,10 @@ fn full_pool_gives_short_writes_and_still_overwrites() {
     let f = fs.create_file("/f").unwrap();
     let want = ((free + 100) * BLOCK) as usize;
     let n = f.write_at(0, &vec![4u8; want]).unwrap();
-    assert!(n < want && n as u64 >= (free - 2) * BLOCK, "wrote {n} of {want}");
+    assert!(
+        n < want && n as u64 >= (free - 2) * BLOCK,
+        "wrote {n} of {want}"
+    );
     assert_eq!(fs.statfs().free_blocks, 0);
     assert!(matches!(
         f.write_at(n as u64, &[1u8; 10]),
@@ -189,7 +201,11 @@ fn small_sparse_mappings_and_random_writes_allocate_small() {
         s.write_at(i * 3 * MIB + 5 * BLOCK + 7, &[1u8; BLOCK as usize])
             .unwrap();
     }
-    assert_eq!(data_blocks(&fs, s.ino()), 32, "two blocks per unaligned 4 KiB write");
+    assert_eq!(
+        data_blocks(&fs, s.ino()),
+        32,
+        "two blocks per unaligned 4 KiB write"
+    );
     assert_eq!(fs.statfs().preallocated_blocks, 0);
     assert_clean(&fs);
 }
@@ -213,12 +229,19 @@ fn preallocation_is_given_back_at_last_close_of_a_small_file() {
     assert_eq!(fs.statfs().free_blocks, free0 - 3, "data blocks");
     let ino = f.ino();
     drop(f);
-    assert_eq!(blocks_of(&fs, ino), 512 + 1, "still open through another handle");
+    assert_eq!(
+        blocks_of(&fs, ino),
+        512 + 1,
+        "still open through another handle"
+    );
     drop(second);
     assert_eq!(blocks_of(&fs, ino), 3 + 1);
     assert_eq!(fs.statfs().preallocated_blocks, 0);
     assert_eq!(fs.statfs().free_blocks, free0 - 3);
-    assert_eq!(fs.open_file("/hinted/f").unwrap().read_all().unwrap(), vec![3u8; 10_000]);
+    assert_eq!(
+        fs.open_file("/hinted/f").unwrap().read_all().unwrap(),
+        vec![3u8; 10_000]
+    );
     // A large file keeps its tail at close.
     let mut big = fs.create_file("/big").unwrap();
     big.append(&vec![1u8; (HUGE + BLOCK) as usize]).unwrap();
@@ -250,7 +273,11 @@ fn growing_large_files_still_get_aligned_units() {
     fs.settle_rewrites(std::time::Duration::from_secs(60))
         .unwrap();
     for u in 0..5 {
-        assert!(unit_aligned(&fs, a.ino(), u * 512), "unit {u}: {:?}", fs.extents(a.ino()));
+        assert!(
+            unit_aligned(&fs, a.ino(), u * 512),
+            "unit {u}: {:?}",
+            fs.extents(a.ino())
+        );
     }
     // Sequential 4 KiB writes into a sparse 8 MiB file.
     let s = fs.create_file("/sparse-seq").unwrap();
@@ -260,7 +287,11 @@ fn growing_large_files_still_get_aligned_units() {
         other.append(&[1u8; 100]).unwrap();
     }
     for u in 0..4 {
-        assert!(unit_aligned(&fs, s.ino(), u * 512), "unit {u}: {:?}", fs.extents(s.ino()));
+        assert!(
+            unit_aligned(&fs, s.ino(), u * 512),
+            "unit {u}: {:?}",
+            fs.extents(s.ino())
+        );
     }
     // A small file mapped with a 4 MiB mapping takes its unit whole at the first store.
     let g = fs.create_file("/grows").unwrap();

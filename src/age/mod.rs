@@ -26,8 +26,8 @@ mod config;
 mod report;
 mod state;
 
-pub(crate) use state::Rng;
 pub use ager::Ager;
 pub use config::AgeConfig;
 pub use report::AgeReport;
+pub(crate) use state::Rng;
 pub use target::{AgeTarget, CreateMethod, LibraryTarget, PosixTarget, Usage};

@@ -107,6 +107,31 @@ pub struct OpCounts {
     pub unlinks: u64,
 }
 
+impl OpCounts {
+    /// Each count with its name, in report order.
+    pub fn named(&self) -> [(u64, &'static str); 8] {
+        [
+            (self.creates, "creates"),
+            (self.appends, "appends"),
+            (self.overwrites, "overwrites"),
+            (self.random_writes, "random writes"),
+            (self.map_writes, "map writes"),
+            (self.truncates, "truncates"),
+            (self.unlinks, "unlinks"),
+            (self.mkdirs, "mkdirs"),
+        ]
+    }
+}
+
+impl fmt::Display for OpCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (n, what)) in self.named().iter().enumerate() {
+            write!(f, "{}{n} {what}", if i == 0 { "" } else { ", " })?;
+        }
+        Ok(())
+    }
+}
+
 /// The seeded workload: operations and the tree they leave (file path → size).
 struct Workload {
     ops: Vec<Op>,
@@ -274,28 +299,21 @@ impl SpaceBenchReport {
         if base == 0 {
             return 0.0;
         }
-        self.sides.get(i).map_or(0.0, |s| s.used as f64 / base as f64)
+        self.sides
+            .get(i)
+            .map_or(0.0, |s| s.used as f64 / base as f64)
     }
 }
 
 impl fmt::Display for SpaceBenchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let c = &self.counts;
         writeln!(
             f,
-            "space: seed {}, profile {}, pool {}; {} creates, {} appends, {} overwrites, \
-             {} random writes, {} map writes, {} truncates, {} unlinks, {} mkdirs",
+            "space: seed {}, profile {}, pool {}; {}",
             self.seed,
             self.profile,
             format_size(self.pool_size),
-            c.creates,
-            c.appends,
-            c.overwrites,
-            c.random_writes,
-            c.map_writes,
-            c.truncates,
-            c.unlinks,
-            c.mkdirs
+            self.counts
         )?;
         writeln!(
             f,
@@ -545,7 +563,10 @@ impl Side for LibrarySide {
             self.buf.resize(n, 0);
         }
         self.buf[..n].fill(byte);
-        m.store(usize::try_from(off - start).map_err(too_big)?, &self.buf[..n])
+        m.store(
+            usize::try_from(off - start).map_err(too_big)?,
+            &self.buf[..n],
+        )
     }
     fn unlink(&mut self, path: &str) -> Result<()> {
         self.fs.unlink_path(&format!("/{path}"))
@@ -565,7 +586,11 @@ impl LibrarySide {
     fn du(&self, dir: &str) -> Result<u64> {
         let mut total = 0;
         for name in self.fs.list_dir(dir)? {
-            let p = format!("{}/{}", dir.trim_end_matches('/'), String::from_utf8_lossy(&name));
+            let p = format!(
+                "{}/{}",
+                dir.trim_end_matches('/'),
+                String::from_utf8_lossy(&name)
+            );
             let a = self.fs.stat_path(&p)?;
             total += a.blocks * 512;
             if a.kind == crate::media::layout::FileKind::Dir {
@@ -600,10 +625,8 @@ fn side_usage(name: &str, side: &mut dyn Side, enospc: u64) -> Result<SideUsage>
 
 /// Run the workload on a FUSE mount of a fresh pool served by this process.
 fn fuse_side(pool: &Path, cfg: &SpaceBenchConfig, w: &Workload) -> Result<SideUsage> {
-    let mnt = TempDir(std::env::temp_dir().join(format!(
-        "winefs-spacebench-mnt-{}",
-        std::process::id()
-    )));
+    let mnt =
+        TempDir(std::env::temp_dir().join(format!("winefs-spacebench-mnt-{}", std::process::id())));
     std::fs::create_dir_all(&mnt.0).map_err(io_err(format!("mkdir {}", mnt.0.display())))?;
     let fs = Arc::new(mkfs(pool, cfg.pool_size)?);
     let mut fc = Config::default();
@@ -711,19 +734,9 @@ mod tests {
         let b = workload(&small(7), &p);
         assert_eq!(a.ops, b.ops);
         assert_ne!(a.ops, workload(&small(8), &p).ops);
-        let c = &a.counts;
-        let all = [
-            c.mkdirs,
-            c.creates,
-            c.appends,
-            c.overwrites,
-            c.random_writes,
-            c.map_writes,
-            c.truncates,
-            c.unlinks,
-        ];
-        assert!(all.iter().all(|&n| n > 0), "{c:?}");
-        assert_eq!(all.iter().sum::<u64>(), 1500);
+        let all = a.counts.named();
+        assert!(all.iter().all(|&(n, _)| n > 0), "{}", a.counts);
+        assert_eq!(all.iter().map(|x| x.0).sum::<u64>(), 1500);
     }
 
     /// Both sides run the same tree (sizes checked inside), winefs stays within the target
@@ -732,7 +745,10 @@ mod tests {
     fn space_bench_measures_both_sides() {
         let rep = space_bench(&small(3)).unwrap();
         assert_eq!(rep.sides.len(), 2);
-        assert!(rep.sides.iter().all(|s| s.used > 0 && s.enospc == 0), "{rep:?}");
+        assert!(
+            rep.sides.iter().all(|s| s.used > 0 && s.enospc == 0),
+            "{rep:?}"
+        );
         assert!(rep.ratio(1) <= TARGET_RATIO, "{rep}");
         let text = rep.to_string();
         assert!(text.contains("winefs library"), "{text}");

@@ -20,8 +20,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use winefs::bench::{
-    FuseBenchConfig, MmapBenchConfig, SpaceBenchConfig, SyscallBenchConfig, fuse_bench,
-    mmap_bench, space_bench, syscall_bench,
+    FuseBenchConfig, MmapBenchConfig, SpaceBenchConfig, SyscallBenchConfig, fuse_bench, mmap_bench,
+    space_bench, syscall_bench,
 };
 use winefs::media::layout::{BLOCK_SIZE, FORMAT_VERSION};
 use winefs::report::{FileMapReport, FragReport};
@@ -462,25 +462,15 @@ fn main() -> ExitCode {
                     profile,
                     fuse,
                 },
-        } => {
-            let cfg = SpaceBenchConfig {
-                dir,
-                seed,
-                ops,
-                max_bytes,
-                pool_size,
-                profile,
-                fuse,
-            };
-            eprintln!("running: {ops} operations, seed {seed}...");
-            match space_bench(&cfg) {
-                Ok(rep) => {
-                    print!("{rep}");
-                    Ok(0)
-                }
-                Err(e) => Err(fail("bench space", e)),
-            }
-        }
+        } => bench_space(SpaceBenchConfig {
+            dir,
+            seed,
+            ops,
+            max_bytes,
+            pool_size,
+            profile,
+            fuse,
+        }),
         Cmd::Bench {
             which:
                 BenchCmd::Syscall {
@@ -658,6 +648,13 @@ fn info(pool: &Path) -> Result<u8, Fail> {
 }
 
 // ----- bench -----
+
+fn bench_space(cfg: SpaceBenchConfig) -> Result<u8, Fail> {
+    eprintln!("running: {} operations, seed {}...", cfg.ops, cfg.seed);
+    let rep = space_bench(&cfg).ctx(|| "bench space".into())?;
+    print!("{rep}");
+    Ok(0)
+}
 
 fn bench(cfg: SyscallBenchConfig) -> Result<u8, Fail> {
     eprintln!(

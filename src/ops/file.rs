@@ -541,7 +541,13 @@ pub(crate) fn fill_unit_aligned(state: &MountState, g: &mut InodeState, unit: u6
 
 /// [`fill_gaps`]; `aligned_only`: [a, b) is one empty unit, filled with a free aligned extent
 /// or not at all.
-fn fill(state: &MountState, g: &mut InodeState, a: u64, b: u64, aligned_only: bool) -> Result<bool> {
+fn fill(
+    state: &MountState,
+    g: &mut InodeState,
+    a: u64,
+    b: u64,
+    aligned_only: bool,
+) -> Result<bool> {
     let gs = gaps(g, a, b);
     if gs.is_empty() {
         return Ok(false);
