@@ -123,8 +123,11 @@ pub struct StatFs {
     pub block_size: u64,
     /// Blocks in the data area.
     pub blocks: u64,
-    /// Free blocks.
+    /// Blocks a write can use: free blocks plus `preallocated_blocks`.
     pub free_blocks: u64,
+    /// Of `free_blocks`, those files hold as speculative preallocation past their end, given
+    /// back when a small file is closed or when an allocation would otherwise fail.
+    pub preallocated_blocks: u64,
     /// Inodes in all.
     pub inodes: u64,
     /// Free inodes.

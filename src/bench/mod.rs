@@ -4,12 +4,15 @@
 //! - [`fuse`]: a FUSE mount of winefs against tmpfs (`winefs bench fuse`).
 //! - [`layout`]: the mmap benchmark over aged winefs files and replayed ext4/xfs layouts (`winefs bench layout`).
 //! - [`mmap`]: memory-mapped access to aligned, 4 KiB-scattered and plain tmpfs files (`winefs bench mmap`).
+//! - [`space`]: space used by a seeded fsstress-style workload on tmpfs and on winefs (`winefs bench space`).
 
 pub mod fuse;
 pub mod layout;
 pub mod mmap;
+pub mod space;
 pub mod syscall;
 
 pub use fuse::{FuseBenchConfig, FuseBenchReport, fuse_bench};
 pub use mmap::{MmapBenchConfig, MmapBenchReport, mmap_bench};
+pub use space::{SpaceBenchConfig, SpaceBenchReport, space_bench};
 pub use syscall::{BenchRow, PersistPerOp, SyscallBenchConfig, SyscallBenchReport, syscall_bench};

@@ -20,7 +20,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use winefs::bench::{
-    FuseBenchConfig, MmapBenchConfig, SyscallBenchConfig, fuse_bench, mmap_bench, syscall_bench,
+    FuseBenchConfig, MmapBenchConfig, SpaceBenchConfig, SyscallBenchConfig, fuse_bench, mmap_bench,
+    space_bench, syscall_bench,
 };
 use winefs::media::layout::{BLOCK_SIZE, FORMAT_VERSION};
 use winefs::report::{FileMapReport, FragReport};
@@ -206,6 +207,30 @@ enum BenchCmd {
         /// Timed repetitions per measurement (the best is reported).
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         repeats: u32,
+    },
+    /// Space used by a seeded fsstress-style workload: tmpfs vs the winefs library (and FUSE).
+    Space {
+        /// Directory for the pool and the tmpfs tree (default: /dev/shm).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Seed of the operation sequence.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Operations.
+        #[arg(long, default_value_t = 20_000)]
+        ops: u64,
+        /// Bound on the live files' total size (K/M/G/T suffixes).
+        #[arg(long, default_value = "512M", value_parser = parse_size)]
+        max_bytes: u64,
+        /// Size of the winefs pool.
+        #[arg(long, default_value = "2G", value_parser = parse_size)]
+        pool_size: u64,
+        /// File-size profile: agrawal, wang, meyer or a profile file.
+        #[arg(long, default_value = "agrawal")]
+        profile: String,
+        /// Also run the workload on a FUSE mount of winefs (root or /dev/fuse access).
+        #[arg(long)]
+        fuse: bool,
     },
     /// 4 KiB append/overwrite/read and create/unlink: winefs library vs std::fs on tmpfs.
     Syscall {
@@ -442,6 +467,26 @@ fn main() -> ExitCode {
         }
         Cmd::Bench {
             which:
+                BenchCmd::Space {
+                    dir,
+                    seed,
+                    ops,
+                    max_bytes,
+                    pool_size,
+                    profile,
+                    fuse,
+                },
+        } => bench_space(SpaceBenchConfig {
+            dir,
+            seed,
+            ops,
+            max_bytes,
+            pool_size,
+            profile,
+            fuse,
+        }),
+        Cmd::Bench {
+            which:
                 BenchCmd::Syscall {
                     dir,
                     ops,
@@ -653,6 +698,13 @@ fn info(pool: &Path) -> Result<u8, Fail> {
 }
 
 // ----- bench -----
+
+fn bench_space(cfg: SpaceBenchConfig) -> Result<u8, Fail> {
+    eprintln!("running: {} operations, seed {}...", cfg.ops, cfg.seed);
+    let rep = space_bench(&cfg).ctx(|| "bench space".into())?;
+    print!("{rep}");
+    Ok(0)
+}
 
 fn bench(cfg: SyscallBenchConfig) -> Result<u8, Fail> {
     eprintln!(

@@ -12,7 +12,7 @@ use crate::media::pool::{PersistStats, Pool};
 use crate::meta::xattr::HUGEPAGE_HINT;
 use crate::ops::namespace::NewInode;
 use crate::ops::repair::{self, RepairReport};
-use crate::ops::{falloc, file, namespace, relocate, xattr};
+use crate::ops::{falloc, file, namespace, prealloc, relocate, xattr};
 use crate::state::inode_state::rlock;
 use crate::state::mount_state::MountState;
 use crate::state::mount::Inconsistent;
@@ -68,9 +68,11 @@ impl Fs {
         Ok(rep)
     }
 
-    /// A freshly mounted state, put in service: background requests now start the worker.
+    /// A freshly mounted state, put in service: background requests now start the worker, and
+    /// an allocation short of space takes speculative preallocation back from files.
     fn in_service(state: Arc<MountState>) -> Fs {
         background::attach(&state);
+        prealloc::attach(&state);
         Fs { state }
     }
 

@@ -1,14 +1,17 @@
 //! Alignment-aware block allocator: the allocation policy across per-CPU partitions (local
 //! first, then stealing from the partition with the most of what is needed), each partition's
-//! free space being a `free_space::FreeSpace` of aligned extents and holes.
+//! free space being a `free_space::FreeSpace` of aligned extents and holes; and the
+//! speculative holdings (blocks handed out that their holders give back on demand, counted as
+//! available) with the handler that takes them back under pressure.
 #![deny(clippy::cast_possible_truncation)]
 
 use crate::media::free_space::{FreeSpace, coalesce};
 use crate::media::layout::BLOCKS_PER_HUGE;
 use std::cmp::Reverse;
+use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
 
 const H: u64 = BLOCKS_PER_HUGE;
 const ALIGNED: fn(&Part) -> &AtomicU64 = |p| &p.aligned_cnt;
@@ -64,10 +67,20 @@ struct Part {
     hole_blocks: AtomicU64,
 }
 
+/// Takes speculative holdings back under space pressure: given the blocks wanted, returns the
+/// blocks it gave back to the allocator.
+pub type PressureHandler = Box<dyn Fn(u64) -> u64 + Send + Sync>;
+
 /// Alignment-aware allocator over per-CPU partitions.
 pub struct Allocator {
     parts: Vec<Part>,
     total: u64,
+    /// Speculative holdings: holder id → blocks (allocated, but given back on demand).
+    spec: Mutex<BTreeMap<u64, u64>>,
+    /// Sum of `spec`, readable without the lock.
+    spec_total: AtomicU64,
+    /// Named once by the layer that owns the holdings (the mounted file system).
+    pressure: OnceLock<PressureHandler>,
 }
 
 impl Allocator {
@@ -102,7 +115,13 @@ impl Allocator {
             });
         }
         let total = ranges.iter().map(|&(s, e)| e - s).sum();
-        let a = Allocator { parts, total };
+        let a = Allocator {
+            parts,
+            total,
+            spec: Mutex::new(BTreeMap::new()),
+            spec_total: AtomicU64::new(0),
+            pressure: OnceLock::new(),
+        };
         let mut runs: Vec<BlockRun> = free.into_iter().filter(|r| r.len > 0).collect();
         runs.sort();
         let mut prev: Option<BlockRun> = None;
@@ -334,6 +353,58 @@ impl Allocator {
     /// Sum of partition range lengths.
     pub fn total_blocks(&self) -> u64 {
         self.total
+    }
+
+    /// Record that `holder` (an inode) holds `blocks` allocated blocks speculatively, blocks it
+    /// gives back when asked (0: it holds none). They count as available, not as free.
+    pub fn set_speculative(&self, holder: u64, blocks: u64) {
+        let mut m = self.spec.lock().unwrap_or_else(|e| e.into_inner());
+        let old = if blocks == 0 {
+            m.remove(&holder)
+        } else {
+            m.insert(holder, blocks)
+        };
+        // Under the lock, so the total always equals the sum of the map.
+        let t = self.spec_total.load(Relaxed) + blocks - old.unwrap_or(0);
+        self.spec_total.store(t, Relaxed);
+    }
+
+    /// Blocks `holder` holds speculatively (0 if none).
+    pub fn speculative_of(&self, holder: u64) -> u64 {
+        let m = self.spec.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(&holder).copied().unwrap_or(0)
+    }
+
+    /// Blocks held speculatively, in all.
+    pub fn speculative_blocks(&self) -> u64 {
+        self.spec_total.load(Relaxed)
+    }
+
+    /// The holders, largest holding first (ties: lower id first).
+    pub fn speculative_holders(&self) -> Vec<(u64, u64)> {
+        let m = self.spec.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<(u64, u64)> = m.iter().map(|(&h, &n)| (h, n)).collect();
+        v.sort_by_key(|&(h, n)| (Reverse(n), h));
+        v
+    }
+
+    /// Free blocks plus blocks held speculatively: what allocations can get.
+    pub fn available_blocks(&self) -> u64 {
+        self.free_blocks() + self.speculative_blocks()
+    }
+
+    /// Name the handler that takes speculative holdings back (once; later calls are ignored).
+    pub fn set_pressure_handler(&self, h: PressureHandler) {
+        let _ = self.pressure.set(h);
+    }
+
+    /// Ask the pressure handler for `need` blocks back; returns the blocks it freed (0 when
+    /// there is no handler or nothing to give).
+    pub fn relieve(&self, need: u64) -> u64 {
+        match self.pressure.get() {
+            Some(h) if self.speculative_blocks() > 0 => h(need),
+            _ => 0,
+        }
     }
 
     /// Per-partition free-space statistics.
@@ -609,6 +680,36 @@ mod tests {
         }
         assert_eq!(aligned_total(&a), 4);
         a.check_consistency().unwrap();
+    }
+
+    #[test]
+    fn speculative_holdings_count_as_available() {
+        let a = fresh(&[(0, 4 * H)]);
+        let free = a.free_blocks();
+        assert_eq!(a.available_blocks(), free);
+        a.set_speculative(7, 100);
+        a.set_speculative(9, 300);
+        a.set_speculative(7, 40);
+        assert_eq!(a.speculative_blocks(), 340);
+        assert_eq!(a.available_blocks(), free + 340);
+        assert_eq!(a.speculative_holders(), vec![(9, 300), (7, 40)]);
+        assert_eq!(a.speculative_of(7), 40);
+        // No handler yet: nothing is relieved.
+        assert_eq!(a.relieve(10), 0);
+        let asked = std::sync::Arc::new(AtomicU64::new(0));
+        let seen = asked.clone();
+        a.set_pressure_handler(Box::new(move |n| {
+            seen.store(n, Relaxed);
+            5
+        }));
+        assert_eq!(a.relieve(10), 5);
+        assert_eq!(asked.load(Relaxed), 10);
+        a.set_speculative(9, 0);
+        a.set_speculative(7, 0);
+        assert_eq!((a.speculative_blocks(), a.speculative_of(9)), (0, 0));
+        assert!(a.speculative_holders().is_empty());
+        // Nothing held: the handler is not asked.
+        assert_eq!(a.relieve(10), 0);
     }
 
     #[test]

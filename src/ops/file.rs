@@ -159,6 +159,7 @@ pub(crate) fn write(
         map_hooks::before_grow(state, &g)?;
     }
     let r = write_pieces(state, &mut g, off, data);
+    state.note_prealloc(&mut g);
     if g.hdr.size > old_size {
         map_hooks::after_grow(state, &g, old_size)?;
         // The first unit of a file that grew past two units was written while the file was
@@ -171,12 +172,18 @@ pub(crate) fn write(
 }
 
 /// Write `data` at `off` piece by piece; returns the bytes written (short only on ENOSPC).
+/// Short of space, a piece is retried in place instead of copied on write, then halved down to
+/// what fits, so a write fails with ENOSPC only when not even its first block can be written.
 fn write_pieces(state: &MountState, g: &mut InodeState, off: u64, data: &[u8]) -> Result<usize> {
     let end = off + data.len() as u64;
+    let strict = state.consistency == Consistency::Strict;
     let mut done = 0usize;
+    let mut cap = u64::MAX; // the longest piece to try, lowered when space ran short
     while done < data.len() {
         let pos = off + done as u64;
-        let mut piece_end = end.min((pos / HUGE_SIZE + 1) * HUGE_SIZE);
+        let mut piece_end = end
+            .min((pos / HUGE_SIZE + 1) * HUGE_SIZE)
+            .min(pos.saturating_add(cap));
         let segs = g
             .map
             .segments(pos / BLOCK_SIZE, piece_end.div_ceil(BLOCK_SIZE));
@@ -185,32 +192,66 @@ fn write_pieces(state: &MountState, g: &mut InodeState, off: u64, data: &[u8]) -
             piece_end = piece_end.min((s.0 + s.2) * BLOCK_SIZE).max(pos + 1);
         }
         let k = (piece_end - pos) as usize;
-        match write_piece(state, g, pos, &data[done..done + k]) {
+        let piece = &data[done..done + k];
+        let r = match write_piece(state, g, pos, piece, true) {
+            Err(Error::NoSpace(_)) if strict => write_piece(state, g, pos, piece, false),
+            r => r,
+        };
+        match r {
             Ok(()) => done += k,
-            Err(Error::NoSpace(_)) if done > 0 => break,
+            Err(Error::NoSpace(m)) => {
+                let to_block_end = BLOCK_SIZE - pos % BLOCK_SIZE;
+                if k as u64 > to_block_end {
+                    cap = (k as u64 / 2).max(to_block_end);
+                } else if done > 0 {
+                    break;
+                } else {
+                    return Err(Error::NoSpace(m));
+                }
+            }
             Err(e) => return Err(e),
         }
     }
     Ok(done)
 }
 
-/// Write `buf` at `pos`; the range lies inside one 2 MiB logical unit.
-fn write_piece(state: &MountState, g: &mut InodeState, pos: u64, buf: &[u8]) -> Result<()> {
+/// Whether a write of [pos, end) into an empty 2 MiB unit takes the whole unit as an aligned
+/// extent (when one is free): the file will use it — it is 2 MiB or larger, carries the
+/// alignment hint, or has a mapping of 2 MiB or more — and the write is sequential: it starts
+/// at the unit's first byte, or runs on from inside the file (or its end) past the end. So
+/// appends and sequential writes of large files land on aligned extents (FUSE splits writes
+/// at 1 MiB; applications append 4 KiB at a time), while random writes into sparse ranges and
+/// small files take only the blocks they write.
+fn wants_unit(state: &MountState, g: &mut InodeState, pos: u64, end: u64) -> Result<bool> {
+    let size = g.hdr.size;
+    if !(pos.is_multiple_of(HUGE_SIZE) || (pos <= size && end > size)) {
+        return Ok(false);
+    }
+    Ok(size >= HUGE_SIZE
+        || g.maps.iter().any(|m| m.len as u64 >= HUGE_SIZE)
+        || xattr::hinted(state, g)?)
+}
+
+/// Write `buf` at `pos`; the range lies inside one 2 MiB logical unit. `cow`: in strict mode,
+/// hole-backed blocks are copied on write (false: journaled in place, which needs no space).
+fn write_piece(
+    state: &MountState,
+    g: &mut InodeState,
+    pos: u64,
+    buf: &[u8],
+    cow: bool,
+) -> Result<()> {
     let end = pos + buf.len() as u64;
     let (lb0, lb1) = (pos / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
-    // A write into an empty 2 MiB unit of a large file (at least 2 MiB already), or of a file
-    // with the alignment hint, gets the whole unit as an aligned extent, however small the
-    // write (FUSE splits writes at 1 MiB; applications append 4 KiB at a time); the write
-    // then lands in place. Small files are not inflated: they fill holes.
+    // The whole unit as an aligned extent when the file will use it; the write then lands in
+    // place. With no aligned extent free, the write takes only the blocks it needs.
     let unit = lb0 / 512 * 512;
-    if g.map.segments(unit, unit + 512).is_empty()
-        && (g.hdr.size >= HUGE_SIZE || xattr::hinted(state, g)?)
-    {
-        fill_gaps(state, g, unit, unit + 512)?;
+    if g.map.segments(unit, unit + 512).is_empty() && wants_unit(state, g, pos, end)? {
+        fill_unit_aligned(state, g, unit)?;
     }
     let strict = state.consistency == Consistency::Strict;
     // A mapped file is never copied on write: its mappings point at the blocks in place.
-    let aligned = g.map.in_aligned_unit(lb0) || !g.maps.is_empty();
+    let aligned = !cow || g.map.in_aligned_unit(lb0) || !g.maps.is_empty();
     // Targets that need new blocks: gaps (None) and, in strict mode outside aligned extents,
     // mapped blocks rewritten copy-on-write (Some(old phys)).
     let mut targets: Vec<(u64, u64, Option<u64>)> = Vec::new();
@@ -372,6 +413,7 @@ fn truncate_locked(state: &MountState, g: &mut InodeState, size: u64) -> Result<
             }
         })
     })?;
+    state.note_prealloc(g);
     map_hooks::after_grow(state, g, old_size)
 }
 
@@ -416,10 +458,10 @@ pub(crate) fn fallocate(
     }
     let old_size = g.hdr.size;
     let missing: u64 = gaps(&g, lb0, lb1).iter().map(|x| x.1).sum();
-    if missing > state.alloc.free_blocks() {
+    if missing > state.alloc.available_blocks() {
         return Err(Error::NoSpace(format!(
             "fallocate needs {missing} blocks, {} free",
-            state.alloc.free_blocks()
+            state.alloc.available_blocks()
         )));
     }
     // One transaction per 2 MiB logical unit, so whole units get aligned extents.
@@ -438,6 +480,11 @@ pub(crate) fn fallocate(
     }
     commit_header(state, ino, &g.hdr, &hdr, Tx::new())?;
     g.hdr = hdr;
+    if keep_size && end > old_size {
+        state.forget_prealloc(&mut g); // blocks past EOF the caller asked for are not speculative
+    } else {
+        state.note_prealloc(&mut g);
+    }
     if grows {
         map_hooks::after_grow(state, &g, old_size)?;
     }
@@ -478,13 +525,47 @@ fn lay_out(runs: &[BlockRun], lens: impl Iterator<Item = u64>) -> Vec<Vec<BlockR
 /// one transaction; a whole-unit gap gets an aligned 2 MiB extent when one is free. Returns
 /// whether anything was allocated. The file size does not change.
 pub(crate) fn fill_gaps(state: &MountState, g: &mut InodeState, a: u64, b: u64) -> Result<bool> {
+    fill(state, g, a, b, false)
+}
+
+/// Give the empty 2 MiB unit starting at block `unit` a free aligned extent, zeroed, in one
+/// transaction; false (and nothing changed) when no aligned extent is free. The blocks past the
+/// end of the file become speculative preallocation (`ops::prealloc`), unless the file already
+/// held blocks past its end that it asked for.
+pub(crate) fn fill_unit_aligned(state: &MountState, g: &mut InodeState, unit: u64) -> Result<bool> {
+    let clean_tail = g.spec_prealloc || g.blocks_past_eof() == 0;
+    if !fill(state, g, unit, unit + 512, true)? {
+        return Ok(false);
+    }
+    if clean_tail && unit + 512 > g.eof_block() {
+        state.mark_prealloc(g);
+    }
+    Ok(true)
+}
+
+/// [`fill_gaps`]; `aligned_only`: [a, b) is one empty unit, filled with a free aligned extent
+/// or not at all.
+fn fill(
+    state: &MountState,
+    g: &mut InodeState,
+    a: u64,
+    b: u64,
+    aligned_only: bool,
+) -> Result<bool> {
     let gs = gaps(g, a, b);
     if gs.is_empty() {
         return Ok(false);
     }
     let need: u64 = gs.iter().map(|x| x.1).sum();
     let mut res = Reserved::new(state);
-    let runs = res.alloc(need)?;
+    let runs = if aligned_only {
+        match res.alloc_aligned() {
+            Some(r) if a.is_multiple_of(512) && gs == [(a, r.len)] => vec![r],
+            _ => return Ok(false),
+        }
+    } else {
+        res.alloc(need)?
+    };
     for r in &runs {
         state
             .pool
@@ -580,6 +661,7 @@ pub(crate) fn punch_hole(state: &MountState, ino: u64, off: u64, len: u64) -> Re
         }
         a = b;
     }
+    state.note_prealloc(&mut g);
     Ok(())
 }
 

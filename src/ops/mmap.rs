@@ -18,7 +18,8 @@ use crate::error::{Error, Result};
 use crate::media::journal::Tx;
 use crate::media::layout::{BLOCK_SIZE, FileKind, MAX_FILE_SIZE};
 use crate::media::pool::Category;
-use crate::ops::file::{fill_gaps, unit_fragmented};
+use crate::ops::file::{fill_gaps, fill_unit_aligned, unit_fragmented};
+use crate::ops::xattr;
 use crate::state::inode_state::{InodeState, rlock, wlock};
 use crate::state::locks::lock;
 use crate::state::map_hooks::{flush_blocks, shared_of};
@@ -113,7 +114,7 @@ fn serve_fault(state: &Weak<MountState>, sh: &Shared, addr: usize, tid: u32) {
     // The live mapping holds the mount, so this upgrade succeeds; it is dropped before the
     // claim, so the mount never outlives its last mapping and handle because of a worker.
     let served = match state.upgrade() {
-        Some(state) => fault_in_unit(&state, st, unit),
+        Some(state) => fault_in(&state, st, block),
         None => Ok(()),
     };
     if let Err(e) = served {
@@ -128,33 +129,42 @@ fn serve_fault(state: &Weak<MountState>, sh: &Shared, addr: usize, tid: u32) {
     sh.main.wake(va, len);
 }
 
-fn fault_in_unit(state: &MountState, st: &MapState, unit: u64) -> Result<()> {
+/// Serve a fault on file block `block`. An empty unit of a mapping of 2 MiB or more, or of a
+/// file with the alignment hint, gets a whole aligned extent, installed at once (one fault per
+/// 2 MiB, the LMDB pattern of ftruncate then touch; blocks past EOF are speculative
+/// preallocation). Otherwise, and when no aligned extent is free, only the faulting block is
+/// allocated and installed: a small mapping (fsstress's map-and-store of a few pages of a
+/// large sparse file) takes what it touches.
+fn fault_in(state: &MountState, st: &MapState, block: u64) -> Result<()> {
+    let unit = block / UNIT_BLOCKS;
     let n = state.inode(st.ino)?;
     let mut g = wlock(&n);
     {
         let va = lock(&st.va);
-        if va.dead || va.installed.contains(&unit) {
+        if va.dead || va.installed.contains(&unit) || va.pages.contains(&block) {
             return Ok(());
         }
     }
-    let eof_blocks = g.hdr.size.div_ceil(BLOCK_SIZE);
+    let eof_blocks = g.eof_block();
     let (a, b) = st.unit_valid(unit, eof_blocks);
-    if a >= b {
+    if !(a..b).contains(&block) {
         return Ok(()); // beyond EOF by now: the range is a SIGBUS range
     }
     state.check_alive()?;
     let (u0, u1) = (unit * UNIT_BLOCKS, (unit + 1) * UNIT_BLOCKS);
-    // An empty unit inside the file gets a whole aligned extent; a partly backed unit, or the
-    // last unit of a file that ends inside it, only fills its holes inside the file (a small
-    // mapped file does not take 2 MiB).
-    let fill_end = if g.map.segments(u0, u1).is_empty() && u1 <= eof_blocks {
-        u1
+    let whole = g.map.segments(u0, u1).is_empty()
+        && (st.len >= HUGE || xattr::hinted(state, &mut g)?)
+        && fill_unit_aligned(state, &mut g, u0)?;
+    // A unit on one aligned extent is installed whole (it is all backed); on a plain mapping
+    // re-installing pages already there changes nothing.
+    if whole || (g.map.in_aligned_unit(u0) && !st.atomic) {
+        install(state, &g, st, a, b)?;
+        lock(&st.va).installed.insert(unit);
     } else {
-        u1.min(eof_blocks)
-    };
-    fill_gaps(state, &mut g, u0, fill_end)?;
-    install(state, &g, st, a, b)?;
-    lock(&st.va).installed.insert(unit);
+        fill_gaps(state, &mut g, block, block + 1)?;
+        install(state, &g, st, block, block + 1)?;
+        lock(&st.va).pages.insert(block);
+    }
     Ok(())
 }
 

@@ -6,6 +6,7 @@ pub(crate) mod falloc;
 pub(crate) mod file;
 pub(crate) mod mmap;
 pub(crate) mod namespace;
+pub(crate) mod prealloc;
 pub(crate) mod relocate;
 pub mod repair;
 pub(crate) mod xattr;

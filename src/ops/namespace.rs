@@ -19,7 +19,7 @@ use crate::media::pool::Category;
 use crate::meta::dir::{self, DirEntryLoc, DirIndex};
 use crate::meta::inode::{FileMap, MapUpdate};
 use crate::ops::file::read_locked;
-use crate::ops::xattr;
+use crate::ops::{prealloc, xattr};
 use crate::state::inode_state::{InodeRef, InodeState, rlock, wlock};
 use crate::state::mount_state::MountState;
 use crate::state::tx::Reserved;
@@ -807,6 +807,8 @@ pub(crate) fn release(state: &MountState, ino: u64) -> Result<()> {
     g.open = g.open.saturating_sub(1);
     if g.open == 0 && g.hdr.nlink == 0 && g.hdr.in_use() {
         state.free_inode(&mut g)?;
+    } else if g.open == 0 {
+        prealloc::on_last_close(state, &mut g)?;
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! its open count and its live memory mappings; and the lock that guards it.
 
 use crate::media::alloc::BlockRun;
-use crate::media::layout::{FileKind, InodeHeader};
+use crate::media::layout::{BLOCK_SIZE, FileKind, InodeHeader};
 use crate::meta::dir::DirIndex;
 use crate::meta::inode::FileMap;
 use crate::state::mappings::MapState;
@@ -24,6 +24,9 @@ pub(crate) struct InodeState {
     pub maps: Vec<Arc<MapState>>,
     /// Cached presence of the alignment hint xattr (None: not looked up yet).
     pub hugepage_hint: Option<bool>,
+    /// The blocks mapped past the end of the file are speculative preallocation, registered
+    /// with the allocator (`ops::prealloc`); DRAM only, false after a remount.
+    pub spec_prealloc: bool,
 }
 
 impl InodeState {
@@ -37,6 +40,7 @@ impl InodeState {
             open: 0,
             maps: Vec::new(),
             hugepage_hint: None,
+            spec_prealloc: false,
         }
     }
     /// The file type (validated at mount, so the fallback is never taken).
@@ -45,6 +49,19 @@ impl InodeState {
     }
     pub fn is_dir(&self) -> bool {
         self.kind() == FileKind::Dir
+    }
+    /// The first logical block past the end of the file.
+    pub fn eof_block(&self) -> u64 {
+        self.hdr.size.div_ceil(BLOCK_SIZE)
+    }
+    /// Blocks mapped at or past [`InodeState::eof_block`].
+    pub fn blocks_past_eof(&self) -> u64 {
+        let e = self.eof_block();
+        self.map
+            .segments(e, self.hdr.map_end.max(e))
+            .iter()
+            .map(|s| s.2)
+            .sum()
     }
     /// Every block the inode owns: mapped blocks, extent-index blocks, its xattr block.
     pub fn owned_runs(&self) -> Vec<BlockRun> {

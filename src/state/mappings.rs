@@ -49,6 +49,9 @@ impl Drop for InFlight {
 pub(crate) struct VaState {
     /// 2 MiB units whose pages inside the file size (and the mapping) are all installed.
     pub installed: BTreeSet<u64>,
+    /// Blocks installed one by one, in units not wholly installed (faults of small and
+    /// sparse mappings allocate and install only the page touched).
+    pub pages: BTreeSet<u64>,
     /// The mapping is being torn down: install nothing more.
     pub dead: bool,
 }
@@ -64,6 +67,7 @@ impl MapState {
             atomic,
             va: Mutex::new(VaState {
                 installed: BTreeSet::new(),
+                pages: BTreeSet::new(),
                 dead: false,
             }),
             in_flight: AtomicUsize::new(0),
@@ -131,8 +135,12 @@ impl Shared {
         vm::move_over(scratch, len, st.va_of_block(a))?;
         // A unit cut off at EOF keeps its valid pages installed (the caller drops units left
         // with none); pages made missing leave their units not fully installed.
+        let mut va = lock(&st.va);
+        let gone: Vec<u64> = va.pages.range(a..b).copied().collect();
+        for p in gone {
+            va.pages.remove(&p);
+        }
         if !sigbus {
-            let mut va = lock(&st.va);
             for unit in a / UNIT_BLOCKS..b.div_ceil(UNIT_BLOCKS) {
                 va.installed.remove(&unit);
             }

@@ -12,5 +12,6 @@ pub(crate) mod mappings;
 pub mod mkfs;
 pub mod mount;
 pub(crate) mod mount_state;
+pub(crate) mod prealloc;
 pub(crate) mod tx;
 pub(crate) mod validate;

@@ -137,10 +137,20 @@ impl MountState {
     }
 
     /// Allocate `nblocks` data blocks on the current CPU's partition (stealing if it is full).
+    /// Before it reports no space, speculative preallocation of other files is taken back
+    /// (`ops::prealloc`), so `NoSpace` means the blocks are not there.
     pub fn alloc_blocks(&self, nblocks: u64) -> Result<Vec<BlockRun>> {
-        self.alloc
-            .alloc(nblocks, current_cpu())
-            .map_err(|e| Error::NoSpace(e.to_string()))
+        loop {
+            match self.alloc.alloc(nblocks, current_cpu()) {
+                Ok(runs) => return Ok(runs),
+                Err(e) => {
+                    let short = nblocks.saturating_sub(e.free).max(1);
+                    if self.alloc.relieve(short) == 0 {
+                        return Err(Error::NoSpace(e.to_string()));
+                    }
+                }
+            }
+        }
     }
 
     /// Give blocks back to the allocator (after the transaction that stopped using them).
@@ -221,7 +231,9 @@ impl MountState {
         StatFs {
             block_size: BLOCK_SIZE,
             blocks: self.geo.data_blocks,
-            free_blocks: self.alloc.free_blocks(),
+            // Speculative preallocation is given back on demand, so writes can use it.
+            free_blocks: self.alloc.available_blocks(),
+            preallocated_blocks: self.alloc.speculative_blocks(),
             inodes: self.geo.total_inodes(),
             free_inodes,
             name_max: NAME_MAX as u32,

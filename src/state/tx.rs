@@ -6,11 +6,12 @@
 use crate::error::Result;
 use crate::media::alloc::BlockRun;
 use crate::media::journal::Tx;
-use crate::media::layout::{self, INODE_IN_USE, InodeHeader};
+use crate::media::layout::{self, BLOCKS_PER_HUGE, INODE_IN_USE, InodeHeader};
 use crate::media::pool::Category;
 use crate::meta::inode::{self, FileMap, MapUpdate};
 use crate::state::inode_state::InodeState;
 use crate::state::mount_state::MountState;
+use crate::sys::current_cpu;
 
 /// Resources taken by an operation that are given back unless it commits.
 pub(crate) struct Reserved<'a> {
@@ -37,6 +38,17 @@ impl<'a> Reserved<'a> {
         let runs = self.state.alloc_blocks(nblocks)?;
         self.runs.extend_from_slice(&runs);
         Ok(runs)
+    }
+    /// One free aligned 2 MiB extent, given back on drop unless kept; None when there is none
+    /// (never gathered from holes, never taken back from other files' preallocation).
+    pub fn alloc_aligned(&mut self) -> Option<BlockRun> {
+        let start = self.state.alloc.alloc_aligned_extent(current_cpu())?;
+        let run = BlockRun {
+            start,
+            len: BLOCKS_PER_HUGE,
+        };
+        self.runs.push(run);
+        Some(run)
     }
     /// Allocate one block, given back on drop unless kept.
     pub fn alloc_one(&mut self) -> Result<u64> {
@@ -135,6 +147,7 @@ impl MountState {
     /// After the transaction of [`MountState::free_inode_tx`] committed: the inode's blocks
     /// (data, extent index, xattr) go back, and it leaves the inode table.
     pub fn forget_inode(&self, n: &mut InodeState) {
+        self.forget_prealloc(n);
         n.hdr = freed_header(&n.hdr);
         self.free_runs(&n.owned_runs());
         self.inodes

@@ -1,0 +1,37 @@
+//! Bookkeeping of speculative preallocation: the blocks a file holds past its end because it
+//! took a whole aligned 2 MiB unit it is expected to grow into. An inode holding them is
+//! registered with the allocator as a speculative holder (its blocks past EOF count as
+//! available space), and the count follows every change of its size or block map. Giving the
+//! blocks back is the data path's (`ops::prealloc`). DRAM only: after a remount nothing is
+//! registered and blocks past EOF stay with their files until truncated.
+
+use crate::state::inode_state::InodeState;
+use crate::state::mount_state::MountState;
+
+impl MountState {
+    /// The file just took blocks past its end speculatively: register it (if it holds any).
+    pub fn mark_prealloc(&self, g: &mut InodeState) {
+        g.spec_prealloc = true;
+        self.note_prealloc(g);
+    }
+
+    /// After a change of the file's size or block map: recount its speculative blocks (a
+    /// write or truncate that grew the file over them turned them into file data).
+    pub fn note_prealloc(&self, g: &mut InodeState) {
+        if !g.spec_prealloc {
+            return;
+        }
+        let n = g.blocks_past_eof();
+        self.alloc.set_speculative(g.ino, n);
+        g.spec_prealloc = n > 0;
+    }
+
+    /// The file's blocks past EOF stop being speculative: they were given back, the inode was
+    /// freed, or the user asked for them (fallocate with KEEP_SIZE).
+    pub fn forget_prealloc(&self, g: &mut InodeState) {
+        if g.spec_prealloc {
+            g.spec_prealloc = false;
+            self.alloc.set_speculative(g.ino, 0);
+        }
+    }
+}
