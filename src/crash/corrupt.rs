@@ -10,8 +10,8 @@
 //! and when `fsck --repair` then says it left nothing, the pool mounts and checks clean;
 //! a pool mount accepted stays mountable after use; and a file whose content is wrong must have
 //! been reported (EIO when read, or an fsck problem). The last rule cannot hold yet where
-//! metadata has no checksum of its own (inode fields, extent records, extent-index and symlink
-//! blocks): such outcomes are counted per damage kind as "undetected" rather than failures,
+//! metadata has no checksum of its own (extent-index blocks, and zeroed blocks that hit one):
+//! such outcomes are counted per damage kind as "undetected" rather than failures,
 //! so the gap is measured, not hidden.
 
 use crate::crash::workload::Rng;
@@ -75,8 +75,8 @@ impl Damage {
         Damage::Truncated,
     ];
 
-    /// Damage to structures with no checksum of their own yet: wrong content they cause is
-    /// counted, not failed.
+    /// Damage that can reach structures with no checksum of their own yet (extent-index
+    /// blocks): wrong content it causes is counted, not failed.
     fn unchecksummed(self) -> bool {
         matches!(self, Damage::IndexBlock | Damage::ZeroedBlock)
     }
