@@ -37,13 +37,7 @@ pub struct RepairReport {
 
 /// Every directory entry: (directory, name, location).
 fn entries(state: &MountState) -> Vec<(u64, Vec<u8>, DirEntryLoc)> {
-    let arcs: Vec<_> = state
-        .inodes
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .values()
-        .cloned()
-        .collect();
+    let arcs = state.all_inodes();
     let mut v = Vec::new();
     for a in arcs {
         let g = rlock(&a);
@@ -57,13 +51,7 @@ fn entries(state: &MountState) -> Vec<(u64, Vec<u8>, DirEntryLoc)> {
 
 /// In-use inodes: ino → (kind, nlink, parent).
 fn inodes(state: &MountState) -> BTreeMap<u64, (FileKind, u32, u64)> {
-    let arcs: Vec<_> = state
-        .inodes
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .values()
-        .cloned()
-        .collect();
+    let arcs = state.all_inodes();
     arcs.iter()
         .map(|a| {
             let g = rlock(a);

@@ -54,13 +54,7 @@ pub fn check_pool(path: &Path) -> Result<Report> {
 pub(crate) fn check(state: &MountState) -> Report {
     let mut r = Report::default();
     let _ns = state.namespace.write().unwrap_or_else(|e| e.into_inner());
-    let arcs: Vec<_> = state
-        .inodes
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .values()
-        .cloned()
-        .collect();
+    let arcs = state.all_inodes();
     let guards: Vec<_> = arcs.iter().map(rlock).collect();
     let nodes: HashMap<u64, &InodeState> = guards.iter().map(|g| (g.ino, &**g)).collect();
     let g = &state.geo;

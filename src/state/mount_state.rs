@@ -116,6 +116,16 @@ impl MountState {
         Ok(())
     }
 
+    /// Every in-use inode, as of now (a snapshot of the table, no inode locked).
+    pub fn all_inodes(&self) -> Vec<InodeRef> {
+        self.inodes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
     /// The in-use inode `ino` (`Stale` if it is not in use).
     pub fn inode(&self, ino: u64) -> Result<InodeRef> {
         self.inodes
