@@ -50,8 +50,11 @@ pub(crate) struct MountState {
     /// What recovery did at mount.
     pub recovery: RecoveryReport,
     /// In-use inodes that failed their checksum at mount (only a mount for fsck or repair
-    /// gets this far with any): not loaded, not free.
+    /// gets this far with any): not free; loaded only if they pass every other check.
     pub damaged_inodes: Vec<u64>,
+    /// Why the allocator snapshot saved by the last clean unmount was not used (it fails its
+    /// checksum or disagrees with the inode tables); the next clean unmount rewrites it.
+    pub stale_snapshot: Option<String>,
     /// The page-fault service of file mappings, started by the first `mmap`.
     pub faults: Mutex<Option<Arc<FaultService>>>,
     /// Requests for the background worker (reactive rewrite, hole compaction).
