@@ -297,3 +297,30 @@ fn a_stale_allocator_snapshot_is_reported_by_fsck_and_rewritten_by_repair() {
     repaired(&p, "; rewritten from the inode tables");
     clean(&p);
 }
+
+#[test]
+fn a_damaged_fifo_with_a_size_is_freed_and_a_damaged_symlink_resealed() {
+    let (_d, p) = fresh_pool(32 * MIB, Some(1));
+    let fs = mount(&p);
+    let fifo = fs
+        .mknod(fs.root(), b"pipe", winefs::media::layout::FileKind::Fifo, 0o644, 0, 0, 0)
+        .unwrap()
+        .ino;
+    let ln = fs.symlink(fs.root(), b"ln", b"some/target", 0, 0).unwrap().ino;
+    let g = fs.geometry();
+    fs.unmount().unwrap();
+    // A FIFO has no size: a size is a field no check passes. The symlink's permission bits
+    // change: nothing can tell, its target still matches its checksum.
+    patch(&p, g.inode_offset(fifo).unwrap() + ino::SIZE as u64, &4096u64.to_le_bytes());
+    let mode = u32::from_le_bytes(inode_bytes(&p, &g, ln)[ino::MODE..ino::MODE + 4].try_into().unwrap());
+    patch(&p, g.inode_offset(ln).unwrap() + ino::MODE as u64, &(mode ^ 0o004).to_le_bytes());
+    let rep = repaired(&p, &format!("inode {fifo} failed its checksum; freed (its content is lost): a Fifo with size 4096"));
+    assert!(rep.changes.contains(&format!(
+        "inode {ln}: checksum rewritten; its fields pass every check, but its content cannot be verified"
+    )));
+    clean(&p);
+    let fs = mount(&p);
+    assert!(fs.stat_path("/pipe").is_err());
+    let l = fs.resolve("/ln", false).unwrap();
+    assert_eq!(fs.readlink(l).unwrap(), b"some/target");
+}

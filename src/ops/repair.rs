@@ -2,8 +2,8 @@
 //! to its namespace (`state::mount::Inconsistent::Report`). Each fix is one journaled transaction
 //! and one line of the report; what cannot be fixed without guessing is left and reported:
 //! 0. an inode that fails its checksum but passes every other check (header ranges, extent map,
-//!    directory blocks, xattr block, symlink target, no block shared with another inode, named
-//!    by an entry of its type) is kept and its checksum rewritten (e2fsck's "passes checks, but
+//!    directory blocks, xattr block, symlink target, no size or blocks for a FIFO, socket or
+//!    device, no block shared with another inode, named by an entry of its type) is kept and its checksum rewritten (e2fsck's "passes checks, but
 //!    checksum does not match"); any other is freed, with whatever blocks no other inode claims;
 //!    an orphan that shares blocks is freed the same way;
 //! 1. blocks two inodes claim (e2fsck's passes 1B-1D): every claimant but one gets a copy of
@@ -410,6 +410,10 @@ fn reseal_refusal(
     let mut problems = Vec::new();
     if kind == FileKind::Symlink && (g.hdr.size == 0 || g.hdr.size > 4095) {
         problems.push(format!("symlink target length {}", g.hdr.size));
+    }
+    let special = !matches!(kind, FileKind::File | FileKind::Dir | FileKind::Symlink);
+    if special && (g.hdr.size != 0 || !g.map.extents.is_empty() || g.hdr.index_block != 0) {
+        problems.push(format!("a {kind:?} with size {} or blocks mapped", g.hdr.size));
     }
     validate::symlink_targets(state, [&*g], &mut problems);
     validate::xattr_blocks(&state.pool, &state.geo, [&*g], &mut problems);

@@ -137,13 +137,14 @@ pub(crate) fn shared(claims: &[Claim]) -> Vec<Shared> {
     out
 }
 
-/// `runs` sorted by start, with overlapping and touching runs joined.
+/// `runs` sorted by start, with overlapping runs joined (touching ones are kept apart: each
+/// run an inode owns lies in one allocator partition, and a join could cross two).
 pub(crate) fn merged(mut runs: Vec<BlockRun>) -> Vec<BlockRun> {
     runs.sort_by_key(|r| r.start);
     let mut out: Vec<BlockRun> = Vec::with_capacity(runs.len());
     for r in runs {
         match out.last_mut() {
-            Some(last) if last.start + last.len >= r.start => {
+            Some(last) if last.start + last.len > r.start => {
                 last.len = last.len.max(r.start + r.len - last.start);
             }
             _ => out.push(r),
@@ -227,7 +228,7 @@ mod tests {
         assert_eq!(subtract(&[r(10, 4)], &[]), vec![r(10, 4)]);
         assert_eq!(
             merged(vec![r(20, 5), r(10, 4), r(12, 1), r(14, 2), r(22, 1)]),
-            vec![r(10, 6), r(20, 5)]
+            vec![r(10, 4), r(14, 2), r(20, 5)]
         );
     }
 }
