@@ -252,6 +252,13 @@ fn a_read_only_mount_serves_reads_refuses_changes_and_writes_nothing() {
     let fs = read_only(&p);
     assert!(fs.is_read_only());
     assert_eq!(fs.needs_fsck(), 2);
+    let notes = fs.recovery_report().notes;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("the pool needs fsck") && n.contains("serving it read-only")),
+        "{notes:?}"
+    );
     assert_eq!(
         fs.open_file("/f").unwrap().read_all().unwrap(),
         b"file content"

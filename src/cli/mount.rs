@@ -231,7 +231,8 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
     .ctx(|| format!("mount {p}"))?;
     let rolled = fs.recovery_report().rolled_back.len();
     if rolled > 0 {
-        println!("recovered {p}: rolled back {rolled} unfinished transaction(s)");
+        let how = if a.read_only { " (in memory only: read-only)" } else { "" };
+        println!("recovered {p}: rolled back {rolled} unfinished transaction(s){how}");
     }
     let threads = a
         .threads

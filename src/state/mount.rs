@@ -222,6 +222,10 @@ pub(crate) fn mount_checked(
     let epoch = (!sb_state.damaged).then(|| epoch_of(sb_state.mount_count));
     let plan = recovery::plan(&pool, &g, epoch)?;
     let mut notes = plan.report.notes.clone();
+    if sb_state.needs_fsck != 0 && opts.read_only {
+        let why = damage::describe(sb_state.needs_fsck);
+        notes.push(format!("the pool needs fsck ({why} at run time); serving it read-only"));
+    }
     if sb_state.damaged {
         notes.push(
             "the superblock's state record fails its checksum; the pool is treated as not cleanly unmounted".into(),
