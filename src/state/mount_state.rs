@@ -101,13 +101,16 @@ impl MountState {
         let g = &self.geo;
         let table = g.inode_table_start * BLOCK_SIZE;
         let table_end = table + g.total_inodes() * INODE_SIZE;
-        let mut touched = std::collections::BTreeSet::new();
+        // Usually one or two inodes: a sorted, deduplicated vector beats a set.
+        let mut touched = Vec::new();
         for (off, len) in tx.targets() {
             let (a, b) = (off.max(table), (off + len).min(table_end));
             if a < b {
                 touched.extend((a - table) / INODE_SIZE + 1..=(b - 1 - table) / INODE_SIZE + 1);
             }
         }
+        touched.sort_unstable();
+        touched.dedup();
         for ino in touched {
             let off = self.inode_off(ino);
             let mut raw = [0u8; layout::INODE_BYTES];
