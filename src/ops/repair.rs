@@ -3,14 +3,17 @@
 //! and one line of the report; what cannot be fixed without guessing is left and reported:
 //! 0. an inode that fails its checksum but passes every other check (header ranges, extent map,
 //!    directory blocks, xattr block, symlink target, no size or blocks for a FIFO, socket or
-//!    device, no block shared with another inode, named by an entry of its type) is kept and its checksum rewritten (e2fsck's "passes checks, but
-//!    checksum does not match"); any other is freed, with whatever blocks no other inode claims;
-//!    an orphan that shares blocks is freed the same way;
+//!    device, no block shared with another inode, named by an entry of its type) is kept and
+//!    its checksum rewritten (e2fsck's "passes checks, but checksum does not match"); any other
+//!    is freed, with whatever blocks no other inode claims; an orphan that shares blocks is
+//!    freed the same way;
 //! 1. blocks two inodes claim (e2fsck's passes 1B-1D): every claimant but one gets a copy of
 //!    its own (fresh blocks, the shared content copied, the extent remapped in one
 //!    transaction); the keeper is the extent-index block if one side is one, else the lower
 //!    inode number (the lower logical block within one inode). Two extent-index blocks are
 //!    left (whose map is right cannot be known), and so is a copy the pool has no space for;
+//!    then xattr blocks that fail their checks are dropped and symlinks whose target fails its
+//!    checksum are freed (`repair_leaf`);
 //! 2. entries naming a free inode are removed; entries whose type disagrees with their inode's
 //!    are rewritten with the inode's type;
 //! 3. a directory listed in more than one place is left (which listing is right cannot be known);
@@ -137,6 +140,8 @@ pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
             "allocator snapshot: {why}; rewritten from the inode tables"
         ));
     }
+    // Then xattr blocks and symlink targets that fail their checks (`repair_leaf`).
+    rep.changes.extend(crate::ops::repair_leaf::repair(state)?);
     // 2. Entries naming free inodes, or with the wrong type.
     let live = inodes(state);
     for (dino, name, loc) in entries(state) {

@@ -54,6 +54,12 @@ pub fn check_pool(path: &Path) -> Result<Report> {
     if let Some(why) = &state.stale_snapshot {
         r.problems.push(format!("{why}; free space is rebuilt from the inode tables at every mount, and repair rewrites it"));
     }
+    if let code @ 1.. = state.needs_fsck() {
+        let why = crate::state::damage::describe(code);
+        r.problems.push(format!(
+            "the pool is flagged \"needs fsck\": {why} at run time"
+        ));
+    }
     Ok(r)
 }
 

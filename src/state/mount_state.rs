@@ -14,7 +14,9 @@ use crate::media::alloc::{Allocator, BlockRun};
 use crate::media::journal::{Journals, Tx};
 use crate::media::recovery::RecoveryReport;
 use crate::media::checksum;
-use crate::media::layout::{self, BLOCK_SIZE, Geometry, INODE_SIZE, InodeHeader, NAME_MAX, Superblock};
+use crate::media::layout::{
+    self, BLOCK_SIZE, Geometry, INODE_SIZE, InodeHeader, NAME_MAX, SbState, Superblock,
+};
 use crate::media::pool::Category;
 use crate::media::pool::Pool;
 use crate::state::background::Background;
@@ -44,7 +46,12 @@ pub(crate) struct MountState {
     /// An internal failure left DRAM and media out of step: operations are refused.
     pub poisoned: AtomicBool,
     pub unmounted: AtomicBool,
-    pub mount_count: u64,
+    /// The superblock's state record as this mount last wrote it (clean unmount and the
+    /// "needs fsck" flag, `state::damage`, write it under this lock).
+    pub record: Mutex<SbState>,
+    /// Mounted read-only: nothing reaches the pool, and calls that would change it are
+    /// refused (`check_writable`).
+    pub read_only: bool,
     /// Generation number of the next inode.
     pub generation: AtomicU32,
     /// What recovery did at mount.
@@ -83,6 +90,8 @@ impl MountState {
     /// Commit a transaction on the current CPU's journal. A failure here means DRAM state may
     /// have moved ahead of media, so the mount is poisoned.
     pub fn commit(&self, mut tx: Tx<'_>) -> Result<()> {
+        // Nothing has been written yet: the transaction is refused, the mount stays usable.
+        self.check_writable()?;
         self.seal_inodes(&mut tx).inspect_err(|_| self.poison())?;
         self.journals
             .commit(&self.pool, tx, current_cpu())
@@ -95,13 +104,16 @@ impl MountState {
         let g = &self.geo;
         let table = g.inode_table_start * BLOCK_SIZE;
         let table_end = table + g.total_inodes() * INODE_SIZE;
-        let mut touched = std::collections::BTreeSet::new();
+        // Usually one or two inodes: a sorted, deduplicated vector beats a set.
+        let mut touched = Vec::new();
         for (off, len) in tx.targets() {
             let (a, b) = (off.max(table), (off + len).min(table_end));
             if a < b {
                 touched.extend((a - table) / INODE_SIZE + 1..=(b - 1 - table) / INODE_SIZE + 1);
             }
         }
+        touched.sort_unstable();
+        touched.dedup();
         for ino in touched {
             let off = self.inode_off(ino);
             let mut raw = [0u8; layout::INODE_BYTES];
