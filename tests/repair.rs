@@ -324,3 +324,30 @@ fn a_damaged_fifo_with_a_size_is_freed_and_a_damaged_symlink_resealed() {
     let l = fs.resolve("/ln", false).unwrap();
     assert_eq!(fs.readlink(l).unwrap(), b"some/target");
 }
+
+#[test]
+fn a_flagged_pool_whose_damaged_inode_is_resealed_has_its_flag_cleared() {
+    use winefs::media::layout::{SbState, sb};
+    let (_d, p) = fresh_pool(32 * MIB, Some(1));
+    let (g, [(a, _), _]) = two_files(&p);
+    // The pool says "needs fsck" (as a run-time check failure leaves it), and inode `a`'s
+    // checksum alone is wrong.
+    let img = std::fs::read(&p).unwrap();
+    let mut st = SbState::decode(&img[sb::STATE..sb::STATE + 32]);
+    st.needs_fsck = 2;
+    patch(&p, sb::STATE as u64, &st.encode());
+    patch(
+        &p,
+        g.inode_offset(a).unwrap() + ino::CRC as u64,
+        &[inode_bytes(&p, &g, a)[ino::CRC] ^ 0x40],
+    );
+    let rep = repaired(&p, &format!("inode {a}: checksum rewritten"));
+    assert!(
+        rep.changes.iter().any(|c| c.starts_with("cleared the \"needs fsck\" flag")),
+        "{:?}",
+        rep.changes
+    );
+    let img = std::fs::read(&p).unwrap();
+    assert_eq!(SbState::decode(&img[sb::STATE..sb::STATE + 32]).needs_fsck, 0);
+    clean(&p);
+}

@@ -281,13 +281,7 @@ pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
     }
     // Whatever the checks still find is left.
     let after = crate::state::fsck::check(state);
-    // The damaged inodes freed above are still listed in this mount's state.
-    rep.left.extend(
-        after
-            .problems
-            .into_iter()
-            .filter(|p| !p.ends_with("fails its checksum") || !p.starts_with("inode ")),
-    );
+    rep.left.extend(after.problems);
     Ok(rep)
 }
 

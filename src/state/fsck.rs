@@ -5,6 +5,7 @@
 
 use crate::error::{Result, corrupt};
 use crate::media::alloc::BlockRun;
+use crate::media::checksum;
 use crate::media::layout::{BLOCK_BYTES, BLOCK_SIZE, INODE_BYTES, InodeHeader};
 use crate::meta::dir::DirIndex;
 use crate::meta::inode::FileMap;
@@ -212,8 +213,14 @@ pub(crate) fn check(state: &MountState) -> Report {
         p(format!("allocator: {e}"));
     }
 
-    for ino in &state.damaged_inodes {
-        r.problems.push(format!("inode {ino} fails its checksum"));
+    // As the inode is on media now: repair reseals or frees them in this same mount.
+    for &ino in &state.damaged_inodes {
+        let mut raw = [0u8; INODE_BYTES];
+        let now_ok = state.pool.read(state.inode_off(ino), &mut raw).is_ok()
+            && (!InodeHeader::decode(&raw).in_use() || checksum::inode_checksum_ok(&raw));
+        if !now_ok {
+            r.problems.push(format!("inode {ino} fails its checksum"));
+        }
     }
     // 3. Link counts, entry types and the directory tree; xattr blocks and symlink targets.
     validate::namespace(&nodes, false, &mut r.problems);
