@@ -525,10 +525,10 @@ fn clone_range(state: &MountState, ino: u64, l: u64, n: u64, rep: &mut RepairRep
         1 => String::new(),
         k => format!(" (in {k} pieces)"),
     };
+    let to = runs.first().map_or(0, |r| r.start);
     rep.changes.push(format!(
-        "inode {ino}: cloned {n} shared blocks (logical {l}..{}) from {from} to {}{pieces}",
-        l + n - 1,
-        runs[0].start
+        "inode {ino}: cloned {n} shared blocks (logical {l}..{}) from {from} to {to}{pieces}",
+        l + n - 1
     ));
     Ok(())
 }
