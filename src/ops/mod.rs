@@ -9,4 +9,5 @@ pub(crate) mod namespace;
 pub(crate) mod prealloc;
 pub(crate) mod relocate;
 pub mod repair;
+pub(crate) mod repair_dirs;
 pub(crate) mod xattr;
