@@ -66,6 +66,12 @@ pub enum Error {
     /// EIO: the media breaks an invariant of the format (the defect, naming the field).
     #[error("corrupt pool: {0}")]
     Corrupted(String),
+    /// EROFS: the pool is mounted read-only (`MountOptions::read_only`).
+    #[error("read-only file system: the pool is mounted read-only")]
+    ReadOnly,
+    /// EIO: a writable mount of a pool flagged "needs fsck" (why, and what to run).
+    #[error("pool needs fsck: {0}")]
+    NeedsFsck(String),
     /// EIO: the file or device does not hold a winefs pool (what was found).
     #[error("not a winefs pool: {0}")]
     Foreign(String),
@@ -126,7 +132,11 @@ impl Error {
             Error::Loop => libc::ELOOP,
             Error::Stale(_) => libc::ESTALE,
             Error::NoSuchOffset => libc::ENXIO,
-            Error::Corrupted(_) | Error::Foreign(_) | Error::Version { .. } => libc::EIO,
+            Error::ReadOnly => libc::EROFS,
+            Error::Corrupted(_)
+            | Error::NeedsFsck(_)
+            | Error::Foreign(_)
+            | Error::Version { .. } => libc::EIO,
             Error::PoolTooSmall { .. } => libc::EINVAL,
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }

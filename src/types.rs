@@ -26,6 +26,11 @@ pub struct MountOptions {
     pub consistency: Consistency,
     /// Map the pool copy-on-write: recovery and every change stay in this process (fsck).
     pub private: bool,
+    /// Serve reads only: the pool is mapped copy-on-write (as `private`, so recovery of a pool
+    /// that was not cleanly unmounted happens in memory), nothing is ever written to it, and
+    /// every call that would change the file system fails with `Error::ReadOnly` (EROFS).
+    /// The one way to mount a pool flagged "needs fsck".
+    pub read_only: bool,
     /// Do not rewrite fragmented files or compact holes in the background (`Fs::rewrite` and
     /// `Fs::compact` still work); for measuring fragmented layouts as they are.
     pub no_background_rewrite: bool,

@@ -150,6 +150,7 @@ fn mapping() -> Vec<(&'static str, &'static str, usize, usize)> {
         (SB, "created_ns", sb::CREATED_NS, 8),
         (SB, "checksum", sb::CHECKSUM, 4),
         (SB, "state_clean", sb::STATE_CLEAN, 4),
+        (SB, "state_needs_fsck", sb::STATE_NEEDS_FSCK, 4),
         (SB, "state_mount_count", sb::STATE_MOUNT_COUNT, 8),
         (SB, "state_bitmap_crc", sb::STATE_BITMAP_CRC, 4),
         (SB, "state_checksum", sb::STATE_CHECKSUM, 4),
@@ -333,6 +334,7 @@ fn encoded_structures_decode_at_documented_offsets() {
         clean: true,
         mount_count: 0xabcdef,
         bitmap_crc: 0x1357_9bdf,
+        needs_fsck: 2,
         damaged: false,
     };
     let o = at("Superblock", "state_clean");
@@ -387,6 +389,7 @@ fn encoded_structures_decode_at_documented_offsets() {
         "crc over 0..checksum"
     );
     assert_eq!(u32_at(&blk, at("Superblock", "state_clean")), 1);
+    assert_eq!(u32_at(&blk, at("Superblock", "state_needs_fsck")), 2);
     assert_eq!(
         u64_at(&blk, at("Superblock", "state_mount_count")),
         0xabcdef

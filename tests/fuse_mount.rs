@@ -1,7 +1,8 @@
 //! The FUSE front end end to end: `winefs mount -f` on a fresh pool, driven by ordinary tools
 //! (cp, tar, rsync, git, sqlite3, fio) and by std::fs, with the content checked against the
 //! source after every step and after remounts; `kill -9` of the daemon with fsynced files that
-//! must survive; and the CLI's refusals (one line on stderr, nothing left mounted).
+//! must survive; the CLI's refusals (one line on stderr, nothing left mounted); and read-only
+//! mounts (`--read-only`: every change EROFS), the one way a pool flagged "needs fsck" mounts.
 //!
 //! Runs as root with FUSE available. A missing tool fails the test with the package to install.
 
@@ -1489,6 +1490,124 @@ fn cli_refusals_are_one_line_and_leave_nothing_mounted() {
     assert!(line.contains(&mnt.display().to_string()), "{line}");
     assert_eq!(info(&pool), info_before, "a refused mount changed the pool");
     fsck_clean(&pool);
+}
+
+/// `r` is EROFS (what `what` did on a read-only mount).
+fn erofs(what: &str, r: std::io::Result<()>) {
+    match r {
+        Err(e) if e.raw_os_error() == Some(libc::EROFS) => {}
+        other => panic!("{what} on a read-only mount: {other:?}, expected EROFS"),
+    }
+}
+
+/// A tool's change through a read-only mount fails, saying so.
+fn tool_erofs(c: &mut Command) {
+    let desc = describe(c);
+    let out = run_timeout(c, CMD_WAIT);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("Read-only file system"),
+        "`{desc}` on a read-only mount ({}): {err}",
+        out.status
+    );
+}
+
+/// Every kind of change through the mount of `m` is EROFS.
+fn every_write_is_erofs(m: &Mounted) {
+    erofs("create", File::create(m.path("new")).map(drop));
+    erofs(
+        "open for writing",
+        File::options().write(true).open(m.path("keep")).map(drop),
+    );
+    erofs(
+        "open for appending",
+        File::options().append(true).open(m.path("keep")).map(drop),
+    );
+    erofs("unlink", fs::remove_file(m.path("keep")));
+    erofs("mkdir", fs::create_dir(m.path("d2")));
+    erofs("rmdir", fs::remove_dir(m.path("dir")));
+    erofs("rename", fs::rename(m.path("keep"), m.path("k2")));
+    erofs(
+        "chmod",
+        fs::set_permissions(m.path("keep"), fs::Permissions::from_mode(0o600)),
+    );
+    erofs("symlink", std::os::unix::fs::symlink("x", m.path("l2")));
+    erofs("link", fs::hard_link(m.path("keep"), m.path("h")));
+    erofs(
+        "utimes",
+        File::open(m.path("keep")).and_then(|f| f.set_modified(std::time::SystemTime::UNIX_EPOCH)),
+    );
+    tool_erofs(cmd("mkfifo").arg(m.path("fifo")));
+    tool_erofs(
+        cmd("setfattr")
+            .args(["-n", "user.ro", "-v", "v"])
+            .arg(m.path("keep")),
+    );
+    tool_erofs(cmd("truncate").args(["-s", "0"]).arg(m.path("keep")));
+}
+
+#[test]
+fn read_only_mounts_refuse_writes_and_a_flagged_pool_mounts_only_read_only() {
+    require("setfattr", "attr");
+    let mut m = Mounted::new();
+    fs::write(m.path("keep"), b"kept\n").unwrap();
+    fs::create_dir(m.path("dir")).unwrap();
+    std::os::unix::fs::symlink("target-fz5/x", m.path("ln")).unwrap();
+    m.stop();
+    let before = fs::read(&m.pool).unwrap();
+    m.args = vec!["--read-only"];
+    m.start();
+    assert_bytes(&m.path("keep"), b"kept\n");
+    assert_eq!(
+        fs::read_link(m.path("ln")).unwrap(),
+        Path::new("target-fz5/x")
+    );
+    every_write_is_erofs(&m);
+    assert_bytes(&m.path("keep"), b"kept\n");
+    m.stop();
+    assert!(
+        fs::read(&m.pool).unwrap() == before,
+        "a read-only mount wrote to the pool"
+    );
+
+    // A symlink target damaged under a mount: EIO, and the pool is flagged "needs fsck".
+    let fs = winefs::Fs::mount(&m.pool, winefs::MountOptions::default()).unwrap();
+    let ln = fs.resolve("/ln", false).unwrap();
+    let at = fs.extents(ln).unwrap()[0].1 * 4096;
+    let mut f = File::options()
+        .read(true)
+        .write(true)
+        .open(&m.pool)
+        .unwrap();
+    std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(at)).unwrap();
+    f.write_all(b"T").unwrap();
+    drop(f);
+    assert!(fs.readlink(ln).is_err());
+    fs.unmount().unwrap();
+    let flagged = fs::read(&m.pool).unwrap();
+    refused(
+        &mut mount_cmd(&m.pool, &m.mnt),
+        &m.mnt,
+        "pool needs fsck: a checksum failed at run time (a symlink target failed its checksum); run `winefs fsck --repair",
+    );
+    assert!(
+        fs::read(&m.pool).unwrap() == flagged,
+        "a refused mount wrote to the pool"
+    );
+    // Read-only, it is served: reads work, the damaged target is EIO, writes are EROFS.
+    m.start();
+    assert_bytes(&m.path("keep"), b"kept\n");
+    let e = fs::read_link(m.path("ln")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    every_write_is_erofs(&m);
+    let pid = m.pid();
+    ok(cmd("kill").args(["-TERM", &pid.to_string()]));
+    assert!(m.wait_daemon().success(), "log:\n{}", m.daemon_log());
+    assert!(!is_mounted(&m.mnt));
+    assert!(
+        fs::read(&m.pool).unwrap() == flagged,
+        "a read-only mount wrote to the pool"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -67,6 +67,10 @@ enum Cmd {
         /// Mount even if MOUNTPOINT is not empty (its entries are hidden while mounted).
         #[arg(long)]
         nonempty: bool,
+        /// Serve reads only: nothing is written to the pool, writes fail with EROFS (the one
+        /// way to mount a pool flagged "needs fsck").
+        #[arg(long)]
+        read_only: bool,
         /// Size of the default pool when it is created (K/M/G/T suffixes, binary; default 1G);
         /// refused with POOL and MOUNTPOINT or when the default pool exists.
         #[arg(long, value_parser = parse_nonzero_size)]
@@ -310,7 +314,7 @@ fn private_mount(pool: &Path) -> winefs::Result<Fs> {
     Fs::mount(
         pool,
         MountOptions {
-            private: true,
+            read_only: true,
             ..Default::default()
         },
     )
@@ -368,6 +372,7 @@ fn main() -> ExitCode {
             threads,
             foreground,
             nonempty,
+            read_only,
             size,
             log,
         } => mount::run(mount::MountArgs {
@@ -381,6 +386,7 @@ fn main() -> ExitCode {
             threads,
             foreground,
             nonempty,
+            read_only,
             size,
             log,
         }),
@@ -674,6 +680,13 @@ fn info(pool: &Path) -> Result<u8, Fail> {
         if state.clean { "clean" } else { "NOT clean" },
         state.mount_count
     );
+    match state.needs_fsck {
+        0 => println!("needs fsck    no"),
+        code => println!(
+            "needs fsck    YES: {} at run time; run `winefs fsck --repair {p}` (until then it mounts only with --read-only)",
+            winefs::state::damage::describe(code)
+        ),
+    }
     println!(
         "free          {} of {} ({} blocks), {} aligned 2 MiB extents",
         human(st.free_blocks * BLOCK_SIZE),

@@ -29,6 +29,8 @@ pub struct MountArgs {
     pub foreground: bool,
     /// Mount over a directory that has entries (hiding them while mounted).
     pub nonempty: bool,
+    /// Serve reads only (FUSE `ro`; the pool is never written).
+    pub read_only: bool,
     /// Size of a new default pool (None: [`DEFAULT_SIZE`]).
     pub size: Option<u64>,
     pub log: Option<PathBuf>,
@@ -222,21 +224,24 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
         &pool,
         MountOptions {
             consistency: a.consistency,
+            read_only: a.read_only,
             ..Default::default()
         },
     )
     .ctx(|| format!("mount {p}"))?;
     let rolled = fs.recovery_report().rolled_back.len();
     if rolled > 0 {
-        println!("recovered {p}: rolled back {rolled} unfinished transaction(s)");
+        let how = if a.read_only { " (in memory only: read-only)" } else { "" };
+        println!("recovered {p}: rolled back {rolled} unfinished transaction(s){how}");
     }
     let threads = a
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
         .clamp(1, 64);
-    let mode = match a.consistency {
-        Consistency::Strict => "strict",
-        Consistency::Relaxed => "relaxed",
+    let mode = match (a.read_only, a.consistency) {
+        (true, _) => "read-only",
+        (false, Consistency::Strict) => "strict",
+        (false, Consistency::Relaxed) => "relaxed",
     };
     let summary = format!(
         "mounted {p} on {} ({mode} mode, {threads} threads)",
@@ -329,7 +334,11 @@ fn serve(
         MountOption::FSName(pool.display().to_string()),
         MountOption::Subtype("winefs".into()),
         MountOption::DefaultPermissions,
-        MountOption::RW,
+        if fs.is_read_only() {
+            MountOption::RO
+        } else {
+            MountOption::RW
+        },
     ];
     // With the kernel checking permissions, root's mount may serve every user.
     cfg.acl = if root {

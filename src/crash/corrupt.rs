@@ -8,9 +8,11 @@
 //! Each trial is judged by the trust rules (docs/TESTING.md, "Corruption"): no panic; a refused
 //! pool is byte-for-byte unchanged (so are `fsck` and `info`'s pools: they map it privately),
 //! and when `fsck --repair` then says it left nothing, the pool mounts and checks clean;
-//! a pool mount accepted stays mountable after use; and a file whose content is wrong must have
-//! been reported (EIO when read, or an fsck problem). Every metadata structure carries a
-//! checksum (format version 3), so wrong content nobody reported is a failure for every kind.
+//! a pool mount accepted stays mountable after use (read-only, and refused writable, when a
+//! check failed while it was served and flagged it "needs fsck"); and a file whose content is
+//! wrong must have been reported (EIO when read, or an fsck problem). Every metadata structure
+//! carries a checksum (format version 3), so wrong content nobody reported is a failure for
+//! every kind.
 
 use crate::crash::workload::Rng;
 use crate::error::{Error, Result};
@@ -439,9 +441,23 @@ fn trial(base: &Base, pool: &Path, img: &[u8]) -> std::result::Result<Outcome, S
     let _ = fs.open_file("/big").and_then(|f| f.write_at(4096, b"overwrite"));
     let _ = fs.unlink_path("/d/f3");
     let check = fs.check();
+    // A check that failed while served flags the pool "needs fsck": then it mounts read-only.
+    let read_only = fs.needs_fsck() != 0;
     fs.unmount()
         .map_err(|e| format!("accepted, then unmount failed: {e}"))?;
-    let fs = Fs::mount(pool, MountOptions::default())
+    if read_only
+        && !matches!(
+            Fs::mount(pool, MountOptions::default()),
+            Err(Error::NeedsFsck(_))
+        )
+    {
+        return Err("flagged \"needs fsck\", yet a writable mount was not refused".into());
+    }
+    let opts = MountOptions {
+        read_only,
+        ..Default::default()
+    };
+    let fs = Fs::mount(pool, opts)
         .map_err(|e| format!("accepted, then unmountable after use: {e}"))?;
     let after = fs.check();
     if check.is_clean() && !after.is_clean() {

@@ -256,6 +256,7 @@ fn mount_opts(consistency: Consistency, private: bool) -> MountOptions {
         consistency,
         private,
         no_background_rewrite: true,
+        read_only: false,
     }
 }
 

@@ -16,7 +16,7 @@ use crate::ops::{falloc, file, namespace, prealloc, relocate, xattr};
 use crate::state::inode_state::rlock;
 use crate::state::mount_state::MountState;
 use crate::state::mount::Inconsistent;
-use crate::state::{fsck, mkfs, mount};
+use crate::state::{damage, fsck, mkfs, mount};
 use crate::types::{
     Attr, CompactStats, Consistency, DirEntry, MkfsOptions, MountOptions, RenameFlags,
     RewriteStats, SetAttr, StatFs, XattrSet,
@@ -56,14 +56,25 @@ impl Fs {
     /// `winefs fsck --repair`: mount the pool at `path` without refusing a namespace that fails
     /// its checks (anything mount cannot build a state from is still refused), repair it
     /// (`ops::repair`: dangling and mistyped entries, nameless inodes into `/lost+found`,
-    /// parent fields, link counts), and unmount cleanly. Every change is journaled.
+    /// parent fields, link counts), clear the "needs fsck" flag if the pool then checks clean,
+    /// and unmount cleanly. Every change is journaled.
     pub fn repair_pool(path: &Path) -> Result<RepairReport> {
         let opts = MountOptions {
             no_background_rewrite: true,
             ..Default::default()
         };
         let state = mount::mount_checked(Pool::open(path, false)?, &opts, Inconsistent::Report)?;
-        let rep = repair::repair(&state)?;
+        let mut rep = repair::repair(&state)?;
+        // The "needs fsck" flag goes only when the repaired pool checks clean.
+        let flag = state.needs_fsck();
+        if flag != 0 && rep.left.is_empty() && fsck::check(&state).is_clean() {
+            state.clear_needs_fsck();
+            let why = damage::describe(flag);
+            rep.changes.push(format!("cleared the \"needs fsck\" flag ({why})"));
+        } else if flag != 0 {
+            let why = damage::describe(flag);
+            rep.left.push(format!("the \"needs fsck\" flag stays set ({why}): problems remain"));
+        }
         mount::unmount(&state)?;
         Ok(rep)
     }
@@ -86,6 +97,17 @@ impl Fs {
     /// The root directory's inode number.
     pub fn root(&self) -> u64 {
         ROOT_INO
+    }
+
+    /// Whether this mount is read-only ([`MountOptions::read_only`]).
+    pub fn is_read_only(&self) -> bool {
+        self.state.read_only
+    }
+
+    /// The pool's "needs fsck" flag as this mount keeps it: 0, or the code of what failed its
+    /// check at run time (`state::damage::describe` puts it in words).
+    pub fn needs_fsck(&self) -> u32 {
+        self.state.needs_fsck()
     }
 
     /// Data guarantees of this mount.
@@ -163,12 +185,14 @@ impl Fs {
 
     /// Create a regular file (EEXIST if the name exists).
     pub fn create(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
+        self.state.check_writable()?;
         let new = NewInode::plain(FileKind::File, perm, uid, gid);
         namespace::make_inode(&self.state, parent, name, new)
     }
 
     /// Create a directory.
     pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
+        self.state.check_writable()?;
         let new = NewInode::plain(FileKind::Dir, perm, uid, gid);
         namespace::make_inode(&self.state, parent, name, new)
     }
@@ -185,6 +209,7 @@ impl Fs {
         gid: u32,
         rdev: u32,
     ) -> Result<Attr> {
+        self.state.check_writable()?;
         if matches!(kind, FileKind::Dir | FileKind::Symlink) {
             return Err(Error::Invalid(
                 "mknod cannot make directories or symlinks".into(),
@@ -206,6 +231,7 @@ impl Fs {
         uid: u32,
         gid: u32,
     ) -> Result<Attr> {
+        self.state.check_writable()?;
         if target.is_empty() {
             return Err(Error::NotFound);
         }
@@ -226,16 +252,19 @@ impl Fs {
 
     /// Give inode `ino` another name.
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
+        self.state.check_writable()?;
         namespace::link(&self.state, ino, newparent, newname)
     }
 
     /// Remove a name (not of a directory).
     pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.state.check_writable()?;
         namespace::unlink(&self.state, parent, name, false)
     }
 
     /// Remove an empty directory.
     pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.state.check_writable()?;
         if parent == ROOT_INO && name == b".." {
             return Err(Error::Busy("cannot remove the root".into()));
         }
@@ -251,6 +280,7 @@ impl Fs {
         newname: &[u8],
         flags: RenameFlags,
     ) -> Result<()> {
+        self.state.check_writable()?;
         namespace::rename(&self.state, parent, name, newparent, newname, flags)
     }
 
@@ -271,32 +301,38 @@ impl Fs {
 
     /// Write `data` at `off`; returns the bytes written (short only when the pool fills).
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize> {
+        self.state.check_writable()?;
         file::write(&self.state, ino, Some(off), data).map(|(n, _)| n)
     }
 
     /// Write at the current end of file, atomically with finding it; returns (bytes, offset).
     pub fn append(&self, ino: u64, data: &[u8]) -> Result<(usize, u64)> {
+        self.state.check_writable()?;
         file::write(&self.state, ino, None, data)
     }
 
     /// Set the file's size: cut it, or extend it with a hole.
     pub fn truncate(&self, ino: u64, size: u64) -> Result<()> {
+        self.state.check_writable()?;
         file::truncate(&self.state, ino, size)
     }
 
     /// Allocate (and zero) the blocks under [off, off+len); extends the size unless `keep_size`.
     pub fn fallocate(&self, ino: u64, off: u64, len: u64, keep_size: bool) -> Result<()> {
+        self.state.check_writable()?;
         file::fallocate(&self.state, ino, off, len, keep_size)
     }
 
     /// Deallocate [off, off+len) (FALLOC_FL_PUNCH_HOLE | KEEP_SIZE): it reads back as zeros.
     pub fn punch_hole(&self, ino: u64, off: u64, len: u64) -> Result<()> {
+        self.state.check_writable()?;
         file::punch_hole(&self.state, ino, off, len)
     }
 
     /// Zero [off, off+len) (FALLOC_FL_ZERO_RANGE, with `keep_size` | KEEP_SIZE): it reads back
     /// as zeros and is allocated; the size grows to off+len unless `keep_size`. Atomic.
     pub fn zero_range(&self, ino: u64, off: u64, len: u64, keep_size: bool) -> Result<()> {
+        self.state.check_writable()?;
         falloc::zero_range(&self.state, ino, off, len, keep_size)
     }
 
@@ -304,6 +340,7 @@ impl Fs {
     /// `off` and `len` are multiples of 4096 and the range ends before the end of the file
     /// (else EINVAL). No data is copied. Atomic.
     pub fn collapse_range(&self, ino: u64, off: u64, len: u64) -> Result<()> {
+        self.state.check_writable()?;
         falloc::collapse_range(&self.state, ino, off, len)
     }
 
@@ -311,6 +348,7 @@ impl Fs {
     /// (FALLOC_FL_INSERT_RANGE): `off` and `len` are multiples of 4096 and `off` lies inside
     /// the file (else EINVAL); EFBIG past the largest file size. No data is copied. Atomic.
     pub fn insert_range(&self, ino: u64, off: u64, len: u64) -> Result<()> {
+        self.state.check_writable()?;
         falloc::insert_range(&self.state, ino, off, len)
     }
 
@@ -321,6 +359,7 @@ impl Fs {
 
     /// Change attributes (mode, owner, size, times); returns the new attributes.
     pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<Attr> {
+        self.state.check_writable()?;
         file::setattr(&self.state, ino, set)
     }
 
@@ -342,6 +381,7 @@ impl Fs {
 
     /// Set an extended attribute.
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
+        self.state.check_writable()?;
         xattr::set(&self.state, ino, name, Some(value), how)?;
         // The hint given to a file that already has data (as `cp --preserve=xattr` and
         // `rsync -X` do, after copying) moves that data onto aligned extents.
@@ -354,6 +394,7 @@ impl Fs {
     /// Move every 2 MiB unit of file `ino` that holds data but is not one aligned extent onto
     /// a fresh aligned extent, now (the background rewriter does the same, throttled).
     pub fn rewrite(&self, ino: u64) -> Result<RewriteStats> {
+        self.state.check_writable()?;
         self.state.check_alive()?;
         if self.getattr(ino)?.kind != FileKind::File {
             return Err(Error::Invalid("only regular files can be rewritten".into()));
@@ -366,12 +407,14 @@ impl Fs {
     /// the file's size free. Returns the blocks moved.
     #[doc(hidden)]
     pub fn scatter(&self, ino: u64) -> Result<u64> {
+        self.state.check_writable()?;
         relocate::scatter_file(&self.state, ino)
     }
 
     /// Compact holes now (docs/DESIGN.md §4, "Hole compaction"): empty broken 2 MiB units that
     /// hold little file data into holes elsewhere, until holes hold at most 4% of free space.
     pub fn compact(&self) -> Result<CompactStats> {
+        self.state.check_writable()?;
         background::compact_now(&Arc::downgrade(&self.state))
     }
 
@@ -398,6 +441,7 @@ impl Fs {
 
     /// Remove extended attribute `name` (ENODATA if absent).
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
+        self.state.check_writable()?;
         xattr::set(&self.state, ino, name, None, XattrSet::Replace)
     }
 

@@ -57,7 +57,8 @@ impl File {
         self.fs.fsync(self.ino)
     }
     /// Map `len` bytes of the file from `off` (a multiple of 4 KiB) into memory; see
-    /// [`Mapping`]. Aligned 2 MiB extents are mapped with hugepages on a hugepage pool.
+    /// [`Mapping`] (every mapping is writable, so a read-only mount refuses it). Aligned 2 MiB
+    /// extents are mapped with hugepages on a hugepage pool.
     pub fn mmap(&self, off: u64, len: usize) -> Result<Mapping> {
         Mapping::new(File::open(self.fs.clone(), self.ino)?, off, len, false)
     }
@@ -132,6 +133,8 @@ pub struct Mapping {
 
 impl Mapping {
     fn new(file: File, off: u64, len: usize, atomic: bool) -> Result<Mapping> {
+        // Stores through a mapping reach the pool: none on a read-only mount.
+        file.fs.state.check_writable()?;
         let st = mmap::map(&file.fs.state, file.ino, off, len, atomic)?;
         Ok(Mapping { st, file })
     }

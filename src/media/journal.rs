@@ -162,6 +162,9 @@ impl<'a> Tx<'a> {
 struct JournalState {
     head: u32,
     generation: u32,
+    /// Bounce buffer for staging undo images ([`STAGE_CHUNK`] bytes), kept so a commit does
+    /// not zero a fresh one every time.
+    scratch: Vec<u8>,
 }
 
 struct Journal {
@@ -228,6 +231,7 @@ impl Journals {
                     state: Mutex::new(JournalState {
                         head: 0,
                         generation: 1,
+                        scratch: vec![0; STAGE_CHUNK],
                     }),
                 })
                 .collect(),
@@ -334,7 +338,7 @@ impl Journals {
                 entries.push(entry_of(KIND_UNDO_INLINE, w.off, &old[..len], inline_len));
             } else {
                 let len = len as u64;
-                let crc = stage_image(pool, w.off, j.staging_off + staged, len)?;
+                let crc = stage_image(pool, w.off, j.staging_off + staged, len, &mut st.scratch)?;
                 let mut p = [0u8; STAGED_PAYLOAD];
                 put_u32(&mut p, entry::STAGED_OFF - entry::PAYLOAD, staged_field(staged)?);
                 put_u32(&mut p, entry::STAGED_LEN - entry::PAYLOAD, staged_field(len)?);
@@ -380,16 +384,18 @@ impl Journals {
     }
 }
 
+/// Bytes of the bounce buffer that undo images are staged through.
+const STAGE_CHUNK: usize = 4096;
+
 /// Copy the `len` old bytes at `src` to the staging area at `dst` (written back, not fenced) and
-/// return their crc32c, computed on the way through a small buffer.
-fn stage_image(pool: &Pool, src: u64, dst: u64, len: u64) -> Result<u32> {
-    const CHUNK: usize = 4096;
-    let mut buf = [0u8; CHUNK];
+/// return their crc32c, computed on the way through `buf` (the journal's scratch buffer).
+fn stage_image(pool: &Pool, src: u64, dst: u64, len: u64, buf: &mut [u8]) -> Result<u32> {
+    let chunk = buf.len().max(1);
     let mut crc = 0u32;
     let mut done = 0u64;
     while done < len {
-        // At most CHUNK bytes, so the narrowing is exact.
-        let k = usize::try_from((len - done).min(CHUNK as u64)).unwrap_or(CHUNK);
+        // At most `chunk` bytes, so the narrowing is exact.
+        let k = usize::try_from((len - done).min(chunk as u64)).unwrap_or(chunk);
         pool.read(src + done, &mut buf[..k])?;
         crc = crc32c::crc32c_append(crc, &buf[..k]);
         pool.write_flush(dst + done, &buf[..k], Category::Journal)?;

@@ -122,6 +122,8 @@ pub mod sb {
     pub(crate) const STATE_SIZE: usize = 32;
     /// u32: 1 = cleanly unmounted (the journals are empty and the allocator bitmap was saved).
     pub const STATE_CLEAN: usize = 192;
+    /// u32: 0, or the "needs fsck" flag: the kind of object whose check failed first at run time.
+    pub const STATE_NEEDS_FSCK: usize = 196;
     /// u64: mounts since mkfs; its low 32 bits are the epoch stamped on journal entries.
     pub const STATE_MOUNT_COUNT: usize = 200;
     /// u32: crc32c of the allocator bitmap saved by the last clean unmount.
@@ -555,6 +557,8 @@ pub struct SbState {
     pub mount_count: u64,
     /// crc32c of the allocator bitmap saved by the last clean unmount.
     pub bitmap_crc: u32,
+    /// 0, or "needs fsck": a check failed at run time (`state::damage::Damage` names the code).
+    pub needs_fsck: u32,
     /// The record failed its checksum when read (torn or damaged); the other fields are then
     /// zero and mean nothing. Never encoded.
     pub damaged: bool,
@@ -565,6 +569,7 @@ impl SbState {
     pub fn encode(&self) -> [u8; sb::STATE_SIZE] {
         let mut b = [0u8; sb::STATE_SIZE];
         put_u32(&mut b, sb::STATE_CLEAN - sb::STATE, u32::from(self.clean));
+        put_u32(&mut b, sb::STATE_NEEDS_FSCK - sb::STATE, self.needs_fsck);
         put_u64(&mut b, sb::STATE_MOUNT_COUNT - sb::STATE, self.mount_count);
         put_u32(&mut b, sb::STATE_BITMAP_CRC - sb::STATE, self.bitmap_crc);
         let crc = crc32c::crc32c(&b[..sb::STATE_CHECKSUMMED]);
@@ -584,6 +589,7 @@ impl SbState {
         }
         SbState {
             clean: get_u32(b, sb::STATE_CLEAN - sb::STATE) == 1,
+            needs_fsck: get_u32(b, sb::STATE_NEEDS_FSCK - sb::STATE),
             mount_count: get_u64(b, sb::STATE_MOUNT_COUNT - sb::STATE),
             bitmap_crc: get_u32(b, sb::STATE_BITMAP_CRC - sb::STATE),
             damaged: false,
@@ -947,6 +953,7 @@ mod tests {
             clean: true,
             mount_count: 9,
             bitmap_crc: 0xdead_beef,
+            needs_fsck: 2,
             damaged: false,
         };
         let mut b = s.encode();

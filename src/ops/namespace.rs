@@ -20,6 +20,7 @@ use crate::meta::dir::{self, DirEntryLoc, DirIndex};
 use crate::meta::inode::{FileMap, MapUpdate};
 use crate::ops::file::read_locked;
 use crate::ops::{prealloc, xattr};
+use crate::state::damage::Damage;
 use crate::state::inode_state::{InodeRef, InodeState, rlock, wlock};
 use crate::state::mount_state::MountState;
 use crate::state::tx::Reserved;
@@ -783,10 +784,11 @@ pub(crate) fn readlink(state: &MountState, ino: u64) -> Result<Vec<u8>> {
         .pool
         .read_array(state.inode_off(ino) + layout::ino::TARGET_CRC as u64)?;
     if crc32c::crc32c(&buf) != u32::from_le_bytes(want) {
-        log::error!("symlink {ino}: its target fails its checksum");
-        return Err(Error::Corrupted(format!(
-            "symlink {ino}: its target fails its checksum"
-        )));
+        let block = g.map.lookup(0).map_or(0, |(phys, _)| phys);
+        return Err(state.media_damage(
+            Damage::SymlinkTarget,
+            format!("symlink {ino}: its target (block {block}) fails its checksum"),
+        ));
     }
     Ok(buf)
 }

@@ -36,7 +36,8 @@ pub(crate) fn trim(state: &MountState, g: &mut InodeState) -> Result<u64> {
 /// The last handle of the file was closed: a file smaller than 2 MiB gives its speculative
 /// blocks back (a large file keeps them for its next append, until space runs short).
 pub(crate) fn on_last_close(state: &MountState, g: &mut InodeState) -> Result<()> {
-    if g.spec_prealloc && g.hdr.size < HUGE_SIZE {
+    // A read-only mount changes nothing; the blocks stay with the file.
+    if g.spec_prealloc && g.hdr.size < HUGE_SIZE && !state.read_only {
         trim(state, g)?;
     }
     Ok(())

@@ -8,15 +8,23 @@ use crate::media::journal::Tx;
 use crate::media::layout::BLOCK_SIZE;
 use crate::media::pool::Category;
 use crate::meta::xattr::{self, Attrs, HUGEPAGE_HINT, XATTR_SIZE_MAX, check_name};
+use crate::state::damage::Damage;
 use crate::state::inode_state::{InodeState, rlock, wlock};
 use crate::state::mount_state::MountState;
 use crate::state::tx::Reserved;
 use crate::sys::now_ns;
 use crate::types::XattrSet;
 
-/// The attributes of an inode (empty if it has no block).
+/// The attributes of an inode (empty if it has no block). A block that fails its checks is
+/// EIO, and flags the pool "needs fsck".
 fn load(state: &MountState, g: &InodeState) -> Result<Attrs> {
-    xattr::load(&state.pool, &state.geo, g.ino, g.hdr.xattr_block)
+    let block = g.hdr.xattr_block;
+    xattr::load(&state.pool, &state.geo, g.ino, block).map_err(|e| match e {
+        Error::Corrupted(why) => {
+            state.media_damage(Damage::XattrBlock, format!("{why} (block {block})"))
+        }
+        e => e,
+    })
 }
 
 pub(crate) fn get(state: &MountState, ino: u64, name: &[u8]) -> Result<Vec<u8>> {

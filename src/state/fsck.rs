@@ -47,7 +47,14 @@ pub fn check_pool(path: &Path) -> Result<Report> {
     };
     let pool = crate::media::pool::Pool::open(path, true)?;
     let state = mount::mount_checked(pool, &opts, mount::Inconsistent::Report)?;
-    Ok(check(&state))
+    let mut r = check(&state);
+    if let code @ 1.. = state.needs_fsck() {
+        let why = crate::state::damage::describe(code);
+        r.problems.push(format!(
+            "the pool is flagged \"needs fsck\": {why} at run time"
+        ));
+    }
+    Ok(r)
 }
 
 /// Check every invariant of a mounted file system, holding the namespace lock exclusively.

@@ -16,6 +16,8 @@ use crate::meta::dir::DirIndex;
 use crate::meta::inode::FileMap;
 use crate::state::alloc_snapshot;
 use crate::state::background::Background;
+use crate::state::damage;
+use crate::state::locks::lock;
 use crate::state::inode_state::{InodeState, wlock};
 use crate::state::validate;
 use crate::state::mkfs::write_state;
@@ -218,7 +220,7 @@ pub(crate) enum Inconsistent {
 /// Mount the pool at `path`: validate the superblock, roll back unfinished transactions,
 /// rebuild the DRAM indexes, free orphans.
 pub(crate) fn mount(path: &Path, opts: &MountOptions) -> Result<Arc<MountState>> {
-    mount_pool(Pool::open(path, opts.private)?, opts)
+    mount_pool(Pool::open(path, opts.private || opts.read_only)?, opts)
 }
 
 /// Mount an already mapped pool (the crash explorer patches a private mapping of a crash image
@@ -237,10 +239,17 @@ pub(crate) fn mount_checked(
     inconsistent: Inconsistent,
 ) -> Result<Arc<MountState>> {
     let (sbk, sb_state) = decode_superblock(&pool)?;
+    if sb_state.needs_fsck != 0 && !opts.read_only && inconsistent == Inconsistent::Refuse {
+        return Err(damage::refusal(pool.path(), sb_state.needs_fsck));
+    }
     let g = sbk.geometry.clone();
     let epoch = (!sb_state.damaged).then(|| epoch_of(sb_state.mount_count));
     let plan = recovery::plan(&pool, &g, epoch)?;
     let mut notes = plan.report.notes.clone();
+    if sb_state.needs_fsck != 0 && opts.read_only {
+        let why = damage::describe(sb_state.needs_fsck);
+        notes.push(format!("the pool needs fsck ({why} at run time); serving it read-only"));
+    }
     if sb_state.damaged {
         notes.push(
             "the superblock's state record fails its checksum; the pool is treated as not cleanly unmounted".into(),
@@ -317,13 +326,12 @@ pub(crate) fn mount_checked(
         .max(plan.epoch.map_or(0, u64::from))
         + 1;
     // The new epoch makes every entry in the rings stale at once; clearing them is tidiness.
-    write_state(
-        &pool,
-        SbState {
-            mount_count,
-            ..SbState::default()
-        },
-    )?;
+    let record = SbState {
+        mount_count,
+        needs_fsck: sb_state.needs_fsck,
+        ..SbState::default()
+    };
+    write_state(&pool, record)?;
     if plan.rings_dirty {
         recovery::clear_rings(&pool, &g)?;
     }
@@ -351,11 +359,9 @@ pub(crate) fn mount_checked(
         .filter(|n| n.hdr.nlink == 0 && !named.contains(&n.ino))
         .map(|n| n.ino)
         .collect();
-    let background = Background::new(
-        !opts.no_background_rewrite,
-        !opts.no_background_rewrite && !pool.is_private(),
-    );
-    let state = MountState {
+    let rewrite = !opts.no_background_rewrite && !opts.read_only;
+    let background = Background::new(rewrite, rewrite && !pool.is_private());
+    let mut state = MountState {
         journals: Journals::new(&g, epoch_of(mount_count)),
         alloc,
         inode_free: loaded.free.into_iter().map(Mutex::new).collect(),
@@ -370,7 +376,8 @@ pub(crate) fn mount_checked(
         consistency: opts.consistency,
         poisoned: AtomicBool::new(false),
         unmounted: AtomicBool::new(false),
-        mount_count,
+        record: Mutex::new(record),
+        read_only: false,
         // Seeded from the low 32 bits of the clock.
         generation: AtomicU32::new(
             u32::try_from(now_ns() & i64::from(u32::MAX)).expect("masked to 32 bits"),
@@ -390,6 +397,8 @@ pub(crate) fn mount_checked(
         let n = state.inode(ino)?;
         state.free_inode(&mut wlock(&n))?;
     }
+    // Set once mount's own changes (in memory, for a read-only mount) are done.
+    state.read_only = opts.read_only;
     Ok(Arc::new(state))
 }
 
@@ -413,15 +422,11 @@ pub(crate) fn unmount(state: &MountState) -> Result<()> {
     // the pool is marked clean, so no old entry can ever be taken for an unfinished one.
     recovery::clear_rings(&state.pool, g)?;
     let bitmap_crc = alloc_snapshot::save(&state.pool, g, &state.alloc.free_runs())?;
-    write_state(
-        &state.pool,
-        SbState {
-            clean: true,
-            mount_count: state.mount_count,
-            bitmap_crc,
-            ..SbState::default()
-        },
-    )
+    // Under the record's lock, so a "needs fsck" flag raised meanwhile is kept.
+    let mut rec = lock(&state.record);
+    rec.clean = true;
+    rec.bitmap_crc = bitmap_crc;
+    write_state(&state.pool, *rec)
 }
 
 impl Drop for MountState {

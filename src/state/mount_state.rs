@@ -14,7 +14,9 @@ use crate::media::alloc::{Allocator, BlockRun};
 use crate::media::journal::{Journals, Tx};
 use crate::media::recovery::RecoveryReport;
 use crate::media::checksum;
-use crate::media::layout::{self, BLOCK_SIZE, Geometry, INODE_SIZE, InodeHeader, NAME_MAX, Superblock};
+use crate::media::layout::{
+    self, BLOCK_SIZE, Geometry, INODE_SIZE, InodeHeader, NAME_MAX, SbState, Superblock,
+};
 use crate::media::pool::Category;
 use crate::media::pool::Pool;
 use crate::state::background::Background;
@@ -44,7 +46,12 @@ pub(crate) struct MountState {
     /// An internal failure left DRAM and media out of step: operations are refused.
     pub poisoned: AtomicBool,
     pub unmounted: AtomicBool,
-    pub mount_count: u64,
+    /// The superblock's state record as this mount last wrote it (clean unmount and the
+    /// "needs fsck" flag, `state::damage`, write it under this lock).
+    pub record: Mutex<SbState>,
+    /// Mounted read-only: nothing reaches the pool, and calls that would change it are
+    /// refused (`check_writable`).
+    pub read_only: bool,
     /// Generation number of the next inode.
     pub generation: AtomicU32,
     /// What recovery did at mount.
@@ -84,6 +91,8 @@ impl MountState {
     /// Commit a transaction on the current CPU's journal. A failure here means DRAM state may
     /// have moved ahead of media, so the mount is poisoned.
     pub fn commit(&self, mut tx: Tx<'_>) -> Result<()> {
+        // Nothing has been written yet: the transaction is refused, the mount stays usable.
+        self.check_writable()?;
         self.seal_index_blocks(&mut tx)
             .and_then(|()| self.seal_inodes(&mut tx))
             .inspect_err(|_| self.poison())?;
@@ -98,13 +107,16 @@ impl MountState {
         let g = &self.geo;
         let table = g.inode_table_start * BLOCK_SIZE;
         let table_end = table + g.total_inodes() * INODE_SIZE;
-        let mut touched = std::collections::BTreeSet::new();
+        // Usually one or two inodes: a sorted, deduplicated vector beats a set.
+        let mut touched = Vec::new();
         for (off, len) in tx.targets() {
             let (a, b) = (off.max(table), (off + len).min(table_end));
             if a < b {
                 touched.extend((a - table) / INODE_SIZE + 1..=(b - 1 - table) / INODE_SIZE + 1);
             }
         }
+        touched.sort_unstable();
+        touched.dedup();
         for ino in touched {
             let off = self.inode_off(ino);
             let mut raw = [0u8; layout::INODE_BYTES];
@@ -126,7 +138,7 @@ impl MountState {
     /// (`checksum::index_block_checksum` of the block as the transaction leaves it, with the
     /// owner's `map_end` as the transaction leaves that). A block that fails its checksum as it
     /// stands (damage a fsck or repair mount loaded, or that appeared since mount) is never
-    /// resealed: the transaction is refused. A transaction that touches no index block reads
+    /// resealed: the transaction is refused and the pool flagged "needs fsck". A transaction that touches no index block reads
     /// nothing here.
     fn seal_index_blocks(&self, tx: &mut Tx<'_>) -> Result<()> {
         for (block, ioff) in tx.take_index_seals() {
@@ -142,9 +154,7 @@ impl MountState {
             let mut raw = vec![0u8; layout::BLOCK_BYTES];
             self.pool.read(off, &mut raw)?;
             if !checksum::index_block_checksum_ok(block, &raw, map_end_now) {
-                return Err(Error::Corrupted(format!(
-                    "extent-index block {block} fails its checksum; a change to it was refused rather than sealing the damage"
-                )));
+                return Err(self.index_block_damage(block));
             }
             tx.overlay(off, &mut raw);
             let crc = checksum::index_block_checksum(block, &raw, map_end);
@@ -458,5 +468,6 @@ mod tests {
         let mut after = [0u8; 4];
         fs.pool().read(b * B + index_block::CRC as u64, &mut after).unwrap();
         assert_eq!(crc, after, "the damage was sealed");
+        assert_eq!(fs.needs_fsck(), 3, "flagged \"needs fsck\"");
     }
 }
