@@ -351,27 +351,14 @@ fn fsck_reports_the_flag_and_repair_clears_it_once_the_pool_checks_clean() {
         "{:?}",
         rep.problems
     );
-    // The damage is still there: repair cannot fix it, and the flag stays.
-    let (code, out, err) = winefs(&["fsck", "--repair", ps]);
-    assert_eq!(code, 3, "{out}{err}");
-    assert!(
-        out.contains("left: the \"needs fsck\" flag stays set"),
-        "{out}"
-    );
-    assert_eq!(
-        winefs::state::mount::read_superblock(&p)
-            .unwrap()
-            .1
-            .needs_fsck,
-        2
-    );
-    // With the block whole again (restored from elsewhere), repair finds it clean and clears
-    // the flag; then the pool mounts writable.
-    flip(&p, at, 0x20);
-    let (code, out, _) = winefs(&["fsck", ps]);
-    assert_eq!(code, 1, "the flag alone is a problem: {out}");
+    // Repair cannot rebuild the block, so it drops it as e2fsck would (the file keeps its data
+    // and loses its extended attributes), says so, and clears the flag.
     let (code, out, err) = winefs(&["fsck", "--repair", ps]);
     assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("failed its checks") && out.contains("dropped (its extended attributes are lost)"),
+        "{out}"
+    );
     assert!(
         out.contains(
             "repaired: cleared the \"needs fsck\" flag (an xattr block failed its checks)"
@@ -382,11 +369,49 @@ fn fsck_reports_the_flag_and_repair_clears_it_once_the_pool_checks_clean() {
     assert_eq!(code, 0, "{out}");
     let (_, out, _) = winefs(&["info", ps]);
     assert!(out.contains("needs fsck    no"), "{out}");
+    // The damaged bytes are in a block that is free now: nothing reads them any more.
+    let _ = at;
     let fs = mount(&p);
     assert_eq!(fs.needs_fsck(), 0);
     let f = fs.resolve("/f", true).unwrap();
-    assert_eq!(fs.getxattr(f, b"user.tag").unwrap(), VALUE);
+    assert!(matches!(fs.getxattr(f, b"user.tag"), Err(Error::NoAttr)));
+    assert_eq!(
+        fs.open_file("/f").unwrap().read_all().unwrap(),
+        b"file content"
+    );
+    fs.setxattr(f, b"user.tag", VALUE, XattrSet::Any).unwrap();
     fs.write(f, 0, b"FILE").unwrap();
+    fs.unmount().unwrap();
+    let (code, out, _) = winefs(&["fsck", ps]);
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn repair_frees_a_symlink_whose_target_fails_its_checksum_and_clears_the_flag() {
+    let (_d, p) = pool();
+    let fs = mount(&p);
+    let ln = fs.resolve("/ln", false).unwrap();
+    flip(&p, find(&p, TARGET) + 2, 0x01);
+    assert!(fs.readlink(ln).is_err());
+    fs.unmount().unwrap();
+    let ps = p.to_str().unwrap();
+    let (code, out, err) = winefs(&["fsck", "--repair", ps]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains(&format!("symlink {ln}: its target failed its checksum; freed")),
+        "{out}"
+    );
+    assert!(out.contains("removed entry \"ln\""), "{out}");
+    assert!(out.contains("cleared the \"needs fsck\" flag"), "{out}");
+    let (code, out, _) = winefs(&["fsck", ps]);
+    assert_eq!(code, 0, "{out}");
+    let fs = mount(&p);
+    assert!(matches!(fs.resolve("/ln", false), Err(Error::NotFound)));
+    assert_eq!(
+        fs.open_file("/f").unwrap().read_all().unwrap(),
+        b"file content"
+    );
+    fs.symlink(fs.root(), b"ln", TARGET, 0, 0).unwrap();
     fs.unmount().unwrap();
 }
 

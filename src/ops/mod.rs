@@ -10,4 +10,5 @@ pub(crate) mod prealloc;
 pub(crate) mod relocate;
 pub mod repair;
 pub(crate) mod repair_dirs;
+pub(crate) mod repair_leaf;
 pub(crate) mod xattr;

@@ -1,7 +1,9 @@
 //! `winefs fsck --repair`, in the spirit of e2fsck's passes, on a pool that mount validated down
 //! to its namespace (`state::mount::Inconsistent::Report`). Each fix is one journaled transaction
 //! and one line of the report; what cannot be fixed without guessing is left and reported:
-//! 0. inodes that fail their checksum (mount did not load them) are freed;
+//! 0. inodes that fail their checksum (mount did not load them) are freed; xattr blocks that
+//!    fail their checks are dropped and symlinks whose target fails its checksum are freed
+//!    (`repair_leaf`);
 //! 1. entries naming a free inode are removed; entries whose type disagrees with their inode's
 //!    are rewritten with the inode's type;
 //! 2. a directory listed in more than one place is left (which listing is right cannot be known);
@@ -128,6 +130,8 @@ pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
             "inode {ino} failed its checksum; freed (its content is lost)"
         ));
     }
+    // 0b. Xattr blocks and symlink targets that fail their checks (`repair_leaf`).
+    rep.changes.extend(crate::ops::repair_leaf::repair(state)?);
     // 1. Entries naming free inodes, or with the wrong type.
     let live = inodes(state);
     for (dino, name, loc) in entries(state) {
