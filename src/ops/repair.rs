@@ -114,6 +114,7 @@ fn header_fix(
 /// Repair the mounted `state` (nothing else may use it meanwhile).
 pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
     let mut rep = RepairReport::default();
+    crate::ops::repair_dirs::rewrite_headers(state, &mut rep.changes)?;
     // 0. Inodes that fail their checksum were not loaded: free their slots (whatever they
     //    owned is free already); the entries naming them dangle and go next.
     for &ino in &state.damaged_inodes {

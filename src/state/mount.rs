@@ -54,6 +54,11 @@ struct LoadedInodes {
     dead_slots: Vec<u64>,
     /// In-use inodes that fail their checksum (not loaded, not free).
     damaged: Vec<u64>,
+    /// Extent-index blocks and directory block headers that fail their checksum although
+    /// everything built from them passed validation: one line each, in the words of fsck.
+    bad_checksums: Vec<String>,
+    /// Directory blocks loaded with a rebuilt header (directory, block index).
+    rebuilt_dir_headers: Vec<(u64, u32)>,
 }
 
 /// Load every in-use inode, validating what the DRAM indexes are built from.
@@ -62,6 +67,8 @@ fn load_inodes(pool: &Pool, g: &Geometry) -> Result<LoadedInodes> {
     let mut free = vec![BTreeSet::new(); g.partitions as usize];
     let mut dead_offs = Vec::new();
     let mut damaged = Vec::new();
+    let mut bad_checksums = Vec::new();
+    let mut rebuilt_dir_headers = Vec::new();
     let mut blk = vec![0u8; BLOCK_BYTES];
     let per_block = BLOCK_SIZE / INODE_SIZE;
     let total = g.total_inodes();
@@ -102,9 +109,11 @@ fn load_inodes(pool: &Pool, g: &Geometry) -> Result<LoadedInodes> {
                     hdr.index_block
                 ));
             }
-            let (map, dead) = FileMap::load(pool, g, cur, raw, hdr.index_block, hdr.map_end)?;
+            let loaded = FileMap::load(pool, g, cur, raw, hdr.index_block, hdr.map_end)?;
+            let map = loaded.map;
+            bad_checksums.extend(loaded.bad_checksum.iter().map(|b| bad_index_block(cur, *b)));
             let ioff = g.inode_offset(cur)?;
-            dead_offs.extend(dead.iter().map(|&s| map.slot_offset(ioff, s)));
+            dead_offs.extend(loaded.dead.iter().map(|&s| map.slot_offset(ioff, s)));
             let dir = if kind == FileKind::Dir {
                 if !hdr.size.is_multiple_of(BLOCK_SIZE) {
                     return Err(corrupt!(
@@ -127,7 +136,10 @@ fn load_inodes(pool: &Pool, g: &Geometry) -> Result<LoadedInodes> {
                     pool.read(phys * BLOCK_SIZE, &mut b)?;
                     let block = u32::try_from(k)
                         .map_err(|_| corrupt!("directory {cur}: block {k} beyond 2^32 blocks"))?;
-                    d.load_block(cur, block, &b)?;
+                    if !d.load_block(cur, block, &b)? {
+                        bad_checksums.push(bad_dir_header(cur, block));
+                        rebuilt_dir_headers.push((cur, block));
+                    }
                 }
                 Some(d)
             } else {
@@ -142,7 +154,19 @@ fn load_inodes(pool: &Pool, g: &Geometry) -> Result<LoadedInodes> {
         free,
         dead_slots: dead_offs,
         damaged,
+        bad_checksums,
+        rebuilt_dir_headers,
     })
+}
+
+/// The problem line of an extent-index block failing its checksum (mount and fsck).
+pub(crate) fn bad_index_block(ino: u64, block: u64) -> String {
+    format!("inode {ino}: extent-index block {block} fails its checksum")
+}
+
+/// The problem line of a directory block header failing its checksum (mount and fsck).
+pub(crate) fn bad_dir_header(dir: u64, block: u32) -> String {
+    format!("directory {dir}: the header of block {block} fails its checksum")
 }
 
 /// Every block owned by an inode: (run, owner), sorted; overlapping ownership is corruption.
@@ -245,7 +269,6 @@ pub(crate) fn mount_checked(
         Some(_) => return Err(corrupt!("inode 1 (the root) is not a directory")),
         None => return Err(corrupt!("inode 1 (the root) is not in use")),
     }
-    let owned = owned_runs(&loaded.inodes)?;
     if inconsistent == Inconsistent::Refuse
         && let Some(first) = loaded.damaged.first()
     {
@@ -257,6 +280,20 @@ pub(crate) fn mount_checked(
             }
         ));
     }
+    if inconsistent == Inconsistent::Refuse
+        && let Some(first) = loaded.bad_checksums.first()
+    {
+        let more = match loaded.bad_checksums.len() {
+            1 => String::new(),
+            n => format!(" (and {} more blocks)", n - 1),
+        };
+        return Err(corrupt!(
+            "{first}{more}; the pool was not changed; `winefs fsck` lists every problem"
+        ));
+    }
+    // After the checksum refusals: a damaged block's records may claim blocks others own, and
+    // the checksum is the precise cause.
+    let owned = owned_runs(&loaded.inodes)?;
     if inconsistent == Inconsistent::Refuse {
         let mut problems = Vec::new();
         let nodes: HashMap<u64, &InodeState> = loaded.inodes.iter().map(|(k, v)| (*k, v)).collect();
@@ -347,6 +384,7 @@ pub(crate) fn mount_checked(
         ),
         recovery: report,
         damaged_inodes: loaded.damaged,
+        rebuilt_dir_headers: loaded.rebuilt_dir_headers,
         faults: Mutex::new(None),
         background: Arc::new(background),
         pool,
