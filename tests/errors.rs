@@ -630,19 +630,20 @@ fn foreign_magic() {
 
 #[test]
 fn wrong_version() {
-    // A pool of the previous format (journal entries without epochs or image checksums).
-    let (_d, e) = damaged(|b| b[8..12].copy_from_slice(&1u32.to_le_bytes()));
+    // A pool of the previous format (extent-index blocks and directory headers without
+    // checksums).
+    let (_d, e) = damaged(|b| b[8..12].copy_from_slice(&2u32.to_le_bytes()));
     assert!(
         matches!(
             e,
             Error::Version {
-                found: 1,
-                supported: 2
+                found: 2,
+                supported: 3
             }
         ),
         "{e:?}"
     );
-    assert!(e.to_string().contains("version 1"), "{e}");
+    assert!(e.to_string().contains("version 2"), "{e}");
 }
 
 #[test]

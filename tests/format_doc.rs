@@ -191,6 +191,7 @@ fn mapping() -> Vec<(&'static str, &'static str, usize, usize)> {
         (EX, "len", extent::LEN, 4),
         (EX, "phys", extent::PHYS, 8),
         (IX, "magic", index_block::MAGIC, 4),
+        (IX, "crc", index_block::CRC, 4),
         (IX, "next", index_block::NEXT, 8),
         (
             IX,
@@ -199,6 +200,7 @@ fn mapping() -> Vec<(&'static str, &'static str, usize, usize)> {
             INDEX_SLOTS * EXTENT_SIZE as usize,
         ),
         (DB, "magic", dir_block::MAGIC, 4),
+        (DB, "crc", dir_block::CRC, 4),
         (DB, "starts", dir_block::STARTS, 8),
         (
             DB,
@@ -592,6 +594,12 @@ fn real_pool_blocks_decode_at_documented_offsets() {
     let db = |x: &str| field(&t, "Directory block", x).offset;
     assert_eq!(u32_at(&d, db("magic")), DIR_MAGIC);
     assert_eq!(u64_at(&d, db("starts")), 0b10);
+    // The header checksum: crc32c of magic, starts, directory inode, block index.
+    let mut hc = DIR_MAGIC.to_le_bytes().to_vec();
+    hc.extend_from_slice(&0b10u64.to_le_bytes());
+    hc.extend_from_slice(&fs_root().to_le_bytes());
+    hc.extend_from_slice(&0u32.to_le_bytes());
+    assert_eq!(u32_at(&d, db("crc")), crc32c::crc32c(&hc), "directory header checksum");
     assert_reserved_zero(&t, "Directory block", &d);
     let e = &d[db("slots")..];
     let de = |x: &str| field(&t, "Directory entry", x).offset;
@@ -637,6 +645,13 @@ fn real_pool_blocks_decode_at_documented_offsets() {
     assert_eq!(u32_at(&ix, xo("magic")), INDEX_MAGIC);
     assert_eq!(u64_at(&ix, xo("next")), 0);
     assert_reserved_zero(&t, "Extent-index block", &ix);
+    // The block checksum: crc32c of the block number, then the block with its crc field as
+    // zero (every record in it is live here, and free slots are zero anyway).
+    let mut ic = ib.to_le_bytes().to_vec();
+    let mut body = ix.clone();
+    body[xo("crc")..xo("crc") + 4].fill(0);
+    ic.extend_from_slice(&body);
+    assert_eq!(u32_at(&ix, xo("crc")), crc32c::crc32c(&ic), "extent-index block checksum");
     let mut logicals: Vec<u32> = (0..INLINE_SLOTS)
         .map(|s| ExtentRecord::decode(&fi[slot0 + s * 16..slot0 + s * 16 + 16]))
         .chain((0..INDEX_SLOTS).map(|s| {

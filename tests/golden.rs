@@ -1,8 +1,10 @@
-//! The golden pool: an image of format version 2 made once by this file's ignored `make_golden`
-//! test and stored sparsely in `tests/data/golden-v2.pool.hex`. Every later build must mount it
+//! The golden pools: an image of format version 3 made once by this file's ignored `make_golden`
+//! test and stored sparsely in `tests/data/golden-v3.pool.hex`. Every later build must mount it
 //! and find exactly what was written — or, after a format change that cannot read it, refuse it
 //! with the version message (then this test changes to expect that, and a new golden image of
-//! the new format is added beside it).
+//! the new format is added beside it). The golden image of format version 2
+//! (`tests/data/golden-v2.pool.hex`, whose extent-index blocks and directory headers carry no
+//! checksum) is kept: this build refuses it with the version message and leaves it unchanged.
 
 mod common;
 
@@ -10,7 +12,21 @@ use std::fmt::Write as _;
 use std::path::Path;
 use winefs::{Error, Fs, MkfsOptions, MountOptions, XattrSet};
 
-const GOLDEN: &str = "tests/data/golden-v2.pool.hex";
+const GOLDEN: &str = "tests/data/golden-v3.pool.hex";
+const GOLDEN_V2: &str = "tests/data/golden-v2.pool.hex";
+
+/// The content of `/frag.bin`: twelve 4 KiB pieces, each followed by a 4 KiB hole, so the file
+/// has more extents than the eight inline slots and an extent-index block holds the rest.
+fn fragmented() -> Vec<u8> {
+    let mut v = Vec::new();
+    for k in 0..12u8 {
+        v.extend(std::iter::repeat_n(b'a' + k, 4096));
+        if k < 11 {
+            v.extend(std::iter::repeat_n(0u8, 4096));
+        }
+    }
+    v
+}
 
 /// What the golden pool holds: (path, content).
 fn files() -> Vec<(&'static str, Vec<u8>)> {
@@ -25,6 +41,7 @@ fn files() -> Vec<(&'static str, Vec<u8>)> {
             (0..20_000u32).map(|i| (i * 7 % 251) as u8).collect(),
         ),
         ("/empty", Vec::new()),
+        ("/frag.bin", fragmented()),
     ]
 }
 
@@ -68,7 +85,13 @@ fn make_golden() {
     fs.mkdir_path("/docs").unwrap();
     fs.mkdir_path("/docs/deep").unwrap();
     for (path, c) in files() {
-        fs.create_file(path).unwrap().write_at(0, &c).unwrap();
+        let f = fs.create_file(path).unwrap();
+        // Written piece by piece, holes left out, so each piece is an extent of its own.
+        for (k, piece) in c.chunks(4096).enumerate() {
+            if piece.iter().any(|&b| b != 0) {
+                f.write_at(k as u64 * 4096, piece).unwrap();
+            }
+        }
     }
     let h = fs.resolve("/hello.txt", true).unwrap();
     fs.link(h, fs.resolve("/docs", true).unwrap(), b"hello-link")
@@ -94,7 +117,7 @@ fn make_golden() {
 }
 
 #[test]
-fn the_golden_pool_of_format_2_mounts_and_holds_what_was_written() {
+fn the_golden_pool_of_format_3_mounts_and_holds_what_was_written() {
     let hex = std::fs::read_to_string(GOLDEN).expect("the golden image is in the tree");
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("pool");
@@ -113,6 +136,8 @@ fn the_golden_pool_of_format_2_mounts_and_holds_what_was_written() {
     assert_eq!(fs.resolve("/docs/hello-link", true).unwrap(), h);
     assert_eq!(fs.getattr(h).unwrap().nlink, 2);
     assert_eq!(fs.getxattr(h, b"user.colour").unwrap(), b"green");
+    let frag = fs.resolve("/frag.bin", true).unwrap();
+    assert!(fs.extents(frag).unwrap().len() > 8, "/frag.bin needs an extent-index block");
     let l = fs.resolve("/to-notes", false).unwrap();
     assert_eq!(fs.readlink(l).unwrap(), b"docs/notes.md");
     let mut names = fs.list_dir("/docs").unwrap();
@@ -126,7 +151,30 @@ fn the_golden_pool_of_format_2_mounts_and_holds_what_was_written() {
     assert_eq!(fs.open_file("/after").unwrap().read_all().unwrap(), b"later");
 }
 
-/// A pool of the previous format (version 1) is refused with the version message, unwritten.
+/// The golden pool of format 2 (no checksums on extent-index blocks and directory headers) is
+/// refused by mount and fsck with the version message, and left unchanged.
+#[test]
+fn the_golden_pool_of_format_2_is_refused_with_the_version_message() {
+    let hex = std::fs::read_to_string(GOLDEN_V2).expect("the version-2 golden image is in the tree");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("pool");
+    decode(&hex, &p);
+    let img = std::fs::read(&p).unwrap();
+    match Fs::mount(&p, MountOptions::default()) {
+        Err(e @ Error::Version { found: 2, supported: 3 }) => {
+            assert!(e.to_string().contains("format version 2"), "{e}")
+        }
+        Err(e) => panic!("unexpected error: {e}"),
+        Ok(_) => panic!("a version-2 pool mounted"),
+    }
+    assert!(matches!(
+        winefs::state::fsck::check_pool(&p),
+        Err(Error::Version { found: 2, .. })
+    ));
+    assert!(std::fs::read(&p).unwrap() == img, "a refused pool was written");
+}
+
+/// A pool of an older format (version 1) is refused with the version message, unwritten.
 #[test]
 fn a_pool_of_format_1_is_refused_with_the_version_message() {
     let hex = std::fs::read_to_string(GOLDEN).unwrap();

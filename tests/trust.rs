@@ -403,3 +403,95 @@ fn a_damaged_symlink_target_is_an_error_not_a_wrong_target() {
     let l = fs.resolve("/ln", false).unwrap();
     assert!(matches!(fs.readlink(l), Err(Error::Corrupted(_))));
 }
+
+/// A 1-partition pool with `/frag` (12 one-block extents, so an extent-index block holds four)
+/// and `/d/a`, `/d/b`; returns the pool, the index block, frag's inode and `/d`'s inode.
+fn pool_with_index_block() -> (tempfile::TempDir, std::path::PathBuf, u64, u64, u64, Geometry) {
+    let (d, p) = fresh_pool(32 * MIB, Some(1));
+    let fs = mount(&p);
+    let f = fs.create_file("/frag").unwrap();
+    for k in 0..12u64 {
+        f.write_at(k * 8192, &pattern(4096, k as u8)).unwrap();
+    }
+    let ino = f.ino();
+    drop(f);
+    fs.mkdir_path("/d").unwrap();
+    fs.create_file("/d/a").unwrap().write_at(0, b"a").unwrap();
+    fs.create_file("/d/b").unwrap().write_at(0, b"b").unwrap();
+    let dino = fs.resolve("/d", true).unwrap();
+    let g = fs.geometry();
+    fs.unmount().unwrap();
+    let img = std::fs::read(&p).unwrap();
+    let off = g.inode_offset(ino).unwrap() as usize + 48;
+    let ib = u64::from_le_bytes(img[off..off + 8].try_into().unwrap());
+    assert!(g.is_data_block(ib), "twelve extents need an index block");
+    (d, p, ib, ino, dino, g)
+}
+
+#[test]
+fn a_damaged_extent_index_block_is_refused_reported_and_left_by_repair() {
+    let (_d, p, ib, ino, _, _) = pool_with_index_block();
+    // The top bit of a live record's logical block: the record would read as dead (beyond the
+    // map end) and its data as a hole, structurally valid — only the checksum tells.
+    let img = std::fs::read(&p).unwrap();
+    let slot = (0..255u64)
+        .map(|s| ib * 4096 + 16 + s * 16)
+        .find(|&o| img[o as usize + 4..o as usize + 8] != [0; 4])
+        .unwrap();
+    flip(&p, slot + 3, 0x80);
+    let msg = refused(&p, &format!("inode {ino}: extent-index block {ib} fails its checksum"));
+    assert!(msg.contains("the pool was not changed"), "{msg}");
+    let rep = winefs::state::fsck::check_pool(&p).unwrap();
+    assert!(
+        rep.problems.iter().any(|x| x.contains(&format!("extent-index block {ib} fails its checksum"))),
+        "{:?}",
+        rep.problems
+    );
+    // Repair does not guess which records are right: it leaves the block and says so.
+    let before = std::fs::read(&p).unwrap();
+    let fixed = Fs::repair_pool(&p).unwrap();
+    assert!(
+        fixed.left.iter().any(|l| l.contains(&format!("extent-index block {ib} fails its checksum"))),
+        "{fixed:?}"
+    );
+    // The only change: the allocator snapshot, which the repair mount's clean unmount rewrites
+    // (the record that reads as dead left a block unclaimed) and the report names.
+    assert!(
+        fixed.changes.iter().all(|c| c.starts_with("allocator snapshot: ")),
+        "{fixed:?}"
+    );
+    refused(&p, "fails its checksum");
+    // Nothing but the clean-unmount bookkeeping of the repair mount changed the index block.
+    let after = std::fs::read(&p).unwrap();
+    let r = (ib * 4096) as usize..(ib * 4096 + 4096) as usize;
+    assert!(before[r.clone()] == after[r], "repair changed the damaged index block");
+}
+
+#[test]
+fn a_damaged_directory_header_is_refused_reported_and_rebuilt_by_repair() {
+    // The header's checksum damaged: the rebuilt header keeps every entry.
+    let (_d, p, _, _, dino, g) = pool_with_index_block();
+    let fs = mount(&p);
+    let phys = fs.extents(dino).unwrap()[0].1;
+    fs.unmount().unwrap();
+    flip(&p, phys * 4096 + 5, 0x10);
+    let what = format!("directory {dino}: the header of block 0 fails its checksum");
+    refused(&p, &what);
+    let rep = winefs::state::fsck::check_pool(&p).unwrap();
+    assert!(rep.problems.iter().any(|x| x.contains(&what)), "{:?}", rep.problems);
+    repaired(&p, &format!("directory {dino}: the header of block 0 failed its checksum; rewritten from the 2 valid entries"));
+    let fs = mount(&p);
+    assert_eq!(fs.open_file("/d/a").unwrap().read_all().unwrap(), b"a");
+    assert_eq!(fs.open_file("/d/b").unwrap().read_all().unwrap(), b"b");
+    fs.unmount().unwrap();
+    // A `starts` bit set on a slot holding no entry: dropped by the rebuild, nothing lost.
+    flip(&p, phys * 4096 + 8 + 1, 0x40);
+    refused(&p, &what);
+    repaired(&p, "rewritten from the 2 valid entries");
+    let fs = mount(&p);
+    let mut names = fs.list_dir("/d").unwrap();
+    names.sort();
+    assert_eq!(names, vec![b"a".to_vec(), b"b".to_vec()]);
+    assert!(fs.check().is_clean());
+    let _ = g;
+}

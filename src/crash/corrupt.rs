@@ -1,20 +1,19 @@
 //! The structure-aware corruption tester (`winefs crashtest corrupt`, and CI's `tests/corrupt.rs`):
 //! a small pool holding every kind of metadata is damaged in one seeded way per trial — a
 //! superblock or state-record field, an inode, an extent-index block (including a loop), a
-//! directory block, an xattr or symlink block, a journal entry or staged undo image of an
-//! interrupted transaction, the allocator snapshot, a zeroed block, a truncated file, a block two
-//! files claim — and then
+//! directory block and a directory block header, an xattr or symlink block, a journal entry or
+//! staged undo image of an interrupted transaction, the allocator snapshot, a zeroed block, a
+//! truncated file, a block two files claim — and then
 //! put through fsck, mount, a full read of every file, writes, unmount and mount again.
 //!
 //! Each trial is judged by the trust rules (docs/TESTING.md, "Corruption"): no panic; a refused
 //! pool is byte-for-byte unchanged (so are `fsck` and `info`'s pools: they map it privately),
 //! and when `fsck --repair` then says it left nothing, the pool mounts and checks clean;
 //! a pool mount accepted stays mountable after use (read-only, and refused writable, when a
-//! check failed while it was served and flagged it "needs fsck"); and a file whose content is wrong must have
-//! been reported (EIO when read, or an fsck problem). The last rule cannot hold yet where
-//! metadata has no checksum of its own (extent-index blocks, and zeroed blocks that hit one):
-//! such outcomes are counted per damage kind as "undetected" rather than failures,
-//! so the gap is measured, not hidden.
+//! check failed while it was served and flagged it "needs fsck"); and a file whose content is
+//! wrong must have been reported (EIO when read, or an fsck problem). Every metadata structure
+//! carries a checksum (format version 3), so wrong content nobody reported is a failure for
+//! every kind.
 
 use crate::crash::workload::Rng;
 use crate::error::{Error, Result};
@@ -46,6 +45,8 @@ pub enum Damage {
     IndexLoop,
     /// A byte of a directory block.
     DirBlock,
+    /// A byte of a directory block's header (magic, checksum, `starts`).
+    DirHeader,
     /// A byte of an xattr block.
     XattrBlock,
     /// A byte of a symlink's target block.
@@ -67,13 +68,14 @@ pub enum Damage {
 
 impl Damage {
     /// Every kind, in order.
-    pub const ALL: [Damage; 14] = [
+    pub const ALL: [Damage; 15] = [
         Damage::Superblock,
         Damage::StateRecord,
         Damage::Inode,
         Damage::IndexBlock,
         Damage::IndexLoop,
         Damage::DirBlock,
+        Damage::DirHeader,
         Damage::XattrBlock,
         Damage::SymlinkBlock,
         Damage::JournalEntry,
@@ -83,12 +85,6 @@ impl Damage {
         Damage::Truncated,
         Damage::SharedBlock,
     ];
-
-    /// Damage that can reach structures with no checksum of their own yet (extent-index
-    /// blocks): wrong content it causes is counted, not failed.
-    fn unchecksummed(self) -> bool {
-        matches!(self, Damage::IndexBlock | Damage::ZeroedBlock)
-    }
 }
 
 /// What one trial ended as.
@@ -101,8 +97,6 @@ pub enum Outcome {
     Repaired,
     /// Mounted; every file read back right, or wrongly but reported (EIO or an fsck problem).
     Served,
-    /// Mounted and served wrong content nobody reported (unchecksummed structures only).
-    Undetected,
 }
 
 /// The summary of a run.
@@ -120,7 +114,7 @@ impl fmt::Display for CorruptSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{} trials, {} failures; per damage kind (refused / of which repaired / served / undetected):",
+            "{} trials, {} failures; per damage kind (refused / of which repaired / served):",
             self.trials,
             self.failures.len()
         )?;
@@ -128,12 +122,11 @@ impl fmt::Display for CorruptSummary {
             let n = |o| self.outcomes.get(&(d, o)).copied().unwrap_or(0);
             writeln!(
                 f,
-                "  {:<13} {:>5} {:>5} {:>5} {:>5}",
+                "  {:<13} {:>5} {:>5} {:>5}",
                 format!("{d:?}"),
                 n(Outcome::Refused) + n(Outcome::Repaired),
                 n(Outcome::Repaired),
-                n(Outcome::Served),
-                n(Outcome::Undetected)
+                n(Outcome::Served)
             )?;
         }
         Ok(())
@@ -299,8 +292,15 @@ fn damage(base: &Base, kind: Damage, r: &mut Rng) -> Option<Vec<u8>> {
             flip(&mut img, off, r);
         }
         Damage::IndexBlock => {
+            // Half the flips land in the header and the first slots, where the live records
+            // are; the rest anywhere in the block.
             let b = pick(r, &base.index_blocks)?;
-            flip(&mut img, in_block(b, r), r);
+            let at = if r.below(2) == 0 {
+                b as usize * bs + r.below(16 + 8 * 16) as usize
+            } else {
+                in_block(b, r)
+            };
+            flip(&mut img, at, r);
         }
         Damage::IndexLoop => {
             let b = pick(r, &base.index_blocks)?;
@@ -310,6 +310,10 @@ fn damage(base: &Base, kind: Damage, r: &mut Rng) -> Option<Vec<u8>> {
         Damage::DirBlock => {
             let b = pick(r, &base.dir_blocks)?;
             flip(&mut img, in_block(b, r), r);
+        }
+        Damage::DirHeader => {
+            let b = pick(r, &base.dir_blocks)?;
+            flip(&mut img, b as usize * bs + r.below(16) as usize, r);
         }
         Damage::XattrBlock => {
             let b = pick(r, &base.xattr_blocks)?;
@@ -407,7 +411,7 @@ pub fn run(dir: &Path, trials: usize, seed: u64) -> Result<CorruptSummary> {
         std::fs::write(&pool, &img).map_err(|e| Error::io("write the trial pool", e))?;
         sum.trials += 1;
         let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            trial(&base, &pool, &img, kind)
+            trial(&base, &pool, &img)
         }));
         let what = format!("trial {t} ({kind:?}, seed {trial_seed})");
         match res {
@@ -420,7 +424,7 @@ pub fn run(dir: &Path, trials: usize, seed: u64) -> Result<CorruptSummary> {
 }
 
 /// One trial on the damaged pool at `pool` (whose bytes are `img`).
-fn trial(base: &Base, pool: &Path, img: &[u8], kind: Damage) -> std::result::Result<Outcome, String> {
+fn trial(base: &Base, pool: &Path, img: &[u8]) -> std::result::Result<Outcome, String> {
     let unchanged = |step: &str| -> std::result::Result<(), String> {
         let now = std::fs::read(pool).map_err(|e| e.to_string())?;
         if now != img {
@@ -509,9 +513,6 @@ fn trial(base: &Base, pool: &Path, img: &[u8], kind: Damage) -> std::result::Res
     }
     drop(fs);
     if !wrong.is_empty() && !reported {
-        if kind.unchecksummed() {
-            return Ok(Outcome::Undetected);
-        }
         return Err(format!("served wrong content of {wrong:?} with fsck clean"));
     }
     Ok(Outcome::Served)

@@ -20,6 +20,7 @@ use crate::media::layout::{
 };
 use crate::media::pool::{CACHE_LINE, Category, Pool};
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -79,12 +80,25 @@ struct TxWrite<'a> {
 #[derive(Default)]
 pub struct Tx<'a> {
     writes: Vec<TxWrite<'a>>,
+    /// Extent-index blocks whose checksum the commit must recompute (block → pool offset of
+    /// the owning inode), each one more write at most.
+    index_seals: BTreeMap<u64, u64>,
 }
 
 impl<'a> Tx<'a> {
     /// An empty transaction.
     pub fn new() -> Self {
-        Tx { writes: Vec::new() }
+        Tx::default()
+    }
+    /// Have the commit recompute the checksum of extent-index block `block` (owned by the inode
+    /// at pool offset `inode_off`) as this transaction leaves it: it changes a slot or the
+    /// `next` of the block, or kills one of its records by lowering the owner's `map_end`.
+    pub(crate) fn seal_index_block(&mut self, block: u64, inode_off: u64) {
+        self.index_seals.insert(block, inode_off);
+    }
+    /// The extent-index blocks to seal (taken: the seal adds its writes to this transaction).
+    pub(crate) fn take_index_seals(&mut self) -> BTreeMap<u64, u64> {
+        std::mem::take(&mut self.index_seals)
     }
     /// Add a write of owned bytes.
     pub fn write(&mut self, off: u64, data: Vec<u8>, cat: Category) {
@@ -128,11 +142,12 @@ impl<'a> Tx<'a> {
     }
     /// No writes.
     pub fn is_empty(&self) -> bool {
-        self.writes.is_empty()
+        self.writes.is_empty() && self.index_seals.is_empty()
     }
-    /// Journal entries this transaction reserves.
+    /// Journal entries this transaction reserves (an index block still to seal counts as the
+    /// one write its checksum may need).
     pub(crate) fn entries_needed(&self) -> usize {
-        self.writes.len() + 2
+        self.writes.len() + self.index_seals.len() + 2
     }
     /// Bytes of undo staging this transaction needs.
     pub(crate) fn staged_bytes(&self) -> u64 {
@@ -248,6 +263,11 @@ impl Journals {
         if self.dead.load(Ordering::Relaxed) {
             return Err(Error::Corrupted(
                 "an injected crash ended this mount's commits".into(),
+            ));
+        }
+        if !tx.index_seals.is_empty() {
+            return Err(Error::Invalid(
+                "a transaction reached the journal with extent-index blocks left unsealed".into(),
             ));
         }
         let need = tx.entries_needed();

@@ -19,7 +19,7 @@ pub const BLOCKS_PER_HUGE: u64 = 512;
 /// Bytes per 2 MiB hugepage.
 pub(crate) const HUGE_SIZE: u64 = BLOCK_SIZE * BLOCKS_PER_HUGE;
 /// Format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// Superblock magic (offset 0).
 pub const MAGIC: [u8; 8] = *b"WINEFSPM";
 /// Longest file name in bytes (NAME_MAX).
@@ -195,6 +195,9 @@ pub mod extent {
 pub mod index_block {
     /// u32: [`INDEX_MAGIC`](super::INDEX_MAGIC).
     pub const MAGIC: usize = 0;
+    /// u32: crc32c of the block (`checksum::index_block_checksum`: the block number, then the
+    /// block with this field and every slot that is not live taken as zero).
+    pub const CRC: usize = 4;
     /// u64: next index block of the chain, 0 = end.
     pub const NEXT: usize = 8;
     /// The [`INDEX_SLOTS`](super::INDEX_SLOTS) extent records start here.
@@ -206,6 +209,9 @@ pub mod index_block {
 pub mod dir_block {
     /// u32: [`DIR_MAGIC`](super::DIR_MAGIC).
     pub const MAGIC: usize = 0;
+    /// u32: crc32c of the header (`checksum::dir_header_checksum`: magic, `starts`, the
+    /// directory's inode number and the block's index in it); written with `starts`.
+    pub const CRC: usize = 4;
     /// u64: bit s set ⇔ a live entry begins at slot s (bit 0, the header, never).
     pub const STARTS: usize = 8;
     /// Size of one slot: slot s begins at byte `s * SLOT` (so the entries at `SLOT`).
@@ -866,6 +872,9 @@ const _: () = assert!(ino::SLOTS + INLINE_SLOTS * EXTENT_BYTES == INODE_BYTES);
 const _: () = assert!(index_block::SLOTS + INDEX_SLOTS * EXTENT_BYTES == BLOCK_BYTES);
 const _: () = assert!(dir_block::SLOT * DIR_SLOTS as usize == BLOCK_BYTES);
 const _: () = assert!(dir_block::STARTS + 8 <= dir_block::SLOT);
+// The header checksum and `starts` are one contiguous write (`dir::header_bytes`).
+const _: () = assert!(dir_block::CRC + 4 == dir_block::STARTS);
+const _: () = assert!(index_block::CRC + 4 <= index_block::NEXT);
 const _: () = assert!(xattr_block::CRC + 4 == xattr_block::ENTRIES);
 const _: () = assert!(ino::RDEV + 4 <= ino::HEADER);
 const _: () = assert!(ino::HEADER.is_multiple_of(ino::CHUNK));
@@ -907,7 +916,7 @@ mod tests {
             Superblock::decode(&v1, 64 << 20),
             Err(Error::Version {
                 found: 1,
-                supported: 2
+                supported: 3
             })
         ));
         assert!(

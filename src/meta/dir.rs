@@ -11,6 +11,7 @@
 #![deny(clippy::cast_possible_truncation)]
 
 use crate::error::{Result, corrupt};
+use crate::media::checksum;
 use crate::media::layout::{
     BLOCK_SIZE, DIR_MAGIC, DIR_SLOTS, FileKind, decode_dentry, dentry_slots, dir_block, get_u32,
     get_u64,
@@ -157,14 +158,22 @@ impl DirIndex {
             .map(|(&p, n)| (p, &n[..], self.names[n]))
     }
 
-    /// Parse one directory block read from media; `b` is the directory block index.
-    pub fn load_block(&mut self, dir_ino: u64, b: u32, blk: &[u8]) -> Result<()> {
+    /// Parse one directory block read from media; `b` is the directory block index. Returns
+    /// whether its header matched its checksum; when it did not, the block is loaded with the
+    /// header rebuilt ([`rebuilt_starts`]) and the caller decides (mount refuses, fsck
+    /// reports, repair writes the rebuilt header).
+    pub fn load_block(&mut self, dir_ino: u64, b: u32, blk: &[u8]) -> Result<bool> {
         if get_u32(blk, dir_block::MAGIC) != DIR_MAGIC {
             return Err(corrupt!(
                 "directory {dir_ino}: block {b} has no directory magic"
             ));
         }
-        let starts = get_u64(blk, dir_block::STARTS);
+        let header_ok = checksum::dir_header_checksum_ok(dir_ino, b, blk);
+        let starts = if header_ok {
+            get_u64(blk, dir_block::STARTS)
+        } else {
+            rebuilt_starts(blk)
+        };
         if starts & 1 != 0 {
             return Err(corrupt!(
                 "directory {dir_ino}: block {b} marks its header slot as an entry"
@@ -206,25 +215,63 @@ impl DirIndex {
         if self.used[b as usize] != u64::MAX {
             self.roomy.insert(b);
         }
-        Ok(())
+        Ok(header_ok)
     }
 }
 
-/// Write an empty directory block header (the block is not yet reachable, so unjournaled).
-pub(crate) fn init_dir_block(pool: &Pool, phys: u64) -> Result<()> {
+/// The `starts` word of a directory block whose header fails its checksum, rebuilt: the bits
+/// of the stored word that begin a valid entry (its own checksum passes, it fits the block and
+/// overlaps no entry kept before it). Slots no bit marks are not scanned for entries: a removed
+/// entry's bytes stay behind with a valid checksum (a remove clears only its bit), so a scan
+/// could not tell a lost name from a removed one. An inode whose name is lost this way is
+/// named nowhere, which fsck reports and repair links into `/lost+found`.
+pub fn rebuilt_starts(blk: &[u8]) -> u64 {
+    let stored = get_u64(blk, dir_block::STARTS);
+    let mut used = 1u64;
+    let mut starts = 0u64;
+    for s in 1..DIR_SLOTS {
+        if stored & (1u64 << s) == 0 {
+            continue;
+        }
+        let Some(rest) = blk.get(s as usize * dir_block::SLOT..) else {
+            break;
+        };
+        if let Ok((_, _, name)) = decode_dentry(rest) {
+            let n = dentry_slots(name.len());
+            if s + n <= DIR_SLOTS && used & run_mask(s, n) == 0 {
+                used |= run_mask(s, n);
+                starts |= 1u64 << s;
+            }
+        }
+    }
+    starts
+}
+
+/// The journaled bytes of a directory block header at [`header_offset`]: its checksum and its
+/// `starts` word, one contiguous write, for block `index` of directory `dir_ino`.
+pub(crate) fn header_bytes(dir_ino: u64, index: u32, starts: u64) -> Vec<u8> {
+    let mut v = checksum::dir_header_checksum(dir_ino, index, starts)
+        .to_le_bytes()
+        .to_vec();
+    v.extend_from_slice(&starts.to_le_bytes());
+    v
+}
+
+/// Write an empty directory block header for block `index` of directory `dir_ino` (the block
+/// is not yet reachable, so unjournaled).
+pub(crate) fn init_dir_block(pool: &Pool, phys: u64, dir_ino: u64, index: u32) -> Result<()> {
     let off = phys * BLOCK_SIZE;
     pool.zero_flush(off, BLOCK_SIZE, Category::Metadata)?;
-    pool.write_flush(
-        off + dir_block::MAGIC as u64,
-        &DIR_MAGIC.to_le_bytes(),
-        Category::Metadata,
-    )?;
+    let mut head = DIR_MAGIC.to_le_bytes().to_vec();
+    head.extend(header_bytes(dir_ino, index, 0));
+    pool.write_flush(off + dir_block::MAGIC as u64, &head, Category::Metadata)?;
     Ok(())
 }
 
-/// Pool offset of the `starts` word of the directory block at physical block `phys`.
-pub(crate) fn starts_offset(phys: u64) -> u64 {
-    phys * BLOCK_SIZE + dir_block::STARTS as u64
+/// Pool offset of the journaled part of the header (checksum, then `starts`) of the directory
+/// block at physical block `phys`.
+pub(crate) fn header_offset(phys: u64) -> u64 {
+    phys * BLOCK_SIZE + dir_block::CRC as u64
 }
 
 /// Pool offset of slot `slot` in the directory block at `phys`.
@@ -273,12 +320,46 @@ mod tests {
         let e = encode_dentry(9, FileKind::File, b"a");
         blk[64..64 + e.len()].copy_from_slice(&e);
         blk[128..128 + e.len()].copy_from_slice(&e);
-        blk[dir_block::STARTS] = 0b110;
+        blk[4..16].copy_from_slice(&header_bytes(1, 0, 0b110));
         let mut d = DirIndex::default();
         assert!(d.load_block(1, 0, &blk).is_err(), "duplicate name");
-        blk[dir_block::STARTS] = 0b10;
+        blk[4..16].copy_from_slice(&header_bytes(1, 0, 0b10));
         let mut d = DirIndex::default();
-        d.load_block(1, 0, &blk).unwrap();
+        assert!(d.load_block(1, 0, &blk).unwrap());
         assert_eq!(d.get(b"a").unwrap().ino, 9);
+    }
+
+    #[test]
+    fn a_damaged_header_is_detected_and_rebuilt_from_its_valid_entries() {
+        // A directory index with `b` blocks loaded before: the next block loaded is block `b`.
+        let at = |b: u32| {
+            let mut d = DirIndex::default();
+            (0..b).for_each(|_| d.push_block());
+            d
+        };
+        let mut blk = vec![0u8; 4096];
+        blk[..4].copy_from_slice(&DIR_MAGIC.to_le_bytes());
+        let a = encode_dentry(9, FileKind::File, b"a");
+        let b = encode_dentry(10, FileKind::Dir, b"b");
+        blk[64..64 + a.len()].copy_from_slice(&a);
+        blk[192..192 + b.len()].copy_from_slice(&b);
+        blk[4..16].copy_from_slice(&header_bytes(7, 2, 0b1010));
+        assert!(at(2).load_block(7, 2, &blk).unwrap());
+        // The same header read as another block, or of another directory, fails.
+        assert!(!at(3).load_block(7, 3, &blk).unwrap());
+        assert!(!at(2).load_block(8, 2, &blk).unwrap());
+        // A bit set at a slot holding no entry (a flipped bit): dropped by the rebuild.
+        blk[8] |= 0b100;
+        let mut d = at(2);
+        assert!(!d.load_block(7, 2, &blk).unwrap());
+        assert_eq!(d.starts[2], 0b1010);
+        assert_eq!(rebuilt_starts(&blk), 0b1010);
+        assert_eq!(d.len(), 2);
+        // A flipped checksum byte: the same entries.
+        blk[8] &= !0b100;
+        blk[5] ^= 0x40;
+        let mut d = at(2);
+        assert!(!d.load_block(7, 2, &blk).unwrap());
+        assert_eq!(d.starts[2], 0b1010);
     }
 }

@@ -8,6 +8,7 @@
 
 use crate::error::{Result, corrupt};
 use crate::media::alloc::BlockRun;
+use crate::media::checksum;
 use crate::media::layout::{
     BLOCK_BYTES, BLOCK_SIZE, EXTENT_BYTES, EXTENT_SIZE, ExtentRecord, Geometry, INDEX_MAGIC,
     INDEX_SLOTS, INLINE_SLOTS, get_u32, get_u64, index_block, ino,
@@ -67,7 +68,42 @@ pub struct MapUpdate {
     pub dead_slots: Vec<SlotId>,
 }
 
+/// A map as [`FileMap::load`] found it on media.
+#[derive(Debug)]
+pub struct LoadedMap {
+    /// The map.
+    pub map: FileMap,
+    /// Slots holding dead records (at or beyond `map_end`), for mount to zero (none in a block
+    /// that fails its checksum).
+    pub dead: Vec<SlotId>,
+    /// Extent-index blocks of the chain that fail their checksum although every record in
+    /// them passed validation (a mount that serves files refuses them; fsck reports them).
+    pub bad_checksum: Vec<u64>,
+}
+
+impl MapUpdate {
+    /// The extent-index blocks this update changes — a slot written or killed (`dead_slots`), or
+    /// `next` relinked — whose checksum its transaction must carry (`Tx::seal_index_block`).
+    pub fn index_blocks_touched(&self, map: &FileMap) -> BTreeSet<u64> {
+        let mut v: BTreeSet<u64> = self
+            .slot_writes
+            .keys()
+            .chain(&self.dead_slots)
+            .filter_map(|&s| map.index_block_of(s))
+            .collect();
+        v.extend(self.links.iter().map(|&(off, _)| off / BLOCK_SIZE));
+        v
+    }
+}
+
 impl FileMap {
+    /// The extent-index block holding `slot`, or None for an inline slot (or one past the
+    /// chain).
+    pub fn index_block_of(&self, slot: SlotId) -> Option<u64> {
+        let i = (slot as usize).checked_sub(INLINE_SLOTS)?;
+        self.index_blocks.get(i / INDEX_SLOTS).copied()
+    }
+
     /// An empty map with all inline slots free.
     pub fn new() -> FileMap {
         FileMap {
@@ -294,6 +330,40 @@ impl FileMap {
         }
     }
 
+    /// Distinct extent-index blocks holding the records of extents that overlap logical blocks
+    /// [a, b) (each a slot write and a checksum in a transaction that changes them).
+    pub fn index_blocks_in(&self, a: u64, b: u64) -> usize {
+        let start = self
+            .extents
+            .range(..=a)
+            .next_back()
+            .map_or(a, |(&l, _)| l);
+        self.extents
+            .range(start..b)
+            .filter(|(l, e)| **l + e.len > a)
+            .filter_map(|(_, e)| self.index_block_of(e.slot))
+            .collect::<BTreeSet<u64>>()
+            .len()
+    }
+
+    /// Where to cut first when a truncate to `end` would kill records in more than `max_blocks`
+    /// extent-index blocks (each one a checksum write in the truncate's transaction): the end
+    /// of the highest extent whose cut would stay within that bound, so that truncating to it
+    /// kills records in at most `max_blocks` index blocks. None when truncating to `end` at
+    /// once stays within the bound.
+    pub fn truncate_step(&self, end: u64, max_blocks: usize) -> Option<u64> {
+        let mut blocks = BTreeSet::new();
+        for (&l, e) in self.extents.range(end..).rev() {
+            if let Some(b) = self.index_block_of(e.slot)
+                && blocks.insert(b)
+                && blocks.len() > max_blocks
+            {
+                return Some(l + e.len);
+            }
+        }
+        None
+    }
+
     /// Split the extent straddling logical block `at` (if any) into two at `at`: the head keeps
     /// its slot, the tail takes a free one (reserve one slot first, see `index_blocks_needed`).
     pub fn split_at(&mut self, at: u64, upd: &mut MapUpdate) {
@@ -351,8 +421,11 @@ impl FileMap {
         v
     }
 
-    /// Rebuild from media. Validates every record; records at or beyond `map_end` and free slots
-    /// are returned as dead slots so mount can zero them.
+    /// Rebuild from media. Validates every record and every extent-index block's magic and
+    /// checksum; records at or beyond `map_end` are returned as dead slots so mount can zero
+    /// them. An index block failing its checksum whose records all pass validation is listed
+    /// in `bad_checksum` (the caller decides: mount refuses, fsck reports); one whose records
+    /// do not is the error "fails its checksum", the precise cause.
     pub fn load(
         pool: &Pool,
         g: &Geometry,
@@ -360,13 +433,14 @@ impl FileMap {
         inode: &[u8],
         index_block: u64,
         map_end: u64,
-    ) -> Result<(FileMap, Vec<SlotId>)> {
+    ) -> Result<LoadedMap> {
         let mut m = FileMap {
             extents: BTreeMap::new(),
             free_slots: BTreeSet::new(),
             index_blocks: Vec::new(),
         };
         let mut dead = Vec::new();
+        let mut bad_checksum = Vec::new();
         let mut add = |m: &mut FileMap, slot: SlotId, raw: &[u8]| -> Result<()> {
             let r = ExtentRecord::decode(raw);
             if r.len == 0 {
@@ -426,6 +500,7 @@ impl FileMap {
                     "inode {ino}: block {next} in its extent index chain has no index magic"
                 ));
             }
+            let crc_ok = checksum::index_block_checksum_ok(next, &blk, map_end);
             let k = m.index_blocks.len();
             m.index_blocks.push(next);
             let slots = &blk[index_block::SLOTS..index_block::SLOTS + INDEX_SLOTS * EXTENT_BYTES];
@@ -433,11 +508,27 @@ impl FileMap {
                 let slot = index_slot(k, s).ok_or_else(|| {
                     corrupt!("inode {ino}: extent index chain of more than {k} blocks")
                 })?;
-                add(&mut m, slot, raw)?;
+                add(&mut m, slot, raw).map_err(|e| {
+                    if crc_ok {
+                        e
+                    } else {
+                        corrupt!("inode {ino}: extent-index block {next} fails its checksum")
+                    }
+                })?;
+            }
+            if !crc_ok {
+                bad_checksum.push(next);
             }
             next = get_u64(&blk, index_block::NEXT);
         }
-        Ok((m, dead))
+        // A block that fails its checksum is left as it is: what reads as dead there may be a
+        // damaged live record.
+        dead.retain(|&s| m.index_block_of(s).is_none_or(|b| !bad_checksum.contains(&b)));
+        Ok(LoadedMap {
+            map: m,
+            dead,
+            bad_checksum,
+        })
     }
 }
 
@@ -495,15 +586,18 @@ pub(crate) fn slot_pool_writes(
     Ok(out)
 }
 
-/// Initialise a fresh index block (unreachable until linked, so no journaling is needed).
+/// Initialise a fresh index block: zeroed, stamped, and sealed with the checksum of an empty
+/// block (unreachable until linked, so no journaling is needed).
 pub(crate) fn init_index_block(pool: &Pool, block: u64) -> Result<()> {
     let off = block * BLOCK_SIZE;
     pool.zero_flush(off, BLOCK_SIZE, Category::Metadata)?;
-    pool.write_flush(
-        off + index_block::MAGIC as u64,
-        &INDEX_MAGIC.to_le_bytes(),
-        Category::Metadata,
-    )?;
+    let mut head = [0u8; index_block::NEXT];
+    head[index_block::MAGIC..index_block::MAGIC + 4].copy_from_slice(&INDEX_MAGIC.to_le_bytes());
+    let mut empty = [0u8; BLOCK_BYTES];
+    empty[..head.len()].copy_from_slice(&head);
+    let crc = checksum::index_block_checksum(block, &empty, 0);
+    head[index_block::CRC..index_block::CRC + 4].copy_from_slice(&crc.to_le_bytes());
+    pool.write_flush(off, &head, Category::Metadata)?;
     Ok(())
 }
 
@@ -599,6 +693,40 @@ mod tests {
         m.split_at(4, &mut u);
         m.split_at(15, &mut u);
         assert!(u.slot_writes.is_empty());
+    }
+
+    #[test]
+    fn a_truncate_killing_records_in_many_index_blocks_is_cut_in_steps() {
+        let mut m = FileMap::new();
+        // 8 inline slots, then four index blocks: 1028 one-block extents, two blocks apart.
+        let mut u = MapUpdate::default();
+        for k in 0..4 {
+            m.add_index_block(100 + k, &mut u);
+        }
+        for i in 0..1028u64 {
+            m.remap(2 * i, 1, &[run(10_000 + i, 1)], &mut u);
+        }
+        assert_eq!(m.truncate_step(0, 4), None, "four blocks fit a bound of four");
+        assert_eq!(m.index_blocks_in(0, 2 * 1028), 4);
+        assert_eq!(m.index_blocks_in(0, 16), 0, "the first eight extents are inline");
+        assert_eq!(m.index_blocks_in(16, 18), 1);
+        let step = m.truncate_step(0, 2).unwrap();
+        let mut u = MapUpdate::default();
+        m.truncate(step, &mut u);
+        assert!(u.index_blocks_touched(&m).len() <= 2);
+        assert!(!u.dead_slots.is_empty(), "each step makes progress");
+        let mut steps = 1;
+        while let Some(s) = m.truncate_step(0, 2) {
+            let mut u = MapUpdate::default();
+            m.truncate(s, &mut u);
+            assert!(u.index_blocks_touched(&m).len() <= 2);
+            steps += 1;
+        }
+        assert_eq!(steps, 1, "the rest fits one step");
+        let mut u = MapUpdate::default();
+        m.truncate(0, &mut u);
+        assert!(u.index_blocks_touched(&m).len() <= 2);
+        assert!(m.extents.is_empty());
     }
 
     #[test]

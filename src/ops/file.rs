@@ -365,6 +365,10 @@ pub(crate) fn mark_if_aligned(
     Ok(())
 }
 
+/// Extent-index blocks one truncate transaction may kill records in, so seal: each is one more
+/// journal entry (a ring holds 1024), beside the header, tail and straddler writes.
+const MAX_SEALED_INDEX_BLOCKS: usize = 768;
+
 pub(crate) fn truncate(state: &MountState, ino: u64, size: u64) -> Result<()> {
     state.check_alive()?;
     if size > MAX_FILE_SIZE {
@@ -400,6 +404,18 @@ fn truncate_locked(state: &MountState, g: &mut InodeState, size: u64) -> Result<
     }
     let keep = size.div_ceil(BLOCK_SIZE);
     guarded(state, || {
+        // A truncate killing records in more index blocks than one transaction can seal is
+        // done from the end in steps, each a truncate to a smaller size (atomic per step).
+        while let Some(step) = g.map.truncate_step(keep, MAX_SEALED_INDEX_BLOCKS) {
+            let mut upd = MapUpdate::default();
+            g.map.truncate(step, &mut upd);
+            commit_map_change(state, g, &upd, Tx::new(), |h| {
+                h.size = h.size.min(step * BLOCK_SIZE);
+                h.map_end = h.map_end.min(step);
+                h.mtime = now;
+                h.ctime = now;
+            })?;
+        }
         let shrinks_map = keep < g.hdr.map_end;
         if shrinks_map {
             g.map.truncate(keep, &mut upd);
@@ -635,7 +651,12 @@ pub(crate) fn punch_hole(state: &MountState, ino: u64, off: u64, len: u64) -> Re
     let mut a = first_full;
     let mut first = true;
     loop {
-        let b = last_full.min((a / 512 + 1) * 512).max(a);
+        let mut b = last_full.min((a / 512 + 1) * 512).max(a);
+        // A unit whose records lie in very many index blocks (a slot write and a checksum
+        // each) is punched in smaller pieces, so a piece stays within one transaction.
+        while b - a > 1 && g.map.index_blocks_in(a, b) > MAX_SEALED_INDEX_BLOCKS / 2 {
+            b = a + (b - a) / 2;
+        }
         let mut upd = MapUpdate::default();
         let mut res = Reserved::new(state);
         state.reserve_slots(&mut res, &mut g.map, 1, &mut upd)?;

@@ -9,5 +9,6 @@ pub(crate) mod namespace;
 pub(crate) mod prealloc;
 pub(crate) mod relocate;
 pub mod repair;
+pub(crate) mod repair_dirs;
 pub(crate) mod repair_leaf;
 pub(crate) mod xattr;

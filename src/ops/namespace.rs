@@ -54,8 +54,8 @@ fn is_dot(name: &[u8]) -> bool {
 /// Directory changes of one namespace operation, applied to DRAM after commit.
 #[derive(Default)]
 pub(crate) struct DirEdit {
-    /// starts-word pool offset → new value.
-    starts: HashMap<u64, u64>,
+    /// Directory block header (`dir::header_offset`) → (directory, block index, new `starts`).
+    starts: HashMap<u64, (u64, u32, u64)>,
     inserts: Vec<(u64, Vec<u8>, DirEntryLoc)>,
     removes: Vec<(u64, Vec<u8>)>,
     repoints: Vec<(u64, Vec<u8>, u64, FileKind)>,
@@ -98,7 +98,7 @@ pub(crate) fn plan_insert(
             let added = edit.new_blocks.iter().filter(|&&d| d == dino).count() as u32;
             let b = dirx.blocks() + added;
             let phys = res.alloc_one()?;
-            dir::init_dir_block(&state.pool, phys)?;
+            dir::init_dir_block(&state.pool, phys, dino, b)?;
             let mut upd = MapUpdate::default();
             state.reserve_slots(res, &mut d.map, 1, &mut upd)?;
             d.map.remap(
@@ -123,13 +123,13 @@ pub(crate) fn plan_insert(
     let bytes = layout::encode_dentry(ino, kind, name);
     let off = dir::slot_offset(phys, slot);
     state.pool.write_flush(off, &bytes, Category::Metadata)?;
-    let so = dir::starts_offset(phys);
+    let so = dir::header_offset(phys);
     let cur = match edit.starts.get(&so) {
-        Some(&w) => w,
+        Some(&(_, _, w)) => w,
         None if (block as usize) < dirx.starts.len() => dirx.starts[block as usize],
         None => 0,
     };
-    edit.starts.insert(so, cur | (1u64 << slot));
+    edit.starts.insert(so, (dino, block, cur | (1u64 << slot)));
     edit.inserts.push((
         dino,
         name.to_vec(),
@@ -155,13 +155,12 @@ pub(crate) fn plan_remove(d: &InodeState, name: &[u8], edit: &mut DirEdit) -> Re
     let dirx = d.dir.as_ref().ok_or(Error::NotDir)?;
     let loc = *dirx.get(name).ok_or(Error::NotFound)?;
     let phys = block_at(&d.map, d.ino, loc.block)?;
-    let so = dir::starts_offset(phys);
+    let so = dir::header_offset(phys);
     let cur = edit
         .starts
         .get(&so)
-        .copied()
-        .unwrap_or(dirx.starts[loc.block as usize]);
-    edit.starts.insert(so, cur & !(1u64 << loc.slot));
+        .map_or(dirx.starts[loc.block as usize], |e| e.2);
+    edit.starts.insert(so, (d.ino, loc.block, cur & !(1u64 << loc.slot)));
     edit.removes.push((d.ino, name.to_vec()));
     Ok(())
 }
@@ -187,9 +186,11 @@ pub(crate) fn plan_repoint(
     Ok(())
 }
 
+/// The journaled writes of `edit`: each changed directory block header's checksum and `starts`
+/// word, one 12-byte write per block.
 pub(crate) fn edit_tx(edit: &DirEdit, tx: &mut Tx<'_>) {
-    for (&off, &w) in &edit.starts {
-        tx.write(off, w.to_le_bytes().to_vec(), Category::Metadata);
+    for (&off, &(dino, block, w)) in &edit.starts {
+        tx.write(off, dir::header_bytes(dino, block, w), Category::Metadata);
     }
 }
 

@@ -131,6 +131,7 @@ fn header_fix(
 /// Repair the mounted `state` (nothing else may use it meanwhile).
 pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
     let mut rep = RepairReport::default();
+    crate::ops::repair_dirs::rewrite_headers(state, &mut rep.changes)?;
     // 0. Inodes that fail their checksum: resealed or freed; orphans sharing blocks freed.
     damaged_inodes(state, &mut rep)?;
     // 1. Blocks two inodes claim: a copy each.

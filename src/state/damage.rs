@@ -16,6 +16,8 @@ pub enum Damage {
     SymlinkTarget = 1,
     /// An xattr block fails its magic, checksum or bounds.
     XattrBlock = 2,
+    /// An extent-index block a transaction was about to change fails its checksum.
+    IndexBlock = 3,
 }
 
 /// The words for a flag's code; a code this build does not know is still a flag.
@@ -23,6 +25,7 @@ pub fn describe(code: u32) -> String {
     match code {
         1 => "a symlink target failed its checksum".into(),
         2 => "an xattr block failed its checks".into(),
+        3 => "an extent-index block failed its checksum".into(),
         c => format!("a check with code {c} failed"),
     }
 }
@@ -67,6 +70,17 @@ impl MountState {
             }
         }
         Error::Corrupted(what)
+    }
+
+    /// [`MountState::media_damage`] for extent-index block `block`, which a transaction was about
+    /// to change and seal although it fails its checksum as it stands.
+    pub(crate) fn index_block_damage(&self, block: u64) -> Error {
+        self.media_damage(
+            Damage::IndexBlock,
+            format!(
+                "extent-index block {block} fails its checksum; a change to it was refused rather than sealing the damage"
+            ),
+        )
     }
 
     /// The pool's "needs fsck" flag as this mount keeps it (0 = not flagged).

@@ -108,7 +108,14 @@ pub(crate) fn check(state: &MountState) -> Report {
             media.index_block,
             media.map_end,
         ) {
-            Ok((m, dead)) => {
+            Ok(loaded) => {
+                let (m, dead) = (loaded.map, loaded.dead);
+                for b in loaded.bad_checksum {
+                    p(format!(
+                        "{}; repair leaves it: which of its records are right cannot be known",
+                        mount::bad_index_block(n.ino, b)
+                    ));
+                }
                 if m.extents != n.map.extents {
                     p(format!(
                         "inode {}: extent map on media differs from memory",
@@ -131,13 +138,15 @@ pub(crate) fn check(state: &MountState) -> Report {
             for k in 0..n.hdr.size / BLOCK_SIZE {
                 match n.map.lookup(k) {
                     Some((phys, _)) => {
-                        if let Err(e) = state.pool.read(phys * BLOCK_SIZE, &mut b).and_then(|_| {
+                        match state.pool.read(phys * BLOCK_SIZE, &mut b).and_then(|_| {
                             let block = u32::try_from(k).map_err(|_| {
                                 corrupt!("directory {}: block {k} beyond 2^32 blocks", n.ino)
                             })?;
-                            fresh.load_block(n.ino, block, &b)
+                            fresh.load_block(n.ino, block, &b).map(|ok| (ok, block))
                         }) {
-                            p(format!("directory {}: {e}", n.ino));
+                            Ok((true, _)) => {}
+                            Ok((false, block)) => p(mount::bad_dir_header(n.ino, block)),
+                            Err(e) => p(format!("directory {}: {e}", n.ino)),
                         }
                     }
                     None => p(format!("directory {}: block {k} not mapped", n.ino)),

@@ -55,6 +55,11 @@ struct LoadedInodes {
     dead_slots: Vec<u64>,
     /// In-use inodes that fail their checksum (not loaded, not free).
     damaged: Vec<u64>,
+    /// Extent-index blocks and directory block headers that fail their checksum although
+    /// everything built from them passed validation: one line each, in the words of fsck.
+    bad_checksums: Vec<String>,
+    /// Directory blocks loaded with a rebuilt header (directory, block index).
+    rebuilt_dir_headers: Vec<(u64, u32)>,
 }
 
 /// Load every in-use inode, validating what the DRAM indexes are built from. An inode that
@@ -65,6 +70,8 @@ fn load_inodes(pool: &Pool, g: &Geometry, load_damaged: bool) -> Result<LoadedIn
     let mut free = vec![BTreeSet::new(); g.partitions as usize];
     let mut dead_offs = Vec::new();
     let mut damaged = Vec::new();
+    let mut bad_checksums = Vec::new();
+    let mut rebuilt_dir_headers = Vec::new();
     let mut blk = vec![0u8; BLOCK_BYTES];
     let per_block = BLOCK_SIZE / INODE_SIZE;
     let total = g.total_inodes();
@@ -77,20 +84,21 @@ fn load_inodes(pool: &Pool, g: &Geometry, load_damaged: bool) -> Result<LoadedIn
                 free[g.inode_partition(cur) as usize].insert(cur);
                 continue;
             }
-            let loaded = if checksum::inode_checksum_ok(raw) {
+            let (n, l) = if checksum::inode_checksum_ok(raw) {
                 load_inode(pool, g, cur, raw, hdr)?
             } else {
                 // Nothing a serving mount builds comes from an inode that may be wrong: mount
                 // refuses the pool. fsck reports it; repair reseals or frees it.
                 damaged.push(cur);
                 match load_damaged.then(|| load_inode(pool, g, cur, raw, hdr)) {
-                    Some(Ok(l)) => l,
+                    Some(Ok(x)) => x,
                     _ => continue,
                 }
             };
-            let (n, dead) = loaded;
             let ioff = g.inode_offset(cur)?;
-            dead_offs.extend(dead.iter().map(|&s| n.map.slot_offset(ioff, s)));
+            dead_offs.extend(l.dead.iter().map(|&s| n.map.slot_offset(ioff, s)));
+            bad_checksums.extend(l.bad_checksums);
+            rebuilt_dir_headers.extend(l.rebuilt_dir_headers);
             nodes.insert(cur, n);
         }
         ino += per_block;
@@ -100,18 +108,30 @@ fn load_inodes(pool: &Pool, g: &Geometry, load_damaged: bool) -> Result<LoadedIn
         free,
         dead_slots: dead_offs,
         damaged,
+        bad_checksums,
+        rebuilt_dir_headers,
     })
 }
 
+/// What loading one inode found besides the inode itself.
+struct LoadedInode {
+    /// Its dead extent slots.
+    dead: Vec<SlotId>,
+    /// Its extent-index blocks and directory block headers that fail their checksum.
+    bad_checksums: Vec<String>,
+    /// Its directory blocks loaded with a rebuilt header.
+    rebuilt_dir_headers: Vec<(u64, u32)>,
+}
+
 /// Load in-use inode `cur` (header `hdr`, raw bytes `raw`): validate its header ranges, its
-/// extent map and, for a directory, its blocks. Returns it with its dead extent slots.
+/// extent map and, for a directory, its blocks.
 fn load_inode(
     pool: &Pool,
     g: &Geometry,
     cur: u64,
     raw: &[u8],
     hdr: InodeHeader,
-) -> Result<(InodeState, Vec<SlotId>)> {
+) -> Result<(InodeState, LoadedInode)> {
     let total = g.total_inodes();
     let kind = hdr
         .kind()
@@ -135,7 +155,13 @@ fn load_inode(
             hdr.index_block
         ));
     }
-    let (map, dead) = FileMap::load(pool, g, cur, raw, hdr.index_block, hdr.map_end)?;
+    let loaded = FileMap::load(pool, g, cur, raw, hdr.index_block, hdr.map_end)?;
+    let map = loaded.map;
+    let mut l = LoadedInode {
+        bad_checksums: loaded.bad_checksum.iter().map(|b| bad_index_block(cur, *b)).collect(),
+        dead: loaded.dead,
+        rebuilt_dir_headers: Vec::new(),
+    };
     let dir = if kind == FileKind::Dir {
         if !hdr.size.is_multiple_of(BLOCK_SIZE) {
             return Err(corrupt!(
@@ -158,13 +184,26 @@ fn load_inode(
             pool.read(phys * BLOCK_SIZE, &mut b)?;
             let block = u32::try_from(k)
                 .map_err(|_| corrupt!("directory {cur}: block {k} beyond 2^32 blocks"))?;
-            d.load_block(cur, block, &b)?;
+            if !d.load_block(cur, block, &b)? {
+                l.bad_checksums.push(bad_dir_header(cur, block));
+                l.rebuilt_dir_headers.push((cur, block));
+            }
         }
         Some(d)
     } else {
         None
     };
-    Ok((InodeState::new(cur, hdr, map, dir), dead))
+    Ok((InodeState::new(cur, hdr, map, dir), l))
+}
+
+/// The problem line of an extent-index block failing its checksum (mount and fsck).
+pub(crate) fn bad_index_block(ino: u64, block: u64) -> String {
+    format!("inode {ino}: extent-index block {block} fails its checksum")
+}
+
+/// The problem line of a directory block header failing its checksum (mount and fsck).
+pub(crate) fn bad_dir_header(dir: u64, block: u32) -> String {
+    format!("directory {dir}: the header of block {block} fails its checksum")
 }
 
 /// Every block owned by an inode: (run, owner), sorted; and every run two claims share
@@ -258,6 +297,30 @@ pub(crate) fn mount_checked(
         Some(_) => return Err(corrupt!("inode 1 (the root) is not a directory")),
         None => return Err(corrupt!("inode 1 (the root) is not in use")),
     }
+    if inconsistent == Inconsistent::Refuse
+        && let Some(first) = loaded.damaged.first()
+    {
+        return Err(corrupt!(
+            "inode {first} fails its checksum{}; the pool was not changed; `winefs fsck --repair` frees damaged inodes",
+            match loaded.damaged.len() {
+                1 => String::new(),
+                n => format!(" (and {} more inodes)", n - 1),
+            }
+        ));
+    }
+    if inconsistent == Inconsistent::Refuse
+        && let Some(first) = loaded.bad_checksums.first()
+    {
+        let more = match loaded.bad_checksums.len() {
+            1 => String::new(),
+            n => format!(" (and {} more blocks)", n - 1),
+        };
+        return Err(corrupt!(
+            "{first}{more}; the pool was not changed; `winefs fsck` lists every problem"
+        ));
+    }
+    // After the checksum refusals: a damaged block's records may claim blocks others own, and
+    // the checksum is the precise cause.
     let (owned, shared) = owned_runs(&loaded.inodes);
     if inconsistent == Inconsistent::Refuse
         && let Some(first) = shared.first()
@@ -267,17 +330,6 @@ pub(crate) fn mount_checked(
             match shared.len() {
                 1 => String::new(),
                 n => format!(" (and {} more shared runs)", n - 1),
-            }
-        ));
-    }
-    if inconsistent == Inconsistent::Refuse
-        && let Some(first) = loaded.damaged.first()
-    {
-        return Err(corrupt!(
-            "inode {first} fails its checksum{}; the pool was not changed; `winefs fsck --repair` frees damaged inodes",
-            match loaded.damaged.len() {
-                1 => String::new(),
-                n => format!(" (and {} more inodes)", n - 1),
             }
         ));
     }
@@ -380,6 +432,7 @@ pub(crate) fn mount_checked(
         ),
         recovery: report,
         damaged_inodes: loaded.damaged,
+        rebuilt_dir_headers: loaded.rebuilt_dir_headers,
         stale_snapshot,
         faults: Mutex::new(None),
         background: Arc::new(background),

@@ -62,6 +62,10 @@ pub(crate) struct MountState {
     /// Why the allocator snapshot saved by the last clean unmount was not used (it fails its
     /// checksum or disagrees with the inode tables); the next clean unmount rewrites it.
     pub stale_snapshot: Option<String>,
+    /// Directory blocks (directory, block index) whose header failed its checksum at mount
+    /// (only a mount for fsck or repair gets this far with any): loaded with the header
+    /// rebuilt from the entries it marks (`dir::rebuilt_starts`), which repair writes back.
+    pub rebuilt_dir_headers: Vec<(u64, u32)>,
     /// The page-fault service of file mappings, started by the first `mmap`.
     pub faults: Mutex<Option<Arc<FaultService>>>,
     /// Requests for the background worker (reactive rewrite, hole compaction).
@@ -92,7 +96,9 @@ impl MountState {
     pub fn commit(&self, mut tx: Tx<'_>) -> Result<()> {
         // Nothing has been written yet: the transaction is refused, the mount stays usable.
         self.check_writable()?;
-        self.seal_inodes(&mut tx).inspect_err(|_| self.poison())?;
+        self.seal_index_blocks(&mut tx)
+            .and_then(|()| self.seal_inodes(&mut tx))
+            .inspect_err(|_| self.poison())?;
         self.journals
             .commit(&self.pool, tx, current_cpu())
             .inspect_err(|_| self.poison())
@@ -123,6 +129,41 @@ impl MountState {
             if InodeHeader::decode(&raw).in_use() && layout::get_u32(&raw, layout::ino::CRC) != crc {
                 tx.write(
                     off + layout::ino::CRC as u64,
+                    crc.to_le_bytes().to_vec(),
+                    Category::Metadata,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Add to `tx` the new checksum of every extent-index block it asked to seal
+    /// (`checksum::index_block_checksum` of the block as the transaction leaves it, with the
+    /// owner's `map_end` as the transaction leaves that). A block that fails its checksum as it
+    /// stands (damage a fsck or repair mount loaded, or that appeared since mount) is never
+    /// resealed: the transaction is refused and the pool flagged "needs fsck". A transaction that touches no index block reads
+    /// nothing here.
+    fn seal_index_blocks(&self, tx: &mut Tx<'_>) -> Result<()> {
+        for (block, ioff) in tx.take_index_seals() {
+            let mut inode = [0u8; layout::INODE_BYTES];
+            self.pool.read(ioff, &mut inode)?;
+            let map_end_now = layout::get_u64(&inode, layout::ino::MAP_END);
+            tx.overlay(ioff, &mut inode);
+            if !InodeHeader::decode(&inode).in_use() {
+                continue; // freed with its blocks
+            }
+            let map_end = layout::get_u64(&inode, layout::ino::MAP_END);
+            let off = block * BLOCK_SIZE;
+            let mut raw = vec![0u8; layout::BLOCK_BYTES];
+            self.pool.read(off, &mut raw)?;
+            if !checksum::index_block_checksum_ok(block, &raw, map_end_now) {
+                return Err(self.index_block_damage(block));
+            }
+            tx.overlay(off, &mut raw);
+            let crc = checksum::index_block_checksum(block, &raw, map_end);
+            if layout::get_u32(&raw, layout::index_block::CRC) != crc {
+                tx.write(
+                    off + layout::index_block::CRC as u64,
                     crc.to_le_bytes().to_vec(),
                     Category::Metadata,
                 );
@@ -269,5 +310,167 @@ impl MountState {
                 .map(|s| s.free_aligned_extents)
                 .sum(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::error::Error;
+    use crate::fs::Fs;
+    use crate::media::checksum;
+    use crate::media::pool::Category;
+    use crate::media::layout::{BLOCK_BYTES, BLOCK_SIZE, INODE_BYTES, get_u64, index_block, ino};
+    use crate::types::{MkfsOptions, MountOptions};
+
+    const B: u64 = BLOCK_SIZE;
+
+    fn fresh() -> (tempfile::TempDir, std::path::PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("pool");
+        Fs::mkfs(
+            &p,
+            &MkfsOptions {
+                size: Some(48 << 20),
+                partitions: Some(1),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        (d, p)
+    }
+
+    fn opts() -> MountOptions {
+        MountOptions {
+            no_background_rewrite: true,
+            ..Default::default()
+        }
+    }
+
+    /// The extent-index chain of `ino` on media, each block checked against its checksum with
+    /// the inode's `map_end` on media; returns the chain.
+    fn sealed_chain(fs: &Fs, ino: u64) -> Vec<u64> {
+        let pool = fs.pool();
+        let mut raw = [0u8; INODE_BYTES];
+        pool.read(fs.geometry().inode_offset(ino).unwrap(), &mut raw)
+            .unwrap();
+        let map_end = get_u64(&raw, ino::MAP_END);
+        let mut chain = Vec::new();
+        let mut next = get_u64(&raw, ino::INDEX_BLOCK);
+        while next != 0 {
+            let mut blk = vec![0u8; BLOCK_BYTES];
+            pool.read(next * B, &mut blk).unwrap();
+            assert!(
+                checksum::index_block_checksum_ok(next, &blk, map_end),
+                "index block {next} of inode {ino} is not sealed (map end {map_end})"
+            );
+            chain.push(next);
+            next = get_u64(&blk, index_block::NEXT);
+        }
+        chain
+    }
+
+    /// `n` one-block extents at logical blocks 0, 2, 4, ... (holes keep them apart).
+    fn fragmented(fs: &Fs, n: u64) -> u64 {
+        let ino = fs.create(fs.root(), b"frag", 0o644, 0, 0).unwrap().ino;
+        for k in 0..n {
+            fs.write(ino, 2 * k * B, &[k as u8 + 1; 100]).unwrap();
+        }
+        ino
+    }
+
+    #[test]
+    fn index_blocks_stay_sealed_through_every_map_change() {
+        let (_d, p) = fresh();
+        let fs = Fs::mount(&p, opts()).unwrap();
+        // 600 writes: more extents than the 8 inline slots and one index block hold.
+        let ino = fragmented(&fs, 600);
+        assert!(sealed_chain(&fs, ino).len() >= 2);
+        // Truncate kills records in the last two blocks by `map_end` alone.
+        fs.truncate(ino, 2 * 300 * B).unwrap();
+        sealed_chain(&fs, ino);
+        // A punch across records of every block, a collapse and an insert.
+        fs.punch_hole(ino, 2 * B, 2 * 280 * B).unwrap();
+        sealed_chain(&fs, ino);
+        fs.collapse_range(ino, 4 * B, 8 * B).unwrap();
+        sealed_chain(&fs, ino);
+        fs.insert_range(ino, 2 * B, 4 * B).unwrap();
+        sealed_chain(&fs, ino);
+        fs.zero_range(ino, 0, 40 * B, false).unwrap();
+        sealed_chain(&fs, ino);
+        // Growing again reuses the slots the truncate freed.
+        for k in 300..500 {
+            fs.write(ino, 2 * k * B, &[7; 10]).unwrap();
+        }
+        sealed_chain(&fs, ino);
+        assert!(fs.check().is_clean(), "{:?}", fs.check().problems);
+        let size = fs.getattr(ino).unwrap().size;
+        let mut before = vec![0u8; size as usize];
+        fs.read(ino, 0, &mut before).unwrap();
+        fs.unmount().unwrap();
+        let fs = Fs::mount(&p, opts()).unwrap();
+        sealed_chain(&fs, ino);
+        assert!(fs.check().is_clean());
+        let mut after = vec![0u8; size as usize];
+        fs.read(ino, 0, &mut after).unwrap();
+        assert!(before == after, "content changed across the remount");
+    }
+
+    #[test]
+    fn dead_records_a_truncate_left_behind_keep_the_checksum_valid() {
+        let (_d, p) = fresh();
+        let fs = Fs::mount(&p, opts()).unwrap();
+        let ino = fragmented(&fs, 300);
+        let chain = sealed_chain(&fs, ino);
+        // Read a live record of the last index block before the truncate kills it.
+        let last = *chain.last().unwrap();
+        let mut blk = vec![0u8; BLOCK_BYTES];
+        fs.pool().read(last * B, &mut blk).unwrap();
+        let slot = (0..255)
+            .map(|s| index_block::SLOTS + s * 16)
+            .find(|&o| blk[o + 4..o + 8] != [0; 4])
+            .unwrap();
+        let rec = blk[slot..slot + 16].to_vec();
+        fs.truncate(ino, 2 * B).unwrap();
+        sealed_chain(&fs, ino);
+        fs.unmount().unwrap();
+        // As a crash between the truncate's commit and the zeroing of its dead slots leaves it:
+        // the record is back, dead by `map_end`.
+        let mut img = std::fs::read(&p).unwrap();
+        let at = (last * B) as usize + slot;
+        img[at..at + 16].copy_from_slice(&rec);
+        std::fs::write(&p, &img).unwrap();
+        let fs = Fs::mount(&p, opts()).unwrap();
+        sealed_chain(&fs, ino);
+        assert!(fs.check().is_clean(), "{:?}", fs.check().problems);
+        let mut z = [0u8; 16];
+        fs.pool().read(last * B + slot as u64, &mut z).unwrap();
+        assert_eq!(z, [0; 16], "mount zeroes the dead record");
+        assert_eq!(fs.getattr(ino).unwrap().size, 2 * B);
+    }
+
+    #[test]
+    fn damage_that_appears_under_a_mount_is_never_sealed() {
+        let (_d, p) = fresh();
+        let fs = Fs::mount(&p, opts()).unwrap();
+        let ino = fragmented(&fs, 20);
+        let b = sealed_chain(&fs, ino)[0];
+        // A bit of the first record's physical block flips under the mount.
+        let at = b * B + index_block::SLOTS as u64 + 8;
+        let mut crc = [0u8; 4];
+        fs.pool().read(b * B + index_block::CRC as u64, &mut crc).unwrap();
+        let mut x = [0u8; 1];
+        fs.pool().read(at, &mut x).unwrap();
+        x[0] ^= 1;
+        fs.pool().write_flush(at, &x, Category::Metadata).unwrap();
+        // A truncate killing the block's records would seal it: refused instead.
+        let e = fs.truncate(ino, 0).unwrap_err();
+        assert!(
+            matches!(&e, Error::Corrupted(m) if m.contains(&format!("extent-index block {b} fails its checksum"))),
+            "{e}"
+        );
+        let mut after = [0u8; 4];
+        fs.pool().read(b * B + index_block::CRC as u64, &mut after).unwrap();
+        assert_eq!(crc, after, "the damage was sealed");
+        assert_eq!(fs.needs_fsck(), 3, "flagged \"needs fsck\"");
     }
 }

@@ -103,7 +103,8 @@ impl MountState {
         Ok(())
     }
 
-    /// Add a map update's slot and link writes to `tx`, and the first index block to `hdr`.
+    /// Add a map update's slot and link writes to `tx`, and the first index block to `hdr`;
+    /// every extent-index block the update changes or kills records in is sealed by the commit.
     pub fn map_tx(
         &self,
         tx: &mut Tx<'_>,
@@ -112,8 +113,12 @@ impl MountState {
         upd: &MapUpdate,
         hdr: &mut InodeHeader,
     ) -> Result<()> {
-        for (off, bytes) in inode::slot_pool_writes(&self.pool, map, self.inode_off(ino), upd)? {
+        let ioff = self.inode_off(ino);
+        for (off, bytes) in inode::slot_pool_writes(&self.pool, map, ioff, upd)? {
             tx.write(off, bytes, Category::Metadata);
+        }
+        for b in upd.index_blocks_touched(map) {
+            tx.seal_index_block(b, ioff);
         }
         if let Some(b) = upd.first_index_block {
             hdr.index_block = b;
