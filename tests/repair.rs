@@ -351,3 +351,43 @@ fn a_flagged_pool_whose_damaged_inode_is_resealed_has_its_flag_cleared() {
     assert_eq!(SbState::decode(&img[sb::STATE..sb::STATE + 32]).needs_fsck, 0);
     clean(&p);
 }
+
+#[test]
+fn a_shared_block_claimed_through_a_damaged_index_block_is_left() {
+    let (_d, p) = fresh_pool(32 * MIB, Some(1));
+    let fs = mount(&p);
+    let small = fs.create_file("/small").unwrap();
+    small.write_at(0, &pattern(4096, 3)).unwrap();
+    let small_blk = fs.extents(small.ino()).unwrap()[0].1;
+    drop(small);
+    let frag = fs.create_file("/frag").unwrap();
+    for k in 0..12u64 {
+        frag.write_at(k * 8192, &pattern(4096, k as u8)).unwrap();
+    }
+    let frag_ino = frag.ino();
+    drop(frag);
+    let g = fs.geometry();
+    fs.unmount().unwrap();
+    let raw = inode_bytes(&p, &g, frag_ino);
+    let ib = u64::from_le_bytes(raw[ino::INDEX_BLOCK..ino::INDEX_BLOCK + 8].try_into().unwrap());
+    // A live record of the index block now points at /small's block; the block's checksum is
+    // not resealed, so the claim is read through a block that fails it.
+    let img = std::fs::read(&p).unwrap();
+    let rec = (0..255u64)
+        .map(|s| ib * 4096 + 16 + s * 16)
+        .find(|&o| img[o as usize + 4..o as usize + 8] != [0; 4])
+        .unwrap();
+    patch(&p, rec + 8, &small_blk.to_le_bytes());
+    let (code, out) = fsck_cli(&p, true);
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains(&format!(
+            "not repaired: inode {frag_ino}'s extent-index chain fails its checksum, so its claim cannot be trusted"
+        )),
+        "{out}"
+    );
+    assert!(!out.contains("cloned"), "{out}");
+    // /small is untouched: its own block and content.
+    let r = winefs::state::fsck::check_pool(&p).unwrap();
+    assert!(r.problems.iter().any(|x| x.contains(&format!("block {small_blk} claimed by"))), "{:?}", r.problems);
+}

@@ -398,6 +398,9 @@ fn reseal_refusal(
     if let Some(s) = sharing {
         return Some(format!("it shares blocks ({s})"));
     }
+    if index_checksum_fails(state, ino) {
+        return Some("its extent-index chain fails its checksum too".into());
+    }
     let g = rlock(node);
     let kind = g.kind();
     let naming: Vec<&DirEntryLoc> = names.iter().map(|x| &x.2).filter(|l| l.ino == ino).collect();
@@ -435,6 +438,18 @@ fn free_keeping_shared(state: &MountState, ino: u64, node: &InodeRef) -> Result<
     Ok(())
 }
 
+/// Whether a block of inode `ino`'s extent-index chain fails its checksum (or the map no longer
+/// loads): mount loads such a map for fsck and repair when what it builds passes validation.
+fn index_checksum_fails(state: &MountState, ino: u64) -> bool {
+    let mut raw = [0u8; INODE_BYTES];
+    if state.pool.read(state.inode_off(ino), &mut raw).is_err() {
+        return true;
+    }
+    let h = crate::media::layout::InodeHeader::decode(&raw);
+    crate::meta::inode::FileMap::load(&state.pool, &state.geo, ino, &raw, h.index_block, h.map_end)
+        .map_or(true, |l| !l.bad_checksum.is_empty())
+}
+
 /// The claim of a shared run that gets a copy of its own (None: neither can, both being
 /// extent-index blocks). The other keeps the blocks.
 fn copier(a: &Claim, b: &Claim) -> Option<Claim> {
@@ -463,6 +478,20 @@ fn shared_blocks(state: &MountState, rep: &mut RepairReport) -> Result<()> {
                 "{s}; not repaired: two extent maps cannot share an index block, and which one is right cannot be known"
             ));
             stuck.extend([s.a.ino, s.b.ino]);
+        }
+    }
+    // A copy for a map read through an index block that fails its checksum would give it
+    // content its damaged records merely point at: left.
+    for s in &shared {
+        if let Some(c) = copier(&s.a, &s.b)
+            && !stuck.contains(&c.ino)
+            && index_checksum_fails(state, c.ino)
+        {
+            rep.left.push(format!(
+                "{s}; not repaired: inode {}'s extent-index chain fails its checksum, so its claim cannot be trusted",
+                c.ino
+            ));
+            stuck.insert(c.ino);
         }
     }
     for s in shared {
