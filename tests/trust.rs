@@ -5,24 +5,12 @@
 
 mod common;
 
-use common::{fresh_pool, mount};
+use common::{flip, fresh_pool, mount, patch, pattern, refused, repaired};
 use std::path::Path;
 use winefs::media::layout::{FileKind, Geometry};
-use winefs::{Error, Fs, MountOptions};
+use winefs::{Error, Fs};
 
 const MIB: u64 = 1 << 20;
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
-}
-
-fn patch(p: &Path, off: u64, bytes: &[u8]) {
-    let mut img = std::fs::read(p).unwrap();
-    img[off as usize..off as usize + bytes.len()].copy_from_slice(bytes);
-    std::fs::write(p, img).unwrap();
-}
 
 /// Change bytes of inode `ino` and reseal its checksum, as a buggy writer would leave it (the
 /// namespace checks, not the checksum, must catch what follows).
@@ -32,29 +20,6 @@ fn patch_inode(p: &Path, g: &Geometry, ino: u64, field: u64, bytes: &[u8]) {
     let img = std::fs::read(p).unwrap();
     let crc = winefs::media::checksum::inode_checksum(&img[off as usize..off as usize + 256]);
     patch(p, off + 100, &crc.to_le_bytes());
-}
-
-fn flip(p: &Path, off: u64, mask: u8) {
-    let img = std::fs::read(p).unwrap();
-    patch(p, off, &[img[off as usize] ^ mask]);
-}
-
-/// Mounting `p` fails with `Corrupted` containing `what`, and writes nothing.
-fn refused(p: &Path, what: &str) -> String {
-    let before = std::fs::read(p).unwrap();
-    let e = match Fs::mount(p, MountOptions::default()) {
-        Ok(_) => panic!("a pool that should be refused ({what}) mounted"),
-        Err(e) => e,
-    };
-    assert!(
-        matches!(&e, Error::Corrupted(m) if m.contains(what)),
-        "expected a refusal mentioning {what:?}, got: {e}"
-    );
-    assert!(
-        std::fs::read(p).unwrap() == before,
-        "a refused mount wrote to the pool ({e})"
-    );
-    e.to_string()
 }
 
 fn ring_bytes(p: &Path, g: &Geometry) -> Vec<u8> {
@@ -303,21 +268,6 @@ fn fsck_finds_a_damaged_xattr_block() {
     assert!(fs.getxattr(ino, b"user.tag").is_err());
 }
 
-/// `fsck --repair` (the library's `Fs::repair_pool`): the damage above that mount refuses is
-/// repaired with a report line per change, and the pool then mounts and checks clean.
-fn repaired(p: &Path, expect: &str) -> winefs::RepairReport {
-    let rep = Fs::repair_pool(p).unwrap();
-    assert!(rep.left.is_empty(), "left: {:?}", rep.left);
-    assert!(
-        rep.changes.iter().any(|c| c.contains(expect)),
-        "no change mentions {expect:?}: {:?}",
-        rep.changes
-    );
-    let after = winefs::state::fsck::check_pool(p).unwrap();
-    assert!(after.is_clean(), "{:?}", after.problems);
-    rep
-}
-
 #[test]
 fn repair_fixes_link_counts_types_dangling_and_nameless_inodes() {
     // A link count too low, and a named inode whose count says 0 (never freed as an orphan).
@@ -393,7 +343,7 @@ fn repair_fixes_link_counts_types_dangling_and_nameless_inodes() {
 }
 
 #[test]
-fn a_damaged_inode_fails_its_checksum_is_refused_and_repair_frees_it() {
+fn a_damaged_inode_fails_its_checksum_is_refused_and_repair_judges_it() {
     let (_d, p) = fresh_pool(32 * MIB, Some(1));
     let fs = mount(&p);
     let f = fs.create_file("/victim").unwrap();
@@ -411,6 +361,20 @@ fn a_damaged_inode_fails_its_checksum_is_refused_and_repair_frees_it() {
     refused(&p, &format!("inode {ino} fails its checksum"));
     let rep = winefs::state::fsck::check_pool(&p).unwrap();
     assert!(rep.problems.iter().any(|x| x.contains(&format!("inode {ino} fails its checksum"))));
+    // Every field still passes every check, so repair keeps the inode (e2fsck's rule) and says
+    // that its content cannot be verified: the size is now one byte more.
+    repaired(&p, &format!("inode {ino}: checksum rewritten"));
+    let fs = mount(&p);
+    let got = fs.open_file("/victim").unwrap().read_all().unwrap();
+    assert_eq!(got.len(), 10_001);
+    assert_eq!(&got[..10_000], &pattern(10_000, 4)[..]);
+    assert_eq!(fs.open_file("/bystander").unwrap().read_all().unwrap(), b"fine");
+    drop(fs);
+    // A file type that does not exist is a field no check passes: the inode is freed.
+    let img = std::fs::read(&p).unwrap();
+    let mode = u32::from_le_bytes(img[off as usize + 4..off as usize + 8].try_into().unwrap());
+    patch(&p, off + 4, &((mode & 0o7777) | 0o030000).to_le_bytes());
+    refused(&p, &format!("inode {ino} fails its checksum"));
     repaired(&p, &format!("inode {ino} failed its checksum; freed"));
     let fs = mount(&p);
     assert!(fs.stat_path("/victim").is_err(), "the damaged file's entry is gone");
@@ -490,7 +454,12 @@ fn a_damaged_extent_index_block_is_refused_reported_and_left_by_repair() {
         fixed.left.iter().any(|l| l.contains(&format!("extent-index block {ib} fails its checksum"))),
         "{fixed:?}"
     );
-    assert!(fixed.changes.is_empty(), "{fixed:?}");
+    // The only change: the allocator snapshot, which the repair mount's clean unmount rewrites
+    // (the record that reads as dead left a block unclaimed) and the report names.
+    assert!(
+        fixed.changes.iter().all(|c| c.starts_with("allocator snapshot: ")),
+        "{fixed:?}"
+    );
     refused(&p, "fails its checksum");
     // Nothing but the clean-unmount bookkeeping of the repair mount changed the index block.
     let after = std::fs::read(&p).unwrap();

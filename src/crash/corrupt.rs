@@ -1,8 +1,9 @@
 //! The structure-aware corruption tester (`winefs crashtest corrupt`, and CI's `tests/corrupt.rs`):
 //! a small pool holding every kind of metadata is damaged in one seeded way per trial — a
 //! superblock or state-record field, an inode, an extent-index block (including a loop), a
-//! directory block and a directory block header, an xattr or symlink block, a journal entry or staged undo image of an
-//! interrupted transaction, the allocator snapshot, a zeroed block, a truncated file — and then
+//! directory block and a directory block header, an xattr or symlink block, a journal entry or
+//! staged undo image of an interrupted transaction, the allocator snapshot, a zeroed block, a
+//! truncated file, a block two files claim — and then
 //! put through fsck, mount, a full read of every file, writes, unmount and mount again.
 //!
 //! Each trial is judged by the trust rules (docs/TESTING.md, "Corruption"): no panic; a refused
@@ -18,7 +19,10 @@ use crate::crash::workload::Rng;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
 use crate::media::journal::KIND_UNDO_STAGED;
-use crate::media::layout::{BLOCK_SIZE, Geometry, INODE_SIZE};
+use crate::media::checksum::inode_checksum;
+use crate::media::layout::{
+    BLOCK_SIZE, EXTENT_BYTES, ExtentRecord, Geometry, INLINE_SLOTS, INODE_SIZE, ino,
+};
 use crate::types::{Attr, MkfsOptions, MountOptions, XattrSet};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -57,11 +61,14 @@ pub enum Damage {
     ZeroedBlock,
     /// The pool file cut short.
     Truncated,
+    /// One inode's extent record pointed at another inode's data (checksum resealed, as a
+    /// buggy writer would leave it): a block two files claim.
+    SharedBlock,
 }
 
 impl Damage {
     /// Every kind, in order.
-    pub const ALL: [Damage; 14] = [
+    pub const ALL: [Damage; 15] = [
         Damage::Superblock,
         Damage::StateRecord,
         Damage::Inode,
@@ -76,14 +83,18 @@ impl Damage {
         Damage::Bitmap,
         Damage::ZeroedBlock,
         Damage::Truncated,
+        Damage::SharedBlock,
     ];
 }
 
 /// What one trial ended as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Outcome {
-    /// Mount refused the pool (unchanged).
+    /// Mount refused the pool (unchanged), and `fsck --repair` left problems or could not run.
     Refused,
+    /// Mount refused the pool (unchanged); `fsck --repair` left nothing, and the pool then
+    /// mounted and checked clean.
+    Repaired,
     /// Mounted; every file read back right, or wrongly but reported (EIO or an fsck problem).
     Served,
 }
@@ -103,7 +114,7 @@ impl fmt::Display for CorruptSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{} trials, {} failures; per damage kind (refused / served):",
+            "{} trials, {} failures; per damage kind (refused / of which repaired / served):",
             self.trials,
             self.failures.len()
         )?;
@@ -111,9 +122,10 @@ impl fmt::Display for CorruptSummary {
             let n = |o| self.outcomes.get(&(d, o)).copied().unwrap_or(0);
             writeln!(
                 f,
-                "  {:<13} {:>5} {:>5}",
+                "  {:<13} {:>5} {:>5} {:>5}",
                 format!("{d:?}"),
-                n(Outcome::Refused),
+                n(Outcome::Refused) + n(Outcome::Repaired),
+                n(Outcome::Repaired),
                 n(Outcome::Served)
             )?;
         }
@@ -351,8 +363,36 @@ fn damage(base: &Base, kind: Damage, r: &mut Rng) -> Option<Vec<u8>> {
             let len = r.below(img.len() as u64) as usize;
             img.truncate(len);
         }
+        Damage::SharedBlock => share_a_block(&mut img, base, r)?,
     }
     Some(img)
+}
+
+/// Point a live inline extent record of one inode at the data of another's (checksum resealed).
+fn share_a_block(img: &mut [u8], base: &Base, r: &mut Rng) -> Option<()> {
+    let g = &base.geo;
+    // (inode offset, record offset within it, record) of every live inline record.
+    let mut recs = Vec::new();
+    for &ino in &base.inodes {
+        let off = usize::try_from(g.inode_offset(ino).ok()?).ok()?;
+        for s in 0..INLINE_SLOTS {
+            let o = ino::SLOTS + s * EXTENT_BYTES;
+            let rec = ExtentRecord::decode(img.get(off + o..off + o + EXTENT_BYTES)?);
+            if rec.len > 0 {
+                recs.push((ino, off, o, rec));
+            }
+        }
+    }
+    let (ino, off, o, mut rec) = recs[r.below(recs.len() as u64) as usize];
+    let others: Vec<_> = recs.iter().filter(|x| x.0 != ino).collect();
+    let (_, _, _, other) = others.get(r.below(others.len().max(1) as u64) as usize)?;
+    rec.phys = other.phys + r.below(u64::from(other.len));
+    img.get_mut(off + o..off + o + EXTENT_BYTES)?
+        .copy_from_slice(&rec.encode());
+    let crc = inode_checksum(img.get(off..off + INODE_SIZE as usize)?);
+    img.get_mut(off + ino::CRC..off + ino::CRC + 4)?
+        .copy_from_slice(&crc.to_le_bytes());
+    Some(())
 }
 
 /// Run `trials` trials from `seed` in a scratch directory under `dir`.
@@ -415,6 +455,14 @@ fn trial(base: &Base, pool: &Path, img: &[u8]) -> std::result::Result<Outcome, S
                 if !c.is_clean() {
                     return Err(format!("repair left nothing, but: {:?}", c.problems));
                 }
+                fs.unmount()
+                    .map_err(|e| format!("repaired, then unmount failed: {e}"))?;
+                match crate::state::fsck::check_pool(pool) {
+                    Ok(c) if c.is_clean() => {}
+                    Ok(c) => return Err(format!("repaired, then offline fsck: {:?}", c.problems)),
+                    Err(e) => return Err(format!("repaired, then offline fsck: {e}")),
+                }
+                return Ok(Outcome::Repaired);
             }
             return Ok(Outcome::Refused);
         }

@@ -54,10 +54,12 @@ impl Fs {
     }
 
     /// `winefs fsck --repair`: mount the pool at `path` without refusing a namespace that fails
-    /// its checks (anything mount cannot build a state from is still refused), repair it
-    /// (`ops::repair`: dangling and mistyped entries, nameless inodes into `/lost+found`,
-    /// parent fields, link counts), clear the "needs fsck" flag if the pool then checks clean,
-    /// and unmount cleanly. Every change is journaled.
+    /// its checks, blocks two inodes claim or inodes that fail their checksum (anything mount
+    /// cannot build a state from is still refused), repair it (`ops::repair`: damaged inodes
+    /// resealed or freed, shared blocks copied, dangling and mistyped entries, nameless inodes
+    /// into `/lost+found`, parent fields, link counts), clear the "needs fsck" flag if the pool
+    /// then checks clean, and unmount cleanly, which rewrites the allocator snapshot. Every
+    /// change is journaled.
     pub fn repair_pool(path: &Path) -> Result<RepairReport> {
         let opts = MountOptions {
             no_background_rewrite: true,

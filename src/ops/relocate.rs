@@ -56,6 +56,20 @@ pub(crate) fn relocate_runs(
     l: u64,
     runs: &[BlockRun],
 ) -> Result<()> {
+    copy_runs(state, g, l, runs, true)
+}
+
+/// Copy blocks [l, l+n) of the file onto the freshly allocated `runs` and remap them, as
+/// [`relocate_runs`] does; the old blocks are freed only with `free_old`. Without it, the file
+/// gets a copy of its own of blocks another inode claims too, which stay with that inode
+/// (`fsck --repair`).
+pub(crate) fn copy_runs(
+    state: &MountState,
+    g: &mut InodeState,
+    l: u64,
+    runs: &[BlockRun],
+    free_old: bool,
+) -> Result<()> {
     let n: u64 = runs.iter().map(|r| r.len).sum();
     map_hooks::before_move(state, g, l, l + n)?;
     let pool = &state.pool;
@@ -81,6 +95,9 @@ pub(crate) fn relocate_runs(
     state.reserve_slots(&mut res, &mut g.map, runs.len() + 2, &mut upd)?;
     guarded(state, || {
         g.map.remap(l, n, runs, &mut upd);
+        if !free_old {
+            upd.freed.clear();
+        }
         commit_map_change(state, g, &upd, Tx::new(), |h| {
             h.map_end = h.map_end.max(l + n)
         })

@@ -1,29 +1,46 @@
 //! `winefs fsck --repair`, in the spirit of e2fsck's passes, on a pool that mount validated down
 //! to its namespace (`state::mount::Inconsistent::Report`). Each fix is one journaled transaction
 //! and one line of the report; what cannot be fixed without guessing is left and reported:
-//! 0. inodes that fail their checksum (mount did not load them) are freed; xattr blocks that
-//!    fail their checks are dropped and symlinks whose target fails its checksum are freed
-//!    (`repair_leaf`);
-//! 1. entries naming a free inode are removed; entries whose type disagrees with their inode's
+//! 0. an inode that fails its checksum but passes every other check (header ranges, extent map,
+//!    directory blocks, xattr block, symlink target, no size or blocks for a FIFO, socket or
+//!    device, no block shared with another inode, named by an entry of its type) is kept and
+//!    its checksum rewritten (e2fsck's "passes checks, but checksum does not match"); any other
+//!    is freed, with whatever blocks no other inode claims; an orphan that shares blocks is
+//!    freed the same way;
+//! 1. blocks two inodes claim (e2fsck's passes 1B-1D): every claimant but one gets a copy of
+//!    its own (fresh blocks, the shared content copied, the extent remapped in one
+//!    transaction); the keeper is the extent-index block if one side is one, else the lower
+//!    inode number (the lower logical block within one inode). Two extent-index blocks are
+//!    left (whose map is right cannot be known), and so is a copy the pool has no space for;
+//!    then xattr blocks that fail their checks are dropped and symlinks whose target fails its
+//!    checksum are freed (`repair_leaf`);
+//! 2. entries naming a free inode are removed; entries whose type disagrees with their inode's
 //!    are rewritten with the inode's type;
-//! 2. a directory listed in more than one place is left (which listing is right cannot be known);
-//! 3. inodes that nothing names (neither reachable nor orphans) are linked into `/lost+found`
+//! 3. a directory listed in more than one place is left (which listing is right cannot be known);
+//! 4. inodes that nothing names (neither reachable nor orphans) are linked into `/lost+found`
 //!    as `#INO` (a directory also gets `/lost+found` as its parent);
-//! 4. every directory's parent field is set to the directory that lists it, and every link
+//! 5. every directory's parent field is set to the directory that lists it, and every link
 //!    count to what the entries say.
 //!
-//! Blocks need no pass of their own: mount rebuilds free space from what inodes own and refuses
-//! a block owned twice before repair runs.
+//! Free space needs no pass of its own: mount rebuilds it from what the inodes claim (a shared
+//! block is never free), and the clean unmount that ends a repair rewrites the allocator
+//! snapshot (reported when the old one was stale).
 
 use crate::error::{Error, Result};
+use crate::media::alloc::BlockRun;
+use crate::media::checksum;
 use crate::media::journal::Tx;
-use crate::media::layout::{FileKind, ROOT_INO};
+use crate::media::layout::{BLOCK_SIZE, FileKind, INODE_BYTES, ROOT_INO};
+use crate::media::pool::Category;
 use crate::meta::dir::DirEntryLoc;
 use crate::ops::namespace::{
     self, DirEdit, NewInode, apply_edit, edit_tx, inode_refs, lock_all, plan_insert,
     plan_remove, plan_repoint,
 };
-use crate::state::inode_state::rlock;
+use crate::ops::relocate;
+use crate::state::claims::{self, Claim, ClaimKind};
+use crate::state::inode_state::{InodeRef, rlock, wlock};
+use crate::state::validate;
 use crate::state::mount_state::MountState;
 use crate::state::tx::Reserved;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -115,24 +132,18 @@ fn header_fix(
 pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
     let mut rep = RepairReport::default();
     crate::ops::repair_dirs::rewrite_headers(state, &mut rep.changes)?;
-    // 0. Inodes that fail their checksum were not loaded: free their slots (whatever they
-    //    owned is free already); the entries naming them dangle and go next.
-    for &ino in &state.damaged_inodes {
-        let mut tx = Tx::new();
-        tx.write(
-            state.inode_off(ino) + crate::media::layout::ino::FLAGS as u64,
-            0u32.to_le_bytes().to_vec(),
-            crate::media::pool::Category::Metadata,
-        );
-        state.commit(tx)?;
-        state.release_inode_number(ino);
+    // 0. Inodes that fail their checksum: resealed or freed; orphans sharing blocks freed.
+    damaged_inodes(state, &mut rep)?;
+    // 1. Blocks two inodes claim: a copy each.
+    shared_blocks(state, &mut rep)?;
+    if let Some(why) = &state.stale_snapshot {
         rep.changes.push(format!(
-            "inode {ino} failed its checksum; freed (its content is lost)"
+            "allocator snapshot: {why}; rewritten from the inode tables"
         ));
     }
-    // 0b. Xattr blocks and symlink targets that fail their checks (`repair_leaf`).
+    // Then xattr blocks and symlink targets that fail their checks (`repair_leaf`).
     rep.changes.extend(crate::ops::repair_leaf::repair(state)?);
-    // 1. Entries naming free inodes, or with the wrong type.
+    // 2. Entries naming free inodes, or with the wrong type.
     let live = inodes(state);
     for (dino, name, loc) in entries(state) {
         let nm = String::from_utf8_lossy(&name).into_owned();
@@ -160,7 +171,7 @@ pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
             Some(_) => {}
         }
     }
-    // 2. Directories listed in more than one place.
+    // 3. Directories listed in more than one place.
     let listed = |state: &MountState| {
         let mut m: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
         for (d, _, loc) in entries(state) {
@@ -169,6 +180,7 @@ pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
         m
     };
     let live = inodes(state);
+    let left_before = rep.left.len();
     for (ino, dirs) in listed(state) {
         if live.get(&ino).is_some_and(|x| x.0 == FileKind::Dir) && dirs.len() > 1 {
             rep.left.push(format!(
@@ -177,10 +189,10 @@ pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
             ));
         }
     }
-    if !rep.left.is_empty() {
+    if rep.left.len() > left_before {
         return Ok(rep);
     }
-    // 3. Inodes nothing names go to /lost+found.
+    // 4. Inodes nothing names go to /lost+found.
     let named = listed(state);
     let nameless: Vec<u64> = live
         .iter()
@@ -233,7 +245,7 @@ pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
             ));
         }
     }
-    // 4. Parent fields and link counts.
+    // 5. Parent fields and link counts.
     let named = listed(state);
     let live = inodes(state);
     let mut subdirs: BTreeMap<u64, u32> = BTreeMap::new();
@@ -270,13 +282,7 @@ pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
     }
     // Whatever the checks still find is left.
     let after = crate::state::fsck::check(state);
-    // The damaged inodes freed above are still listed in this mount's state.
-    rep.left.extend(
-        after
-            .problems
-            .into_iter()
-            .filter(|p| !p.ends_with("fails its checksum") || !p.starts_with("inode ")),
-    );
+    rep.left.extend(after.problems);
     Ok(rep)
 }
 
@@ -304,4 +310,281 @@ fn lost_and_found(state: &MountState, rep: &mut RepairReport) -> Result<u64> {
         }
         Err(e) => Err(e),
     }
+}
+
+/// Every claim of every in-use inode, sorted by first block.
+fn all_claims(state: &MountState) -> Vec<Claim> {
+    let arcs = state.all_inodes();
+    let guards: Vec<_> = arcs.iter().map(rlock).collect();
+    claims::claims_of(guards.iter().map(|g| &**g))
+}
+
+/// Pass 0: each inode that failed its checksum at mount is resealed when it passes every other
+/// check, else freed; an orphan that shares blocks is freed too (mount left both for here).
+fn damaged_inodes(state: &MountState, rep: &mut RepairReport) -> Result<()> {
+    let names = entries(state);
+    // Asked again each time: an inode freed before may have shared the blocks.
+    let sharing = |ino: u64| {
+        claims::shared(&all_claims(state))
+            .iter()
+            .find(|s| s.a.ino == ino || s.b.ino == ino)
+            .map(|s| s.to_string())
+    };
+    for &ino in &state.damaged_inodes {
+        let Ok(node) = state.inode(ino) else {
+            // Not loaded (it fails other checks too): free its slot; whatever it owned is free
+            // already, and the entries naming it dangle and go below.
+            let mut tx = Tx::new();
+            tx.write(
+                state.inode_off(ino) + crate::media::layout::ino::FLAGS as u64,
+                0u32.to_le_bytes().to_vec(),
+                Category::Metadata,
+            );
+            state.commit(tx)?;
+            state.release_inode_number(ino);
+            rep.changes.push(format!(
+                "inode {ino} failed its checksum; freed (its content is lost)"
+            ));
+            continue;
+        };
+        match reseal_refusal(state, ino, &node, &names, sharing(ino)) {
+            None => {
+                let off = state.inode_off(ino);
+                let mut raw = [0u8; INODE_BYTES];
+                state.pool.read(off, &mut raw)?;
+                let mut tx = Tx::new();
+                tx.write(
+                    off + crate::media::layout::ino::CRC as u64,
+                    checksum::inode_checksum(&raw).to_le_bytes().to_vec(),
+                    Category::Metadata,
+                );
+                state.commit(tx)?;
+                rep.changes.push(format!(
+                    "inode {ino}: checksum rewritten; its fields pass every check, but its content cannot be verified"
+                ));
+            }
+            Some(why) => {
+                free_keeping_shared(state, ino, &node)?;
+                rep.changes.push(format!(
+                    "inode {ino} failed its checksum; freed (its content is lost): {why}"
+                ));
+            }
+        }
+    }
+    // Orphans (no links, named nowhere) that share blocks: freed, the shared blocks left.
+    let named: BTreeSet<u64> = names.iter().map(|x| x.2.ino).collect();
+    for (ino, (_, nlink, _)) in inodes(state) {
+        if nlink == 0
+            && !named.contains(&ino)
+            && let Some(s) = sharing(ino)
+        {
+            free_keeping_shared(state, ino, &state.inode(ino)?)?;
+            rep.changes.push(format!(
+                "inode {ino}: an orphan (no links) sharing blocks ({s}); freed, the shared blocks left to their other owner"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Why inode `ino`, which fails its checksum but loaded, cannot be resealed (None: it can).
+fn reseal_refusal(
+    state: &MountState,
+    ino: u64,
+    node: &InodeRef,
+    names: &[(u64, Vec<u8>, DirEntryLoc)],
+    sharing: Option<String>,
+) -> Option<String> {
+    if let Some(s) = sharing {
+        return Some(format!("it shares blocks ({s})"));
+    }
+    if index_checksum_fails(state, ino) {
+        return Some("its extent-index chain fails its checksum too".into());
+    }
+    let g = rlock(node);
+    let kind = g.kind();
+    let naming: Vec<&DirEntryLoc> = names.iter().map(|x| &x.2).filter(|l| l.ino == ino).collect();
+    if ino != ROOT_INO && naming.is_empty() {
+        return Some("no directory entry names it".into());
+    }
+    if let Some(l) = naming.iter().find(|l| l.kind != kind) {
+        return Some(format!("an entry names it as {:?}, but it says {kind:?}", l.kind));
+    }
+    let mut problems = Vec::new();
+    if kind == FileKind::Symlink && (g.hdr.size == 0 || g.hdr.size > 4095) {
+        problems.push(format!("symlink target length {}", g.hdr.size));
+    }
+    let special = !matches!(kind, FileKind::File | FileKind::Dir | FileKind::Symlink);
+    if special && (g.hdr.size != 0 || !g.map.extents.is_empty() || g.hdr.index_block != 0) {
+        problems.push(format!("a {kind:?} with size {} or blocks mapped", g.hdr.size));
+    }
+    validate::symlink_targets(state, [&*g], &mut problems);
+    validate::xattr_blocks(&state.pool, &state.geo, [&*g], &mut problems);
+    problems.into_iter().next()
+}
+
+/// Free inode `ino` in one transaction, giving back only the blocks no other inode claims.
+fn free_keeping_shared(state: &MountState, ino: u64, node: &InodeRef) -> Result<()> {
+    let others: Vec<BlockRun> = all_claims(state)
+        .into_iter()
+        .filter(|c| c.ino != ino)
+        .map(|c| c.run)
+        .collect();
+    let mut g = wlock(node);
+    let mut tx = Tx::new();
+    state.free_inode_tx(&g, &mut tx);
+    state.commit(tx)?;
+    state.forget_inode_keeping(&mut g, &others);
+    Ok(())
+}
+
+/// Whether a block of inode `ino`'s extent-index chain fails its checksum (or the map no longer
+/// loads): mount loads such a map for fsck and repair when what it builds passes validation.
+fn index_checksum_fails(state: &MountState, ino: u64) -> bool {
+    let mut raw = [0u8; INODE_BYTES];
+    if state.pool.read(state.inode_off(ino), &mut raw).is_err() {
+        return true;
+    }
+    let h = crate::media::layout::InodeHeader::decode(&raw);
+    crate::meta::inode::FileMap::load(&state.pool, &state.geo, ino, &raw, h.index_block, h.map_end)
+        .map_or(true, |l| !l.bad_checksum.is_empty())
+}
+
+/// The claim of a shared run that gets a copy of its own (None: neither can, both being
+/// extent-index blocks). The other keeps the blocks.
+fn copier(a: &Claim, b: &Claim) -> Option<Claim> {
+    let rank = |c: &Claim| (c.ino, c.logical_at(c.run.start).unwrap_or(u64::MAX));
+    match (a.kind, b.kind) {
+        (ClaimKind::Index, ClaimKind::Index) => None,
+        (ClaimKind::Index, _) => Some(*b),
+        (_, ClaimKind::Index) => Some(*a),
+        _ => Some(if rank(a) > rank(b) { *a } else { *b }),
+    }
+}
+
+/// Pass 1 (e2fsck's 1B-1D): every run two inodes (or one inode twice) claim is copied for
+/// every claimant but one, one transaction and one report line per copy.
+fn shared_blocks(state: &MountState, rep: &mut RepairReport) -> Result<()> {
+    // Per inode: the logical ranges to copy, and whether its xattr block.
+    let mut data: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
+    let mut xattr = BTreeSet::new();
+    let shared = claims::shared(&all_claims(state));
+    // Inodes whose extent maps share an index block: a copy for either would rewrite records
+    // in the block both read, so nothing of theirs is copied.
+    let mut stuck = BTreeSet::new();
+    for s in &shared {
+        if copier(&s.a, &s.b).is_none() {
+            rep.left.push(format!(
+                "{s}; not repaired: two extent maps cannot share an index block, and which one is right cannot be known"
+            ));
+            stuck.extend([s.a.ino, s.b.ino]);
+        }
+    }
+    // A copy for a map read through an index block that fails its checksum would give it
+    // content its damaged records merely point at: left.
+    for s in &shared {
+        if let Some(c) = copier(&s.a, &s.b)
+            && !stuck.contains(&c.ino)
+            && index_checksum_fails(state, c.ino)
+        {
+            rep.left.push(format!(
+                "{s}; not repaired: inode {}'s extent-index chain fails its checksum, so its claim cannot be trusted",
+                c.ino
+            ));
+            stuck.insert(c.ino);
+        }
+    }
+    for s in shared {
+        match copier(&s.a, &s.b) {
+            None => {}
+            Some(c) if stuck.contains(&c.ino) => {}
+            Some(c) => match c.logical_at(s.run.start) {
+                Some(l) => data.entry(c.ino).or_default().push((l, s.run.len)),
+                None => {
+                    xattr.insert(c.ino);
+                }
+            },
+        }
+    }
+    for (ino, mut ranges) in data {
+        ranges.sort_unstable();
+        let mut joined: Vec<(u64, u64)> = Vec::new();
+        for (l, n) in ranges {
+            match joined.last_mut() {
+                Some((jl, jn)) if *jl + *jn >= l => *jn = (*jn).max(l + n - *jl),
+                _ => joined.push((l, n)),
+            }
+        }
+        for (l, n) in joined {
+            clone_range(state, ino, l, n, rep)?;
+        }
+    }
+    for ino in xattr {
+        clone_xattr(state, ino, rep)?;
+    }
+    Ok(())
+}
+
+/// A copy is left undone when the pool has no space for it (reported, never guessed around).
+fn no_space(rep: &mut RepairReport, what: String, e: Error) -> Result<()> {
+    match e {
+        Error::NoSpace(why) => {
+            rep.left.push(format!("{what} not copied: no space ({why}); not repaired"));
+            Ok(())
+        }
+        e => Err(e),
+    }
+}
+
+/// Give logical blocks [l, l+n) of inode `ino` fresh blocks holding a copy of their content.
+fn clone_range(state: &MountState, ino: u64, l: u64, n: u64, rep: &mut RepairReport) -> Result<()> {
+    let node = state.inode(ino)?;
+    let mut g = wlock(&node);
+    let what = format!("inode {ino}: {n} shared blocks (logical {l}..{})", l + n - 1);
+    let from = g.map.lookup(l).map_or(0, |x| x.0);
+    let mut res = Reserved::new(state);
+    let runs = match res.alloc(n) {
+        Ok(r) => r,
+        Err(e) => return no_space(rep, what, e),
+    };
+    if let Err(e) = relocate::copy_runs(state, &mut g, l, &runs, false) {
+        return no_space(rep, what, e);
+    }
+    res.keep();
+    let pieces = match runs.len() {
+        1 => String::new(),
+        k => format!(" (in {k} pieces)"),
+    };
+    let to = runs.first().map_or(0, |r| r.start);
+    rep.changes.push(format!(
+        "inode {ino}: cloned {n} shared blocks (logical {l}..{}) from {from} to {to}{pieces}",
+        l + n - 1
+    ));
+    Ok(())
+}
+
+/// Give inode `ino` a copy of its shared xattr block.
+fn clone_xattr(state: &MountState, ino: u64, rep: &mut RepairReport) -> Result<()> {
+    let node = state.inode(ino)?;
+    let mut g = wlock(&node);
+    let old = g.hdr.xattr_block;
+    let mut res = Reserved::new(state);
+    let b = match res.alloc_one() {
+        Ok(b) => b,
+        Err(e) => return no_space(rep, format!("inode {ino}: shared xattr block {old}"), e),
+    };
+    state
+        .pool
+        .copy_flush(old * BLOCK_SIZE, b * BLOCK_SIZE, BLOCK_SIZE, Category::Metadata)?;
+    let mut h = g.hdr.clone();
+    h.xattr_block = b;
+    let mut tx = Tx::new();
+    state.header_tx(&mut tx, ino, &g.hdr, &h);
+    state.commit(tx)?;
+    g.hdr = h;
+    res.keep();
+    rep.changes.push(format!(
+        "inode {ino}: cloned its shared xattr block from {old} to {b}"
+    ));
+    Ok(())
 }

@@ -5,9 +5,11 @@
 
 use crate::error::{Result, corrupt};
 use crate::media::alloc::BlockRun;
+use crate::media::checksum;
 use crate::media::layout::{BLOCK_BYTES, BLOCK_SIZE, INODE_BYTES, InodeHeader};
 use crate::meta::dir::DirIndex;
 use crate::meta::inode::FileMap;
+use crate::state::claims;
 use crate::state::inode_state::{InodeState, rlock};
 use crate::state::locks::lock;
 use crate::state::mount;
@@ -48,6 +50,11 @@ pub fn check_pool(path: &Path) -> Result<Report> {
     let pool = crate::media::pool::Pool::open(path, true)?;
     let state = mount::mount_checked(pool, &opts, mount::Inconsistent::Report)?;
     let mut r = check(&state);
+    // A live mount has rebuilt free space already and rewrites the snapshot when it unmounts;
+    // offline, a stale one is a problem to report (repair rewrites it).
+    if let Some(why) = &state.stale_snapshot {
+        r.problems.push(format!("{why}; free space is rebuilt from the inode tables at every mount, and repair rewrites it"));
+    }
     if let code @ 1.. = state.needs_fsck() {
         let why = crate::state::damage::describe(code);
         r.problems.push(format!(
@@ -56,6 +63,9 @@ pub fn check_pool(path: &Path) -> Result<Report> {
     }
     Ok(r)
 }
+
+/// The owner name of free blocks in fsck's sweep of the data area.
+const FREE: &str = "the free lists";
 
 /// Check every invariant of a mounted file system, holding the namespace lock exclusively.
 pub(crate) fn check(state: &MountState) -> Report {
@@ -172,7 +182,7 @@ pub(crate) fn check(state: &MountState) -> Report {
         .collect();
     all.extend(
         free.iter()
-            .map(|x| (x.start, x.len, "the free lists".to_string())),
+            .map(|x| (x.start, x.len, FREE.to_string())),
     );
     all.sort_by_key(|x| x.0);
     let mut cur = g.data_start;
@@ -184,7 +194,8 @@ pub(crate) fn check(state: &MountState) -> Report {
                 s + l
             ));
         }
-        if *s < cur {
+        // Blocks two inodes claim are listed below, with what each holds there.
+        if *s < cur && (who == FREE || last_owner == FREE) {
             p(format!(
                 "block {s} is claimed by both {last_owner} and {who}"
             ));
@@ -204,12 +215,21 @@ pub(crate) fn check(state: &MountState) -> Report {
             g.data_start + g.data_blocks
         ));
     }
+    for sh in claims::shared(&claims::claims_of(nodes.values().copied())) {
+        p(sh.to_string());
+    }
     if let Err(e) = state.alloc.check_consistency() {
         p(format!("allocator: {e}"));
     }
 
-    for ino in &state.damaged_inodes {
-        r.problems.push(format!("inode {ino} fails its checksum"));
+    // As the inode is on media now: repair reseals or frees them in this same mount.
+    for &ino in &state.damaged_inodes {
+        let mut raw = [0u8; INODE_BYTES];
+        let now_ok = state.pool.read(state.inode_off(ino), &mut raw).is_ok()
+            && (!InodeHeader::decode(&raw).in_use() || checksum::inode_checksum_ok(&raw));
+        if !now_ok {
+            r.problems.push(format!("inode {ino} fails its checksum"));
+        }
     }
     // 3. Link counts, entry types and the directory tree; xattr blocks and symlink targets.
     validate::namespace(&nodes, false, &mut r.problems);

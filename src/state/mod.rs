@@ -4,6 +4,7 @@
 
 pub(crate) mod alloc_snapshot;
 pub(crate) mod background;
+pub(crate) mod claims;
 pub mod damage;
 pub mod fsck;
 pub(crate) mod inode_state;

@@ -13,9 +13,10 @@ use crate::media::layout::{
 };
 use crate::media::pool::{Category, Pool};
 use crate::meta::dir::DirIndex;
-use crate::meta::inode::FileMap;
+use crate::meta::inode::{FileMap, SlotId};
 use crate::state::alloc_snapshot;
 use crate::state::background::Background;
+use crate::state::claims;
 use crate::state::damage;
 use crate::state::locks::lock;
 use crate::state::inode_state::{InodeState, wlock};
@@ -61,8 +62,10 @@ struct LoadedInodes {
     rebuilt_dir_headers: Vec<(u64, u32)>,
 }
 
-/// Load every in-use inode, validating what the DRAM indexes are built from.
-fn load_inodes(pool: &Pool, g: &Geometry) -> Result<LoadedInodes> {
+/// Load every in-use inode, validating what the DRAM indexes are built from. An inode that
+/// fails its checksum is listed as damaged; with `load_damaged` (fsck and repair) it is also
+/// loaded when it passes every other check, so its blocks stay claimed and repair can judge it.
+fn load_inodes(pool: &Pool, g: &Geometry, load_damaged: bool) -> Result<LoadedInodes> {
     let mut nodes = HashMap::new();
     let mut free = vec![BTreeSet::new(); g.partitions as usize];
     let mut dead_offs = Vec::new();
@@ -81,71 +84,22 @@ fn load_inodes(pool: &Pool, g: &Geometry) -> Result<LoadedInodes> {
                 free[g.inode_partition(cur) as usize].insert(cur);
                 continue;
             }
-            if !checksum::inode_checksum_ok(raw) {
-                // Not loaded: nothing is built from an inode that may be wrong. Mount refuses
-                // the pool; fsck reports it, and repair frees the slot (its entries dangle).
-                damaged.push(cur);
-                continue;
-            }
-            let kind = hdr
-                .kind()
-                .ok_or_else(|| corrupt!("inode {cur}: unknown file type in mode {:o}", hdr.mode))?;
-            if hdr.size > MAX_FILE_SIZE || hdr.map_end > u64::from(u32::MAX) {
-                return Err(corrupt!(
-                    "inode {cur}: size {} / map end {} out of range",
-                    hdr.size,
-                    hdr.map_end
-                ));
-            }
-            if hdr.xattr_block != 0 && !g.is_data_block(hdr.xattr_block) {
-                return Err(corrupt!(
-                    "inode {cur}: xattr block {} outside the data area",
-                    hdr.xattr_block
-                ));
-            }
-            if hdr.index_block != 0 && !g.is_data_block(hdr.index_block) {
-                return Err(corrupt!(
-                    "inode {cur}: extent index block {} outside the data area",
-                    hdr.index_block
-                ));
-            }
-            let loaded = FileMap::load(pool, g, cur, raw, hdr.index_block, hdr.map_end)?;
-            let map = loaded.map;
-            bad_checksums.extend(loaded.bad_checksum.iter().map(|b| bad_index_block(cur, *b)));
-            let ioff = g.inode_offset(cur)?;
-            dead_offs.extend(loaded.dead.iter().map(|&s| map.slot_offset(ioff, s)));
-            let dir = if kind == FileKind::Dir {
-                if !hdr.size.is_multiple_of(BLOCK_SIZE) {
-                    return Err(corrupt!(
-                        "directory {cur}: size {} is not a whole number of blocks",
-                        hdr.size
-                    ));
-                }
-                if hdr.parent == 0 || hdr.parent > total {
-                    return Err(corrupt!(
-                        "directory {cur}: parent {} out of range",
-                        hdr.parent
-                    ));
-                }
-                let mut d = DirIndex::default();
-                let mut b = vec![0u8; BLOCK_BYTES];
-                for k in 0..hdr.size / BLOCK_SIZE {
-                    let (phys, _) = map
-                        .lookup(k)
-                        .ok_or_else(|| corrupt!("directory {cur}: block {k} is not mapped"))?;
-                    pool.read(phys * BLOCK_SIZE, &mut b)?;
-                    let block = u32::try_from(k)
-                        .map_err(|_| corrupt!("directory {cur}: block {k} beyond 2^32 blocks"))?;
-                    if !d.load_block(cur, block, &b)? {
-                        bad_checksums.push(bad_dir_header(cur, block));
-                        rebuilt_dir_headers.push((cur, block));
-                    }
-                }
-                Some(d)
+            let (n, l) = if checksum::inode_checksum_ok(raw) {
+                load_inode(pool, g, cur, raw, hdr)?
             } else {
-                None
+                // Nothing a serving mount builds comes from an inode that may be wrong: mount
+                // refuses the pool. fsck reports it; repair reseals or frees it.
+                damaged.push(cur);
+                match load_damaged.then(|| load_inode(pool, g, cur, raw, hdr)) {
+                    Some(Ok(x)) => x,
+                    _ => continue,
+                }
             };
-            nodes.insert(cur, InodeState::new(cur, hdr, map, dir));
+            let ioff = g.inode_offset(cur)?;
+            dead_offs.extend(l.dead.iter().map(|&s| n.map.slot_offset(ioff, s)));
+            bad_checksums.extend(l.bad_checksums);
+            rebuilt_dir_headers.extend(l.rebuilt_dir_headers);
+            nodes.insert(cur, n);
         }
         ino += per_block;
     }
@@ -159,6 +113,89 @@ fn load_inodes(pool: &Pool, g: &Geometry) -> Result<LoadedInodes> {
     })
 }
 
+/// What loading one inode found besides the inode itself.
+struct LoadedInode {
+    /// Its dead extent slots.
+    dead: Vec<SlotId>,
+    /// Its extent-index blocks and directory block headers that fail their checksum.
+    bad_checksums: Vec<String>,
+    /// Its directory blocks loaded with a rebuilt header.
+    rebuilt_dir_headers: Vec<(u64, u32)>,
+}
+
+/// Load in-use inode `cur` (header `hdr`, raw bytes `raw`): validate its header ranges, its
+/// extent map and, for a directory, its blocks.
+fn load_inode(
+    pool: &Pool,
+    g: &Geometry,
+    cur: u64,
+    raw: &[u8],
+    hdr: InodeHeader,
+) -> Result<(InodeState, LoadedInode)> {
+    let total = g.total_inodes();
+    let kind = hdr
+        .kind()
+        .ok_or_else(|| corrupt!("inode {cur}: unknown file type in mode {:o}", hdr.mode))?;
+    if hdr.size > MAX_FILE_SIZE || hdr.map_end > u64::from(u32::MAX) {
+        return Err(corrupt!(
+            "inode {cur}: size {} / map end {} out of range",
+            hdr.size,
+            hdr.map_end
+        ));
+    }
+    if hdr.xattr_block != 0 && !g.is_data_block(hdr.xattr_block) {
+        return Err(corrupt!(
+            "inode {cur}: xattr block {} outside the data area",
+            hdr.xattr_block
+        ));
+    }
+    if hdr.index_block != 0 && !g.is_data_block(hdr.index_block) {
+        return Err(corrupt!(
+            "inode {cur}: extent index block {} outside the data area",
+            hdr.index_block
+        ));
+    }
+    let loaded = FileMap::load(pool, g, cur, raw, hdr.index_block, hdr.map_end)?;
+    let map = loaded.map;
+    let mut l = LoadedInode {
+        bad_checksums: loaded.bad_checksum.iter().map(|b| bad_index_block(cur, *b)).collect(),
+        dead: loaded.dead,
+        rebuilt_dir_headers: Vec::new(),
+    };
+    let dir = if kind == FileKind::Dir {
+        if !hdr.size.is_multiple_of(BLOCK_SIZE) {
+            return Err(corrupt!(
+                "directory {cur}: size {} is not a whole number of blocks",
+                hdr.size
+            ));
+        }
+        if hdr.parent == 0 || hdr.parent > total {
+            return Err(corrupt!(
+                "directory {cur}: parent {} out of range",
+                hdr.parent
+            ));
+        }
+        let mut d = DirIndex::default();
+        let mut b = vec![0u8; BLOCK_BYTES];
+        for k in 0..hdr.size / BLOCK_SIZE {
+            let (phys, _) = map
+                .lookup(k)
+                .ok_or_else(|| corrupt!("directory {cur}: block {k} is not mapped"))?;
+            pool.read(phys * BLOCK_SIZE, &mut b)?;
+            let block = u32::try_from(k)
+                .map_err(|_| corrupt!("directory {cur}: block {k} beyond 2^32 blocks"))?;
+            if !d.load_block(cur, block, &b)? {
+                l.bad_checksums.push(bad_dir_header(cur, block));
+                l.rebuilt_dir_headers.push((cur, block));
+            }
+        }
+        Some(d)
+    } else {
+        None
+    };
+    Ok((InodeState::new(cur, hdr, map, dir), l))
+}
+
 /// The problem line of an extent-index block failing its checksum (mount and fsck).
 pub(crate) fn bad_index_block(ino: u64, block: u64) -> String {
     format!("inode {ino}: extent-index block {block} fails its checksum")
@@ -169,23 +206,14 @@ pub(crate) fn bad_dir_header(dir: u64, block: u32) -> String {
     format!("directory {dir}: the header of block {block} fails its checksum")
 }
 
-/// Every block owned by an inode: (run, owner), sorted; overlapping ownership is corruption.
-fn owned_runs(nodes: &HashMap<u64, InodeState>) -> Result<Vec<(BlockRun, u64)>> {
-    let v = InodeState::owned_runs_of(nodes.values());
-    for w in v.windows(2) {
-        if w[0].0.start + w[0].0.len > w[1].0.start {
-            return Err(corrupt!(
-                "block {} is owned by both inode {} and inode {}",
-                w[1].0.start,
-                w[0].1,
-                w[1].1
-            ));
-        }
-    }
-    Ok(v)
+/// Every block owned by an inode: (run, owner), sorted; and every run two claims share
+/// (corruption: a serving mount refuses it, fsck lists it, repair clones it).
+fn owned_runs(nodes: &HashMap<u64, InodeState>) -> (Vec<(BlockRun, u64)>, Vec<claims::Shared>) {
+    let shared = claims::shared(&claims::claims_of(nodes.values()));
+    (InodeState::owned_runs_of(nodes.values()), shared)
 }
 
-/// Free runs of the data area given the owned runs (sorted, disjoint).
+/// Free runs of the data area given the owned runs (sorted by start; overlaps are allowed).
 fn complement(g: &Geometry, owned: &[(BlockRun, u64)]) -> Vec<BlockRun> {
     let mut free = Vec::new();
     let mut cur = g.data_start;
@@ -258,11 +286,11 @@ pub(crate) fn mount_checked(
     // What the inode tables will say once recovery has run, read without writing the pool.
     let loaded = if plan.is_empty() || pool.is_private() {
         plan.apply(&pool)?; // nothing, or stores that stay in this process
-        load_inodes(&pool, &g)?
+        load_inodes(&pool, &g, inconsistent == Inconsistent::Report)?
     } else {
         let view = pool.private_view()?;
         plan.apply(&view)?;
-        load_inodes(&view, &g)?
+        load_inodes(&view, &g, inconsistent == Inconsistent::Report)?
     };
     match loaded.inodes.get(&ROOT_INO) {
         Some(n) if n.is_dir() => {}
@@ -293,7 +321,18 @@ pub(crate) fn mount_checked(
     }
     // After the checksum refusals: a damaged block's records may claim blocks others own, and
     // the checksum is the precise cause.
-    let owned = owned_runs(&loaded.inodes)?;
+    let (owned, shared) = owned_runs(&loaded.inodes);
+    if inconsistent == Inconsistent::Refuse
+        && let Some(first) = shared.first()
+    {
+        return Err(corrupt!(
+            "{first}{}; the pool was not changed; `winefs fsck --repair` gives each file its own copy",
+            match shared.len() {
+                1 => String::new(),
+                n => format!(" (and {} more shared runs)", n - 1),
+            }
+        ));
+    }
     if inconsistent == Inconsistent::Refuse {
         let mut problems = Vec::new();
         let nodes: HashMap<u64, &InodeState> = loaded.inodes.iter().map(|(k, v)| (*k, v)).collect();
@@ -309,9 +348,11 @@ pub(crate) fn mount_checked(
         }
     }
     let free = complement(&g, &owned);
-    if sb_state.clean
-        && let Some(why) = alloc_snapshot::bitmap_disagreement(&pool, &g, sb_state.bitmap_crc, &free)?
-    {
+    let stale_snapshot = match sb_state.clean {
+        true => alloc_snapshot::bitmap_disagreement(&pool, &g, sb_state.bitmap_crc, &free)?,
+        false => None,
+    };
+    if let Some(why) = &stale_snapshot {
         notes.push(format!("{why}; free space was rebuilt from the inode tables"));
     }
     let alloc = Allocator::from_free_runs(&g.partition_ranges(), free)
@@ -353,10 +394,17 @@ pub(crate) fn mount_checked(
         .filter_map(|n| n.dir.as_ref())
         .flat_map(|d| d.names.values().map(|l| l.ino))
         .collect();
+    // Damaged ones and ones sharing blocks (fsck and repair only) are left for repair to judge:
+    // freeing one here would give blocks another inode claims to the allocator.
+    let suspect: HashSet<u64> = shared
+        .iter()
+        .flat_map(|s| [s.a.ino, s.b.ino])
+        .chain(loaded.damaged.iter().copied())
+        .collect();
     let orphans: Vec<u64> = loaded
         .inodes
         .values()
-        .filter(|n| n.hdr.nlink == 0 && !named.contains(&n.ino))
+        .filter(|n| n.hdr.nlink == 0 && !named.contains(&n.ino) && !suspect.contains(&n.ino))
         .map(|n| n.ino)
         .collect();
     let rewrite = !opts.no_background_rewrite && !opts.read_only;
@@ -385,6 +433,7 @@ pub(crate) fn mount_checked(
         recovery: report,
         damaged_inodes: loaded.damaged,
         rebuilt_dir_headers: loaded.rebuilt_dir_headers,
+        stale_snapshot,
         faults: Mutex::new(None),
         background: Arc::new(background),
         pool,

@@ -57,8 +57,11 @@ pub(crate) struct MountState {
     /// What recovery did at mount.
     pub recovery: RecoveryReport,
     /// In-use inodes that failed their checksum at mount (only a mount for fsck or repair
-    /// gets this far with any): not loaded, not free.
+    /// gets this far with any): not free; loaded only if they pass every other check.
     pub damaged_inodes: Vec<u64>,
+    /// Why the allocator snapshot saved by the last clean unmount was not used (it fails its
+    /// checksum or disagrees with the inode tables); the next clean unmount rewrites it.
+    pub stale_snapshot: Option<String>,
     /// Directory blocks (directory, block index) whose header failed its checksum at mount
     /// (only a mount for fsck or repair gets this far with any): loaded with the header
     /// rebuilt from the entries it marks (`dir::rebuilt_starts`), which repair writes back.

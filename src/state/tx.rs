@@ -9,6 +9,7 @@ use crate::media::journal::Tx;
 use crate::media::layout::{self, BLOCKS_PER_HUGE, INODE_IN_USE, InodeHeader};
 use crate::media::pool::Category;
 use crate::meta::inode::{self, FileMap, MapUpdate};
+use crate::state::claims;
 use crate::state::inode_state::InodeState;
 use crate::state::mount_state::MountState;
 use crate::sys::current_cpu;
@@ -152,9 +153,24 @@ impl MountState {
     /// After the transaction of [`MountState::free_inode_tx`] committed: the inode's blocks
     /// (data, extent index, xattr) go back, and it leaves the inode table.
     pub fn forget_inode(&self, n: &mut InodeState) {
+        let runs = n.owned_runs();
+        self.forget_inode_freeing(n, &runs);
+    }
+
+    /// [`MountState::forget_inode`], except that the blocks of `kept` (runs sorted by start:
+    /// what other inodes claim too, for `fsck --repair`) are not given back, and a block the
+    /// inode claims twice is given back once.
+    pub fn forget_inode_keeping(&self, n: &mut InodeState, kept: &[BlockRun]) {
+        let runs = claims::subtract(&claims::merged(n.owned_runs()), kept);
+        self.forget_inode_freeing(n, &runs);
+    }
+
+    /// Forget inode `n`, giving `runs` back (in that order: the order decides which free
+    /// aligned extents are taken next).
+    fn forget_inode_freeing(&self, n: &mut InodeState, runs: &[BlockRun]) {
         self.forget_prealloc(n);
         n.hdr = freed_header(&n.hdr);
-        self.free_runs(&n.owned_runs());
+        self.free_runs(runs);
         self.inodes
             .write()
             .unwrap_or_else(|e| e.into_inner())

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use winefs::{Consistency, Fs, MkfsOptions, MountOptions};
+use winefs::{Consistency, Error, Fs, MkfsOptions, MountOptions};
 
 /// Format a pool of `size` bytes at `path` (`partitions`: None for the default, one per CPU).
 pub fn format(path: &Path, size: u64, partitions: Option<u32>) {
@@ -60,4 +60,59 @@ pub fn mount_with(path: &Path, consistency: Consistency) -> Fs {
 /// Mount with any options.
 pub fn mount_opts(path: &Path, opts: MountOptions) -> Fs {
     Fs::mount(path, opts).unwrap_or_else(|e| panic!("mount {}: {e}", path.display()))
+}
+
+// ----- damaged pools: patching images, refusals and repairs -----
+
+/// `len` bytes of a pattern that differs with `seed`.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Overwrite bytes of the pool image at `p`.
+pub fn patch(p: &Path, off: u64, bytes: &[u8]) {
+    let mut img = std::fs::read(p).unwrap();
+    img[off as usize..off as usize + bytes.len()].copy_from_slice(bytes);
+    std::fs::write(p, img).unwrap();
+}
+
+/// Flip the bits of `mask` in the byte at `off` of the pool image at `p`.
+pub fn flip(p: &Path, off: u64, mask: u8) {
+    let img = std::fs::read(p).unwrap();
+    patch(p, off, &[img[off as usize] ^ mask]);
+}
+
+/// Mounting `p` fails with `Corrupted` containing `what`, and writes nothing.
+pub fn refused(p: &Path, what: &str) -> String {
+    let before = std::fs::read(p).unwrap();
+    let e = match Fs::mount(p, MountOptions::default()) {
+        Ok(_) => panic!("a pool that should be refused ({what}) mounted"),
+        Err(e) => e,
+    };
+    assert!(
+        matches!(&e, Error::Corrupted(m) if m.contains(what)),
+        "expected a refusal mentioning {what:?}, got: {e}"
+    );
+    assert!(
+        std::fs::read(p).unwrap() == before,
+        "a refused mount wrote to the pool ({e})"
+    );
+    e.to_string()
+}
+
+/// `fsck --repair` (the library's `Fs::repair_pool`) of `p` leaves nothing, one of its change
+/// lines mentions `expect`, and the pool then checks clean.
+pub fn repaired(p: &Path, expect: &str) -> winefs::RepairReport {
+    let rep = Fs::repair_pool(p).unwrap();
+    assert!(rep.left.is_empty(), "left: {:?}", rep.left);
+    assert!(
+        rep.changes.iter().any(|c| c.contains(expect)),
+        "no change mentions {expect:?}: {:?}",
+        rep.changes
+    );
+    let after = winefs::state::fsck::check_pool(p).unwrap();
+    assert!(after.is_clean(), "{:?}", after.problems);
+    rep
 }
