@@ -353,7 +353,7 @@ fn a_flagged_pool_whose_damaged_inode_is_resealed_has_its_flag_cleared() {
 }
 
 #[test]
-fn a_shared_block_claimed_through_a_damaged_index_block_is_left() {
+fn a_shared_block_claimed_through_a_damaged_index_block_is_freed_with_its_file() {
     let (_d, p) = fresh_pool(32 * MIB, Some(1));
     let fs = mount(&p);
     let small = fs.create_file("/small").unwrap();
@@ -379,15 +379,19 @@ fn a_shared_block_claimed_through_a_damaged_index_block_is_left() {
         .unwrap();
     patch(&p, rec + 8, &small_blk.to_le_bytes());
     let (code, out) = fsck_cli(&p, true);
-    assert_eq!(code, 3, "{out}");
+    assert_eq!(code, 1, "{out}");
     assert!(
         out.contains(&format!(
-            "not repaired: inode {frag_ino}'s extent-index chain fails its checksum, so its claim cannot be trusted"
-        )),
+            "inode {frag_ino}: extent-index blocks [{ib}] fail their checksum and it shares blocks"
+        )) && out.contains("freed (its content is lost), the shared blocks left to their other owner"),
         "{out}"
     );
     assert!(!out.contains("cloned"), "{out}");
-    // /small is untouched: its own block and content.
-    let r = winefs::state::fsck::check_pool(&p).unwrap();
-    assert!(r.problems.iter().any(|x| x.contains(&format!("block {small_blk} claimed by"))), "{:?}", r.problems);
+    // /small keeps its own block and content; the pool checks clean.
+    assert!(winefs::state::fsck::check_pool(&p).unwrap().is_clean());
+    let fs = mount(&p);
+    assert_eq!(fs.extents(fs.resolve("/small", true).unwrap()).unwrap()[0].1, small_blk);
+    assert_eq!(fs.open_file("/small").unwrap().read_all().unwrap(), pattern(4096, 3));
+    assert!(fs.resolve("/frag", true).is_err());
+    fs.unmount().unwrap();
 }

@@ -429,7 +429,7 @@ fn pool_with_index_block() -> (tempfile::TempDir, std::path::PathBuf, u64, u64, 
 }
 
 #[test]
-fn a_damaged_extent_index_block_is_refused_reported_and_left_by_repair() {
+fn a_damaged_extent_index_block_is_refused_reported_and_resealed_by_repair() {
     let (_d, p, ib, ino, _, _) = pool_with_index_block();
     // The top bit of a live record's logical block: the record would read as dead (beyond the
     // map end) and its data as a hole, structurally valid — only the checksum tells.
@@ -438,6 +438,9 @@ fn a_damaged_extent_index_block_is_refused_reported_and_left_by_repair() {
         .map(|s| ib * 4096 + 16 + s * 16)
         .find(|&o| img[o as usize + 4..o as usize + 8] != [0; 4])
         .unwrap();
+    let logical = u64::from(u32::from_le_bytes(
+        img[slot as usize..slot as usize + 4].try_into().unwrap(),
+    ));
     flip(&p, slot + 3, 0x80);
     let msg = refused(&p, &format!("inode {ino}: extent-index block {ib} fails its checksum"));
     assert!(msg.contains("the pool was not changed"), "{msg}");
@@ -447,24 +450,24 @@ fn a_damaged_extent_index_block_is_refused_reported_and_left_by_repair() {
         "{:?}",
         rep.problems
     );
-    // Repair does not guess which records are right: it leaves the block and says so.
-    let before = std::fs::read(&p).unwrap();
+    // Leaving the block would leave a pool no mount accepts: repair reseals it as e2fsck
+    // would, and says that the record which now reads as dead is dropped.
     let fixed = Fs::repair_pool(&p).unwrap();
+    assert!(fixed.left.is_empty(), "{fixed:?}");
     assert!(
-        fixed.left.iter().any(|l| l.contains(&format!("extent-index block {ib} fails its checksum"))),
+        fixed.changes.iter().any(|c| c.contains(&format!("inode {ino}: extent-index blocks [{ib}] failed their checksum; resealed"))
+            && c.contains("1 records there read as beyond the map end and are dropped")),
         "{fixed:?}"
     );
-    // The only change: the allocator snapshot, which the repair mount's clean unmount rewrites
-    // (the record that reads as dead left a block unclaimed) and the report names.
-    assert!(
-        fixed.changes.iter().all(|c| c.starts_with("allocator snapshot: ")),
-        "{fixed:?}"
-    );
-    refused(&p, "fails its checksum");
-    // Nothing but the clean-unmount bookkeeping of the repair mount changed the index block.
-    let after = std::fs::read(&p).unwrap();
-    let r = (ib * 4096) as usize..(ib * 4096 + 4096) as usize;
-    assert!(before[r.clone()] == after[r], "repair changed the damaged index block");
+    assert!(winefs::state::fsck::check_pool(&p).unwrap().is_clean());
+    // The dropped record's block reads as a hole; the pool is writable again.
+    let fs = mount(&p);
+    let mut b = vec![1u8; 4096];
+    fs.read(ino, logical * 4096, &mut b).unwrap();
+    assert!(b.iter().all(|&x| x == 0), "the dropped record's block is a hole");
+    fs.write(ino, logical * 4096, b"again").unwrap();
+    fs.unmount().unwrap();
+    assert!(winefs::state::fsck::check_pool(&p).unwrap().is_clean());
 }
 
 #[test]

@@ -455,7 +455,14 @@ mod tests {
                 "{c:?}"
             );
         }
-        assert_eq!(r.winefs.extents, 1, "{:?}", r.winefs);
+        // Whole aligned units, so every 2 MiB maps with one PMD (checked below). Usually one
+        // extent; a writer that the scheduler moves to the other CPU midway allocates the rest
+        // from that CPU's partition, so up to one extent per unit is as designed.
+        assert!(
+            (1..=(cfg.size / (2 * MIB)) as usize).contains(&r.winefs.extents),
+            "{:?}",
+            r.winefs
+        );
         assert_eq!(r.scattered.extents, 2048);
         assert_eq!(r.winefs.pmd_share, 1.0);
         assert_eq!(r.scattered.pmd_share, 0.0);

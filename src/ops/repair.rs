@@ -7,6 +7,8 @@
 //!    its checksum rewritten (e2fsck's "passes checks, but checksum does not match"); any other
 //!    is freed, with whatever blocks no other inode claims; an orphan that shares blocks is
 //!    freed the same way;
+//!    an extent-index block that fails its checksum is resealed when the map read through it
+//!    passes every check and shares no block, else the inode is freed the same way;
 //! 1. blocks two inodes claim (e2fsck's passes 1B-1D): every claimant but one gets a copy of
 //!    its own (fresh blocks, the shared content copied, the extent remapped in one
 //!    transaction); the keeper is the extent-index block if one side is one, else the lower
@@ -134,6 +136,8 @@ pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
     crate::ops::repair_dirs::rewrite_headers(state, &mut rep.changes)?;
     // 0. Inodes that fail their checksum: resealed or freed; orphans sharing blocks freed.
     damaged_inodes(state, &mut rep)?;
+    // 0b. Extent-index blocks that fail their checksum: resealed or the file freed.
+    bad_index_blocks(state, &mut rep)?;
     // 1. Blocks two inodes claim: a copy each.
     shared_blocks(state, &mut rep)?;
     if let Some(why) = &state.stale_snapshot {
@@ -436,6 +440,90 @@ fn free_keeping_shared(state: &MountState, ino: u64, node: &InodeRef) -> Result<
     state.commit(tx)?;
     state.forget_inode_keeping(&mut g, &others);
     Ok(())
+}
+
+/// Pass 0b: an inode whose extent-index chain has blocks that fail their checksum (its own
+/// checksum passes, or pass 0 freed it) keeps its map and gets those blocks resealed when the
+/// map loaded (every live record in the data area, none overlapping) and shares no block; else
+/// it is freed, with whatever blocks no other inode claims. Leaving the block would leave a pool
+/// that no mount, not even a read-only one, accepts.
+fn bad_index_blocks(state: &MountState, rep: &mut RepairReport) -> Result<()> {
+    for node in state.all_inodes() {
+        let (ino, map_end, bad) = {
+            let g = rlock(&node);
+            let mut bad = Vec::new();
+            let mut blk = vec![0u8; crate::media::layout::BLOCK_BYTES];
+            for &b in &g.map.index_blocks {
+                state.pool.read(b * BLOCK_SIZE, &mut blk)?;
+                if !checksum::index_block_checksum_ok(b, &blk, g.hdr.map_end) {
+                    bad.push((
+                        b,
+                        checksum::index_block_checksum(b, &blk, g.hdr.map_end),
+                        dead_records(&blk, g.hdr.map_end),
+                    ));
+                }
+            }
+            (g.ino, g.hdr.map_end, bad)
+        };
+        if bad.is_empty() {
+            continue;
+        }
+        let blocks: Vec<u64> = bad.iter().map(|x| x.0).collect();
+        let shares = claims::shared(&all_claims(state))
+            .iter()
+            .find(|s| s.a.ino == ino || s.b.ino == ino)
+            .map(|s| s.to_string());
+        if let Some(s) = shares {
+            free_keeping_shared(state, ino, &node)?;
+            rep.changes.push(format!(
+                "inode {ino}: extent-index blocks {blocks:?} fail their checksum and it shares blocks ({s}); freed (its content is lost), the shared blocks left to their other owner"
+            ));
+            continue;
+        }
+        let dropped: usize = bad.iter().map(|x| x.2.len()).sum();
+        let mut tx = Tx::new();
+        for (b, crc, dead) in bad {
+            // The records that read as dead are zeroed as mount zeroes dead slots; the checksum
+            // counts them as zero already.
+            for o in dead {
+                tx.write(
+                    b * BLOCK_SIZE + o as u64,
+                    vec![0u8; crate::media::layout::EXTENT_BYTES],
+                    Category::Metadata,
+                );
+            }
+            tx.write(
+                b * BLOCK_SIZE + crate::media::layout::index_block::CRC as u64,
+                crc.to_le_bytes().to_vec(),
+                Category::Metadata,
+            );
+        }
+        state.commit(tx)?;
+        let dropped = if dropped == 0 {
+            String::new()
+        } else {
+            format!(
+                "; {dropped} records there read as beyond the map end and are dropped (the file has holes there, their blocks are free)"
+            )
+        };
+        rep.changes.push(format!(
+            "inode {ino}: extent-index blocks {blocks:?} failed their checksum; resealed (map end {map_end}): its records pass every check, but its content cannot be verified{dropped}"
+        ));
+    }
+    Ok(())
+}
+
+/// Offsets in extent-index block `blk` of the records that are not empty but lie at or beyond
+/// `map_end`.
+fn dead_records(blk: &[u8], map_end: u64) -> Vec<usize> {
+    use crate::media::layout::{EXTENT_BYTES, ExtentRecord, INDEX_SLOTS, index_block};
+    (0..INDEX_SLOTS)
+        .map(|s| index_block::SLOTS + s * EXTENT_BYTES)
+        .filter(|&o| {
+            let r = ExtentRecord::decode(&blk[o..o + EXTENT_BYTES]);
+            r.len != 0 && u64::from(r.logical) >= map_end
+        })
+        .collect()
 }
 
 /// Whether a block of inode `ino`'s extent-index chain fails its checksum (or the map no longer

@@ -112,7 +112,7 @@ pub(crate) fn check(state: &MountState) -> Report {
                 let (m, dead) = (loaded.map, loaded.dead);
                 for b in loaded.bad_checksum {
                     p(format!(
-                        "{}; repair leaves it: which of its records are right cannot be known",
+                        "{}; repair reseals it if its records pass every check, else frees the file",
                         mount::bad_index_block(n.ino, b)
                     ));
                 }
