@@ -352,12 +352,14 @@ fn a_flagged_pool_whose_damaged_inode_is_resealed_has_its_flag_cleared() {
     clean(&p);
 }
 
-#[test]
-fn a_shared_block_claimed_through_a_damaged_index_block_is_freed_with_its_file() {
-    let (_d, p) = fresh_pool(32 * MIB, Some(1));
+/// A pool holding `/NAME` (one 4 KiB block of pattern `seed`) and `/frag`, twelve separate
+/// extents (so it has an extent-index block), cleanly unmounted: (pool dir, pool, the small
+/// file's block, /frag's inode, its index block).
+fn small_and_frag(name: &str, seed: u8) -> (tempfile::TempDir, std::path::PathBuf, u64, u64, u64) {
+    let (d, p) = fresh_pool(32 * MIB, Some(1));
     let fs = mount(&p);
-    let small = fs.create_file("/small").unwrap();
-    small.write_at(0, &pattern(4096, 3)).unwrap();
+    let small = fs.create_file(name).unwrap();
+    small.write_at(0, &pattern(4096, seed)).unwrap();
     let small_blk = fs.extents(small.ino()).unwrap()[0].1;
     drop(small);
     let frag = fs.create_file("/frag").unwrap();
@@ -370,6 +372,12 @@ fn a_shared_block_claimed_through_a_damaged_index_block_is_freed_with_its_file()
     fs.unmount().unwrap();
     let raw = inode_bytes(&p, &g, frag_ino);
     let ib = u64::from_le_bytes(raw[ino::INDEX_BLOCK..ino::INDEX_BLOCK + 8].try_into().unwrap());
+    (d, p, small_blk, frag_ino, ib)
+}
+
+#[test]
+fn a_shared_block_claimed_through_a_damaged_index_block_is_freed_with_its_file() {
+    let (_d, p, small_blk, frag_ino, ib) = small_and_frag("/small", 3);
     // A live record of the index block now points at /small's block; the block's checksum is
     // not resealed, so the claim is read through a block that fails it.
     let img = std::fs::read(&p).unwrap();
@@ -393,5 +401,26 @@ fn a_shared_block_claimed_through_a_damaged_index_block_is_freed_with_its_file()
     assert_eq!(fs.extents(fs.resolve("/small", true).unwrap()).unwrap()[0].1, small_blk);
     assert_eq!(fs.open_file("/small").unwrap().read_all().unwrap(), pattern(4096, 3));
     assert!(fs.resolve("/frag", true).is_err());
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn an_inode_whose_extent_map_cannot_be_loaded_is_reported_and_freed() {
+    let (_d, p, _, frag_ino, ib) = small_and_frag("/keep", 9);
+    // The index block's `next` points at itself: the map cannot be loaded at all.
+    patch(&p, ib * 4096 + 8, &ib.to_le_bytes());
+    refused(&p, &format!("inode {frag_ino}: extent index chain points at block {ib}"));
+    // fsck checks the rest and names it (exit 1: problems), rather than "cannot check" (2).
+    let (code, out) = fsck_cli(&p, false);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("inode {frag_ino}: extent index chain points at block {ib}")), "{out}");
+    let (code, out) = fsck_cli(&p, true);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("inode {frag_ino} freed (its content is lost)")), "{out}");
+    assert!(out.contains("removed entry \"frag\""), "{out}");
+    clean(&p);
+    let fs = mount(&p);
+    assert!(fs.resolve("/frag", true).is_err());
+    assert_eq!(fs.open_file("/keep").unwrap().read_all().unwrap(), pattern(4096, 9));
     fs.unmount().unwrap();
 }

@@ -346,9 +346,10 @@ fn damaged_inodes(state: &MountState, rep: &mut RepairReport) -> Result<()> {
             );
             state.commit(tx)?;
             state.release_inode_number(ino);
-            rep.changes.push(format!(
-                "inode {ino} failed its checksum; freed (its content is lost)"
-            ));
+            rep.changes.push(match state.unloadable_inodes.get(&ino) {
+                Some(why) => format!("{why}; inode {ino} freed (its content is lost)"),
+                None => format!("inode {ino} failed its checksum; freed (its content is lost)"),
+            });
             continue;
         };
         match reseal_refusal(state, ino, &node, &names, sharing(ino)) {

@@ -225,9 +225,13 @@ pub(crate) fn check(state: &MountState) -> Report {
     // As the inode is on media now: repair reseals or frees them in this same mount.
     for &ino in &state.damaged_inodes {
         let mut raw = [0u8; INODE_BYTES];
-        let now_ok = state.pool.read(state.inode_off(ino), &mut raw).is_ok()
-            && (!InodeHeader::decode(&raw).in_use() || checksum::inode_checksum_ok(&raw));
-        if !now_ok {
+        let read = state.pool.read(state.inode_off(ino), &mut raw).is_ok();
+        let in_use = InodeHeader::decode(&raw).in_use();
+        if let Some(why) = state.unloadable_inodes.get(&ino) {
+            if !read || in_use {
+                r.problems.push(why.clone());
+            }
+        } else if !read || (in_use && !checksum::inode_checksum_ok(&raw)) {
             r.problems.push(format!("inode {ino} fails its checksum"));
         }
     }

@@ -25,7 +25,7 @@ use crate::state::mkfs::write_state;
 use crate::state::mount_state::MountState;
 use crate::sys::now_ns;
 use crate::types::MountOptions;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -55,6 +55,9 @@ struct LoadedInodes {
     dead_slots: Vec<u64>,
     /// In-use inodes that fail their checksum (not loaded, not free).
     damaged: Vec<u64>,
+    /// Why each damaged inode that passes its checksum was not loaded (fsck and repair only:
+    /// its header ranges, extent map or directory blocks fail validation).
+    unloadable: BTreeMap<u64, String>,
     /// Extent-index blocks and directory block headers that fail their checksum although
     /// everything built from them passed validation: one line each, in the words of fsck.
     bad_checksums: Vec<String>,
@@ -70,6 +73,7 @@ fn load_inodes(pool: &Pool, g: &Geometry, load_damaged: bool) -> Result<LoadedIn
     let mut free = vec![BTreeSet::new(); g.partitions as usize];
     let mut dead_offs = Vec::new();
     let mut damaged = Vec::new();
+    let mut unloadable = BTreeMap::new();
     let mut bad_checksums = Vec::new();
     let mut rebuilt_dir_headers = Vec::new();
     let mut blk = vec![0u8; BLOCK_BYTES];
@@ -85,7 +89,17 @@ fn load_inodes(pool: &Pool, g: &Geometry, load_damaged: bool) -> Result<LoadedIn
                 continue;
             }
             let (n, l) = if checksum::inode_checksum_ok(raw) {
-                load_inode(pool, g, cur, raw, hdr)?
+                match load_inode(pool, g, cur, raw, hdr) {
+                    Ok(x) => x,
+                    // A serving mount refuses the pool with this line; fsck reports it and
+                    // repair frees the inode (nothing it claims can be trusted).
+                    Err(e @ Error::Corrupted(_)) if load_damaged => {
+                        damaged.push(cur);
+                        unloadable.insert(cur, e.to_string());
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
             } else {
                 // Nothing a serving mount builds comes from an inode that may be wrong: mount
                 // refuses the pool. fsck reports it; repair reseals or frees it.
@@ -108,6 +122,7 @@ fn load_inodes(pool: &Pool, g: &Geometry, load_damaged: bool) -> Result<LoadedIn
         free,
         dead_slots: dead_offs,
         damaged,
+        unloadable,
         bad_checksums,
         rebuilt_dir_headers,
     })
@@ -432,6 +447,7 @@ pub(crate) fn mount_checked(
         ),
         recovery: report,
         damaged_inodes: loaded.damaged,
+        unloadable_inodes: loaded.unloadable,
         rebuilt_dir_headers: loaded.rebuilt_dir_headers,
         stale_snapshot,
         faults: Mutex::new(None),

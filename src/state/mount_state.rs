@@ -59,6 +59,9 @@ pub(crate) struct MountState {
     /// In-use inodes that failed their checksum at mount (only a mount for fsck or repair
     /// gets this far with any): not free; loaded only if they pass every other check.
     pub damaged_inodes: Vec<u64>,
+    /// Of those, the ones that pass their checksum but fail validation (their extent map,
+    /// header ranges or directory blocks), with the line that says why; never loaded.
+    pub unloadable_inodes: std::collections::BTreeMap<u64, String>,
     /// Why the allocator snapshot saved by the last clean unmount was not used (it fails its
     /// checksum or disagrees with the inode tables); the next clean unmount rewrites it.
     pub stale_snapshot: Option<String>,
