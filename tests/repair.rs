@@ -424,3 +424,28 @@ fn an_inode_whose_extent_map_cannot_be_loaded_is_reported_and_freed() {
     assert_eq!(fs.open_file("/keep").unwrap().read_all().unwrap(), pattern(4096, 9));
     fs.unmount().unwrap();
 }
+
+#[test]
+fn a_directory_whose_block_is_zeroed_is_freed_and_its_children_go_to_lost_and_found() {
+    let (_d, p) = fresh_pool(32 * MIB, Some(1));
+    let fs = mount(&p);
+    let d = fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap().ino;
+    let f = fs.create(d, b"x", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, &pattern(4096, 5)).unwrap();
+    let dblk = fs.extents(d).unwrap()[0].1;
+    fs.unmount().unwrap();
+    patch(&p, dblk * 4096, &[0u8; 4096]);
+    refused(&p, &format!("directory {d}: block 0 has no directory magic"));
+    let (code, out) = fsck_cli(&p, true);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("inode {d} freed (its content is lost)")), "{out}");
+    assert!(out.contains(&format!("linked as /lost+found/#{f}")), "{out}");
+    clean(&p);
+    let fs = mount(&p);
+    assert!(fs.resolve("/d", true).is_err());
+    let x = fs.resolve(&format!("/lost+found/#{f}"), true).unwrap();
+    let mut b = vec![0u8; 4096];
+    fs.read(x, 0, &mut b).unwrap();
+    assert_eq!(b, pattern(4096, 5));
+    fs.unmount().unwrap();
+}

@@ -228,7 +228,8 @@ pub(crate) fn check(state: &MountState) -> Report {
         let read = state.pool.read(state.inode_off(ino), &mut raw).is_ok();
         let in_use = InodeHeader::decode(&raw).in_use();
         if let Some(why) = state.unloadable_inodes.get(&ino) {
-            if !read || in_use {
+            // Unless repair freed it (and perhaps gave its number to a new inode, now loaded).
+            if !read || (in_use && state.inode(ino).is_err()) {
                 r.problems.push(why.clone());
             }
         } else if !read || (in_use && !checksum::inode_checksum_ok(&raw)) {
