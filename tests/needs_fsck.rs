@@ -436,3 +436,38 @@ fn the_cli_refuses_a_writable_mount_of_a_flagged_pool_in_one_line() {
         "a refused mount wrote to the pool"
     );
 }
+
+#[test]
+fn an_inode_damaged_under_a_mount_is_never_resealed_by_the_next_change() {
+    let (_d, p) = pool();
+    let fs = mount(&p);
+    let f = fs.resolve("/f", true).unwrap();
+    // A byte of /f's inode outside the times (its xattr block field) changes under the mount;
+    // a chmod then changes another part of the header. Sealing would bless the damage.
+    let off = fs.geometry().inode_offset(f).unwrap() + 41;
+    flip(&p, off, 0x01);
+    let e = fs
+        .setattr(
+            f,
+            &SetAttr {
+                mode: Some(0o600),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Corrupted(m) if m.contains(&format!("inode {f} fails its checksum"))),
+        "{e}"
+    );
+    assert_eq!(record(&p).needs_fsck, 4);
+    drop(fs);
+    let msg = refused_writable(&p);
+    assert!(msg.contains("an inode failed its checksum"), "{msg}");
+    // The damage was never sealed: fsck still sees the inode fail its checksum.
+    let rep = winefs::state::fsck::check_pool(&p).unwrap();
+    assert!(
+        rep.problems.iter().any(|x| x.contains(&format!("inode {f} fails its checksum"))),
+        "{:?}",
+        rep.problems
+    );
+}

@@ -18,6 +18,8 @@ pub enum Damage {
     XattrBlock = 2,
     /// An extent-index block a transaction was about to change fails its checksum.
     IndexBlock = 3,
+    /// An inode a transaction was about to change fails its checksum.
+    Inode = 4,
 }
 
 /// The words for a flag's code; a code this build does not know is still a flag.
@@ -26,6 +28,7 @@ pub fn describe(code: u32) -> String {
         1 => "a symlink target failed its checksum".into(),
         2 => "an xattr block failed its checks".into(),
         3 => "an extent-index block failed its checksum".into(),
+        4 => "an inode failed its checksum".into(),
         c => format!("a check with code {c} failed"),
     }
 }
@@ -79,6 +82,17 @@ impl MountState {
             Damage::IndexBlock,
             format!(
                 "extent-index block {block} fails its checksum; a change to it was refused rather than sealing the damage"
+            ),
+        )
+    }
+
+    /// [`MountState::media_damage`] for inode `ino`, which a transaction was about to change and
+    /// seal although its slot fails its checksum as it stands (damage since mount).
+    pub(crate) fn inode_damage(&self, ino: u64) -> Error {
+        self.media_damage(
+            Damage::Inode,
+            format!(
+                "inode {ino} fails its checksum; a change to it was refused rather than sealing the damage"
             ),
         )
     }

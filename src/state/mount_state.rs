@@ -108,17 +108,28 @@ impl MountState {
     }
 
     /// Add to `tx` the new checksum of every in-use inode it changes (`checksum::inode_checksum`
-    /// of the inode as the transaction leaves it), so the checksum commits with the change.
+    /// of the inode as the transaction leaves it), so the checksum commits with the change. A
+    /// change of the times alone leaves the checksum as it is. An inode that fails its checksum
+    /// as it stands (damage that appeared since mount) is never resealed: the transaction is
+    /// refused and the pool flagged "needs fsck".
     fn seal_inodes(&self, tx: &mut Tx<'_>) -> Result<()> {
         let g = &self.geo;
         let table = g.inode_table_start * BLOCK_SIZE;
         let table_end = table + g.total_inodes() * INODE_SIZE;
         // Usually one or two inodes: a sorted, deduplicated vector beats a set.
         let mut touched = Vec::new();
+        // The times (`ATIME..RDEV`) are outside the checksum: a write of only those leaves it.
+        let times = layout::ino::ATIME as u64..layout::ino::RDEV as u64;
         for (off, len) in tx.targets() {
             let (a, b) = (off.max(table), (off + len).min(table_end));
             if a < b {
-                touched.extend((a - table) / INODE_SIZE + 1..=(b - 1 - table) / INODE_SIZE + 1);
+                for ino in (a - table) / INODE_SIZE + 1..=(b - 1 - table) / INODE_SIZE + 1 {
+                    let start = table + (ino - 1) * INODE_SIZE;
+                    let (ra, rb) = (a.max(start) - start, b.min(start + INODE_SIZE) - start);
+                    if !(times.start <= ra && rb <= times.end) {
+                        touched.push(ino);
+                    }
+                }
             }
         }
         touched.sort_unstable();
@@ -127,6 +138,14 @@ impl MountState {
             let off = self.inode_off(ino);
             let mut raw = [0u8; layout::INODE_BYTES];
             self.pool.read(off, &mut raw)?;
+            // Never seal damage: an in-use inode must match its checksum before the change
+            // (those mount found damaged are repair's to judge, and it seals them itself).
+            if InodeHeader::decode(&raw).in_use()
+                && !checksum::inode_checksum_ok(&raw)
+                && !self.damaged_inodes.contains(&ino)
+            {
+                return Err(self.inode_damage(ino));
+            }
             tx.overlay(off, &mut raw);
             let crc = checksum::inode_checksum(&raw);
             if InodeHeader::decode(&raw).in_use() && layout::get_u32(&raw, layout::ino::CRC) != crc {
