@@ -323,17 +323,20 @@ fn all_claims(state: &MountState) -> Vec<Claim> {
     claims::claims_of(guards.iter().map(|g| &**g))
 }
 
+/// The first run inode `ino` shares with another claim, as its report line (None: none).
+fn sharing(state: &MountState, ino: u64) -> Option<String> {
+    claims::shared(&all_claims(state))
+        .iter()
+        .find(|s| s.a.ino == ino || s.b.ino == ino)
+        .map(|s| s.to_string())
+}
+
 /// Pass 0: each inode that failed its checksum at mount is resealed when it passes every other
 /// check, else freed; an orphan that shares blocks is freed too (mount left both for here).
 fn damaged_inodes(state: &MountState, rep: &mut RepairReport) -> Result<()> {
     let names = entries(state);
     // Asked again each time: an inode freed before may have shared the blocks.
-    let sharing = |ino: u64| {
-        claims::shared(&all_claims(state))
-            .iter()
-            .find(|s| s.a.ino == ino || s.b.ino == ino)
-            .map(|s| s.to_string())
-    };
+    let sharing = |ino: u64| sharing(state, ino);
     for &ino in &state.damaged_inodes {
         let Ok(node) = state.inode(ino) else {
             // Not loaded (it fails other checks too): free its slot; whatever it owned is free
@@ -456,12 +459,9 @@ fn bad_index_blocks(state: &MountState, rep: &mut RepairReport) -> Result<()> {
             let mut blk = vec![0u8; crate::media::layout::BLOCK_BYTES];
             for &b in &g.map.index_blocks {
                 state.pool.read(b * BLOCK_SIZE, &mut blk)?;
-                if !checksum::index_block_checksum_ok(b, &blk, g.hdr.map_end) {
-                    bad.push((
-                        b,
-                        checksum::index_block_checksum(b, &blk, g.hdr.map_end),
-                        dead_records(&blk, g.hdr.map_end),
-                    ));
+                let crc = checksum::index_block_checksum(b, &blk, g.hdr.map_end);
+                if crate::media::layout::get_u32(&blk, crate::media::layout::index_block::CRC) != crc {
+                    bad.push((b, crc, dead_records(&blk, g.hdr.map_end)));
                 }
             }
             (g.ino, g.hdr.map_end, bad)
@@ -470,11 +470,7 @@ fn bad_index_blocks(state: &MountState, rep: &mut RepairReport) -> Result<()> {
             continue;
         }
         let blocks: Vec<u64> = bad.iter().map(|x| x.0).collect();
-        let shares = claims::shared(&all_claims(state))
-            .iter()
-            .find(|s| s.a.ino == ino || s.b.ino == ino)
-            .map(|s| s.to_string());
-        if let Some(s) = shares {
+        if let Some(s) = sharing(state, ino) {
             free_keeping_shared(state, ino, &node)?;
             rep.changes.push(format!(
                 "inode {ino}: extent-index blocks {blocks:?} fail their checksum and it shares blocks ({s}); freed (its content is lost), the shared blocks left to their other owner"
