@@ -232,7 +232,10 @@ pub fn mmap(addr: usize, len: usize, prot: c_int, flags: c_int, fd: c_int, off: 
     let Ok((dev, ino, _)) = sys::identity(fd) else {
         return None;
     };
-    let client = client_for(fd, dev)?;
+    let Some(client) = client_for(fd, dev) else {
+        stats::count(Counter::MmapFuse);
+        return None;
+    };
     let len = len.next_multiple_of(PAGE as usize);
     let off = off as u64;
     let lease = match client.map(ino, off, len as u64) {
