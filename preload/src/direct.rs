@@ -219,7 +219,7 @@ pub fn mmap(addr: usize, len: usize, prot: c_int, flags: c_int, fd: c_int, off: 
         return None;
     }
     let shared = matches!(flags & 0x0f, libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE);
-    if !shared || len == 0 || off < 0 || off as u64 % PAGE != 0 || flags & libc::MAP_FIXED_NOREPLACE != 0 {
+    if !shared || len == 0 || off < 0 || !(off as u64).is_multiple_of(PAGE) || flags & libc::MAP_FIXED_NOREPLACE != 0 {
         stats::count(Counter::MmapFuse);
         return None;
     }

@@ -228,10 +228,10 @@ fn at_offset(fd: c_int, io: impl FnOnce(i64) -> Option<Result<usize, c_int>>) ->
     }
     let pos = sys::lseek(fd, 0, libc::SEEK_CUR).ok()?;
     let r = io(pos as i64)?;
-    if let Ok(n) = r {
-        if sys::lseek(fd, (pos + n as u64) as i64, libc::SEEK_SET).is_err() {
-            return Some(Err(libc::EIO));
-        }
+    if let Ok(n) = r
+        && sys::lseek(fd, (pos + n as u64) as i64, libc::SEEK_SET).is_err()
+    {
+        return Some(Err(libc::EIO));
     }
     Some(r)
 }
