@@ -1,4 +1,4 @@
-//! The direct path for unmodified programs (docs/DESIGN.md §9): an ordinary C program
+//! The direct path for unmodified programs (docs/DESIGN.md §7b): an ordinary C program
 //! (`tests/data/preload_client.c`, compiled here) run with and without `libwinefs_preload.so`
 //! on a mounted pool — hugepage mappings, coherence with processes that use FUSE, fork,
 //! truncate and unlink under a mapping, kill -9 of a client and of the daemon, and the
@@ -339,6 +339,27 @@ fn pread_and_pwrite_inside_a_mapping_go_direct_and_stay_posix() {
     // The same program without the library gives the same file.
     let g = m.path("pio-plain");
     let (out, _) = client_run(&["pio", g.to_str().unwrap(), "9"], true, &stats);
+    assert!(out.status.success(), "{out:?}");
+    assert!(fs::read(&f).unwrap() == fs::read(&g).unwrap(), "direct and FUSE runs differ");
+    m.stop_and_fsck();
+}
+
+#[test]
+fn reads_and_writes_of_a_file_nobody_maps_go_direct_after_the_first_and_fill_no_hole() {
+    let mut m = Mount::new(&[]);
+    let stats = m.dir.path().join("stats");
+    let f = m.path("rw");
+    let (out, st) = client_run(&["rw", f.to_str().unwrap(), "4"], false, &stats);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{said}");
+    assert!(counter(&st, "read_direct") >= 150, "stats: {st}");
+    assert!(counter(&st, "write_direct") >= 150, "stats: {st}");
+    assert_eq!(counter(&st, "mmap_direct"), 0, "the program mapped nothing: {st}");
+    // Reading a sparse file through the library allocates nothing.
+    assert_eq!(said.trim(), "blocks 0", "{said}");
+    // The same bytes as the program's run without the library.
+    let g = m.path("rw-plain");
+    let (out, _) = client_run(&["rw", g.to_str().unwrap(), "4"], true, &stats);
     assert!(out.status.success(), "{out:?}");
     assert!(fs::read(&f).unwrap() == fs::read(&g).unwrap(), "direct and FUSE runs differ");
     m.stop_and_fsck();
