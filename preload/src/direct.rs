@@ -83,6 +83,9 @@ struct DirectMap {
     /// A mapping this library made for the data calls of this descriptor (not the
     /// application's): it goes when the descriptor is closed.
     hidden: Option<c_int>,
+    /// The file size at the last lease of its growth (a hole stops `direct_end` short of it:
+    /// the same size is not asked about again).
+    leased_to: u64,
     leases: Arc<LeaseSet>,
 }
 
@@ -308,7 +311,7 @@ fn establish(
     };
     m.insert(
         base,
-        DirectMap { len, off, dev, ino, prot, direct_end, generation, revoked: false, hidden, leases },
+        DirectMap { len, off, dev, ino, prot, direct_end, generation, revoked: false, hidden, leased_to: lease.size, leases },
     );
     LIVE.store(m.len(), Ordering::Release);
     stats::log(&format!(
@@ -390,6 +393,7 @@ fn copy(d: &DirectMap) -> DirectMap {
         generation: d.generation,
         revoked: d.revoked,
         hidden: d.hidden,
+        leased_to: d.leased_to,
         leases: d.leases.clone(),
     }
 }
@@ -495,13 +499,23 @@ pub fn drop_hidden(fd: c_int) {
 fn locate(fd: c_int, class: Class, pos: u64, n: usize, write: bool) -> Option<Result<(usize, usize), Errno>> {
     let (dev, ino, _) = sys::identity(fd).ok()?;
     let find = || {
-        let m = maps();
-        m.iter()
-            .find(|(_, d)| {
-                let usable = d.dev == dev && d.ino == ino && !d.revoked && (!write || d.prot & libc::PROT_WRITE != 0);
-                usable && d.off <= pos && pos < d.direct_end
-            })
-            .map(|(&b, _)| b)
+        let mut m = maps();
+        let usable = |d: &DirectMap| {
+            d.dev == dev && d.ino == ino && !d.revoked && (!write || d.prot & libc::PROT_WRITE != 0)
+        };
+        let hit = m
+            .iter()
+            .find(|(_, d)| usable(d) && d.off <= pos && pos < d.direct_end)
+            .map(|(&b, _)| b);
+        if hit.is_some() {
+            return hit;
+        }
+        // The file may have grown into a mapping since it was leased.
+        let (b, d) = m
+            .iter_mut()
+            .find(|(_, d)| usable(d) && d.direct_end <= pos && pos < d.off + d.len as u64)?;
+        let b = *b;
+        (extend(b, d) && pos < d.direct_end).then_some(b)
     };
     let b = match find() {
         Some(b) => b,
@@ -584,8 +598,35 @@ pub fn is_winefs(fd: c_int) -> bool {
     !matches!(classify(fd), Class::Other | Class::Unknown)
 }
 
-/// After a write or truncate through FUSE of the file behind `fd`: where it grew inside a
-/// direct mapping of this process, lease and map the new part directly.
+/// Lease and map directly the part of mapping `d` (at `b`) the file has grown into since it
+/// was last leased. False when nothing changed.
+fn extend(b: usize, d: &mut DirectMap) -> bool {
+    let c = d.leases.client.clone();
+    let end = d.off + d.len as u64;
+    let Some((size, generation)) = c.board(d.ino) else { return false };
+    if generation != d.generation || d.direct_end >= end || size <= d.direct_end.max(d.leased_to) || d.revoked {
+        return false;
+    }
+    let Ok(lease) = c.map(d.ino, d.direct_end, end - d.direct_end, d.hidden.is_none()) else {
+        return false;
+    };
+    d.leases.ids.lock().unwrap_or_else(|e| e.into_inner()).push(lease.lease);
+    d.leased_to = lease.size;
+    let start = d.direct_end;
+    let at = b + (start - d.off) as usize;
+    match place(&c, at, start, end, &lease.extents, d.prot, 0) {
+        Ok(e) if e > start => {
+            d.direct_end = e;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// After a write or truncate through FUSE of the file behind `fd`: where it grew inside one of
+/// the application's direct mappings, lease and map the new part directly at once (its loads
+/// and stores do not pass through this library). Hidden mappings grow when a read or write
+/// asks for the new part (`locate`), so a file growing by writes costs no extra round trip.
 pub fn grown(fd: c_int) {
     if !live() {
         return;
@@ -595,23 +636,8 @@ pub fn grown(fd: c_int) {
     };
     let mut m = maps();
     for (&b, d) in m.iter_mut() {
-        if d.dev != dev || d.ino != ino || d.revoked {
-            continue;
-        }
-        let c = d.leases.client.clone();
-        let end = d.off + d.len as u64;
-        let Some((size, generation)) = c.board(ino) else { continue };
-        if generation != d.generation || d.direct_end >= end || size <= d.direct_end {
-            continue;
-        }
-        let Ok(lease) = c.map(ino, d.direct_end, end - d.direct_end, d.hidden.is_none()) else {
-            continue;
-        };
-        d.leases.ids.lock().unwrap_or_else(|e| e.into_inner()).push(lease.lease);
-        let start = d.direct_end;
-        let at = b + (start - d.off) as usize;
-        if let Ok(e) = place(&c, at, start, end, &lease.extents, d.prot, 0) {
-            d.direct_end = e;
+        if d.dev == dev && d.ino == ino && d.hidden.is_none() {
+            extend(b, d);
         }
     }
 }
