@@ -272,7 +272,13 @@ fn establish(
     hidden: Option<c_int>,
 ) -> Result<Option<usize>, Errno> {
     let len = len.next_multiple_of(PAGE as usize);
-    let lease = match client.map(ino, off, len as u64, hidden.is_none()) {
+    let fill = hidden.is_none();
+    let leased = match client.map(ino, off, len as u64, fill) {
+        // No room to fill the holes: lease what the file has; the kernel serves the holes.
+        Err(libc::ENOSPC) if fill => client.map(ino, off, len as u64, false),
+        r => r,
+    };
+    let lease = match leased {
         Ok(l) => l,
         Err(e) => {
             stats::log(&format!("inode {ino}: no lease (errno {e}): through FUSE"));
@@ -491,6 +497,24 @@ pub fn drop_hidden(fd: c_int) {
     for (b, len) in gone {
         let _ = sys::sys_munmap(b, len);
         forget_range(&mut m, b, len);
+    }
+}
+
+/// Before `fsync`/`fdatasync` of `fd`: write back the cache lines of this process's direct
+/// mappings of the file (the daemon cannot know which lines a client dirtied; its fsync covers
+/// what went through it).
+pub fn sync_file(fd: c_int) {
+    if !live() {
+        return;
+    }
+    let Ok((dev, ino, _)) = sys::identity(fd) else {
+        return;
+    };
+    let m = maps();
+    for (&b, d) in m.iter() {
+        if d.dev == dev && d.ino == ino && !d.revoked && d.prot & libc::PROT_WRITE != 0 {
+            sys::persist(b, (d.direct_end - d.off) as usize);
+        }
     }
 }
 

@@ -283,6 +283,36 @@ pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
     unsafe { ftruncate64(fd, len) }
 }
 
+/// `fsync`: first writes back this process's stores through direct mappings of the file.
+///
+/// # Safety
+/// As libc's `fsync`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
+    guarded(|| {
+        direct::sync_file(fd);
+        Some(())
+    });
+    // SAFETY: the raw system call with the caller's argument.
+    let r = unsafe { libc::syscall(libc::SYS_fsync, fd) };
+    r as c_int
+}
+
+/// `fdatasync`: as `fsync`.
+///
+/// # Safety
+/// As libc's `fdatasync`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
+    guarded(|| {
+        direct::sync_file(fd);
+        Some(())
+    });
+    // SAFETY: the raw system call with the caller's argument.
+    let r = unsafe { libc::syscall(libc::SYS_fdatasync, fd) };
+    r as c_int
+}
+
 /// `close`: forgets what the descriptor was.
 ///
 /// # Safety
