@@ -602,7 +602,11 @@ pub fn pwrite(fd: c_int, buf: *const libc::c_void, n: usize, pos: i64) -> Option
         _ => return None,
     }
     let class = classify(fd);
-    let r = (pos >= 0 && n > 0).then(|| locate(fd, class, pos as u64, n, true)).flatten();
+    // The kernel's word on the access mode, not the table's: a descriptor number closed behind
+    // this library's back (a raw system call) and reused read-only must not write directly.
+    let writable = sys::status_flags(fd)
+        .is_ok_and(|fl| fl & libc::O_ACCMODE != libc::O_RDONLY && fl & libc::O_APPEND == 0);
+    let r = (writable && pos >= 0 && n > 0).then(|| locate(fd, class, pos as u64, n, true)).flatten();
     match r {
         Some(Ok((addr, got))) => {
             sys::copy_to_map(buf, addr, got);
