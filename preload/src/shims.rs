@@ -297,17 +297,23 @@ pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
     sync_then(fd, libc::SYS_fdatasync)
 }
 
+/// Descriptor `fd` is about to be closed or replaced: forget what it was, and drop the hidden
+/// mapping made for it.
+fn descriptor_gone(fd: c_int) {
+    direct::forget_fd(fd);
+    guarded(|| {
+        direct::drop_hidden(fd);
+        Some(())
+    });
+}
+
 /// `close`: forgets what the descriptor was.
 ///
 /// # Safety
 /// As libc's `close`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    direct::forget_fd(fd);
-    guarded(|| {
-        direct::drop_hidden(fd);
-        Some(())
-    });
+    descriptor_gone(fd);
     sys::next_close(fd)
 }
 
@@ -321,11 +327,7 @@ pub unsafe extern "C" fn fclose(stream: *mut libc::FILE) -> c_int {
         // SAFETY: a stream the caller passes to fclose is valid until fclose returns.
         let fd = unsafe { libc::fileno(stream) };
         if fd >= 0 {
-            direct::forget_fd(fd);
-            guarded(|| {
-                direct::drop_hidden(fd);
-                Some(())
-            });
+            descriptor_gone(fd);
         }
     }
     sys::next_fclose(stream)
@@ -337,11 +339,7 @@ pub unsafe extern "C" fn fclose(stream: *mut libc::FILE) -> c_int {
 /// As libc's `dup2`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
-    direct::forget_fd(new);
-    guarded(|| {
-        direct::drop_hidden(new);
-        Some(())
-    });
+    descriptor_gone(new);
     // SAFETY: the raw system call with the caller's arguments.
     let r = unsafe { libc::syscall(libc::SYS_dup3, old, new, 0) } as c_int;
     if r < 0 && old == new {
@@ -357,11 +355,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 /// As libc's `dup3`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    direct::forget_fd(new);
-    guarded(|| {
-        direct::drop_hidden(new);
-        Some(())
-    });
+    descriptor_gone(new);
     // SAFETY: the raw system call with the caller's arguments.
     unsafe { libc::syscall(libc::SYS_dup3, old, new, flags) as c_int }
 }
