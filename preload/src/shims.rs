@@ -30,11 +30,15 @@ fn fail<T>(e: c_int, v: T) -> T {
 }
 
 extern "C" fn before_fork() {
-    direct::FORK_EPOCH.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    direct::before_fork();
+}
+
+extern "C" fn after_fork() {
+    direct::after_fork();
 }
 
 extern "C" fn init() {
-    sys::at_fork(before_fork);
+    sys::at_fork(before_fork, after_fork);
 }
 
 extern "C" fn fini() {

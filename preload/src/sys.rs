@@ -427,10 +427,10 @@ pub fn pid() -> u32 {
     std::process::id()
 }
 
-/// Run `child` in the child after every `fork`.
-pub fn at_fork(prepare: extern "C" fn()) {
-    // SAFETY: registers a plain function with no captured state.
-    unsafe { libc::pthread_atfork(Some(prepare), None, None) };
+/// Run `prepare` before every `fork`, and `after` after it in parent and child.
+pub fn at_fork(prepare: extern "C" fn(), after: extern "C" fn()) {
+    // SAFETY: registers plain functions with no captured state.
+    unsafe { libc::pthread_atfork(Some(prepare), Some(after), Some(after)) };
 }
 
 /// Append `line` to the file at `path` (one `write` of an O_APPEND descriptor).
