@@ -384,6 +384,19 @@ fn reads_and_writes_of_a_file_nobody_maps_go_direct_after_the_first_and_fill_no_
 }
 
 #[test]
+fn a_read_only_map_past_the_end_sees_pwrites_into_pages_the_file_grew_into() {
+    // liblmdb without MDB_WRITEMAP: pages are written with pwrite(v) and read through a
+    // read-only map of the whole map size. A page the file grew into after the map was made
+    // must show every later pwrite, however that pwrite is served.
+    let mut m = Mount::new(&[]);
+    let stats = m.dir.path().join("stats");
+    let (out, st) = client_run(&["grow", m.path("grow").to_str().unwrap()], false, &stats);
+    assert!(out.status.success(), "{} (stats {st})", String::from_utf8_lossy(&out.stdout));
+    assert!(counter(&st, "write_direct") >= 1, "no pwrite went direct: {st}");
+    m.stop_and_fsck();
+}
+
+#[test]
 fn a_forked_child_shares_the_mapping_and_its_unmap_leaves_the_parents() {
     let mut m = Mount::new(&[]);
     let stats = m.dir.path().join("stats");

@@ -590,7 +590,27 @@ fn locate(fd: c_int, class: Class, pos: u64, n: usize, write: bool) -> Option<Re
     if pos + want > d.direct_end || (write && pos + want > size) {
         return None;
     }
-    Some(Ok((b + (pos - d.off) as usize, want as usize)))
+    let at = b + (pos - d.off) as usize;
+    drop(m);
+    // Every mapping of this process that shows these bytes must show the pool there: a part
+    // still served by the kernel (past the end the mapping saw) keeps a page-cache copy, which
+    // a store into the pool would leave stale and which may hold stores the pool lacks. Those
+    // parts are leased now, or the call goes through FUSE (whose direct I/O writes that copy
+    // back first, or drops it).
+    if want > 0 && !pool_backed_everywhere(dev, ino, pos, pos + want) {
+        return None;
+    }
+    Some(Ok((at, want as usize)))
+}
+
+/// Whether every live mapping of (dev, ino) in this process that covers [a, b) of the file is
+/// pool-backed there, extending those that can be.
+fn pool_backed_everywhere(dev: u64, ino: u64, a: u64, b: u64) -> bool {
+    let mut m = maps();
+    m.iter_mut().all(|(&base, d)| {
+        let covers = d.dev == dev && d.ino == ino && d.off < b && a < d.off + d.len as u64;
+        !covers || d.revoked || b.min(d.off + d.len as u64) <= d.direct_end || (extend(base, d) && b.min(d.off + d.len as u64) <= d.direct_end)
+    })
 }
 
 /// `pread` served from a direct mapping. None: go through FUSE.

@@ -210,6 +210,38 @@ pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: o
     unsafe { pwrite64(fd, buf, n, off) }
 }
 
+/// `pwritev`: through FUSE; a direct mapping then covers what the file grew into.
+///
+/// # Safety
+/// As libc's `pwritev`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const libc::iovec, n: c_int, off: off_t) -> ssize_t {
+    // SAFETY: the raw system call with the caller's arguments (offset split as the ABI wants).
+    let r = unsafe { libc::syscall(libc::SYS_pwritev, fd, iov, n, off, 0) } as ssize_t;
+    after_write(fd, r)
+}
+
+/// `pwritev64`.
+///
+/// # Safety
+/// As libc's `pwritev64`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const libc::iovec, n: c_int, off: off_t) -> ssize_t {
+    // SAFETY: the same contract.
+    unsafe { pwritev(fd, iov, n, off) }
+}
+
+/// `writev`: through FUSE; a direct mapping then covers what the file grew into.
+///
+/// # Safety
+/// As libc's `writev`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    // SAFETY: the raw system call with the caller's arguments.
+    let r = unsafe { libc::syscall(libc::SYS_writev, fd, iov, n) } as ssize_t;
+    after_write(fd, r)
+}
+
 /// Serve `read`/`write` at the descriptor's offset through `io`, moving the offset after.
 fn at_offset(fd: c_int, io: impl FnOnce(i64) -> Option<Result<usize, c_int>>) -> Option<Result<usize, c_int>> {
     if !direct::is_winefs(fd) {

@@ -10,6 +10,9 @@
  *   rw FILE SEED            no mapping: write 1 MiB, then pwrite/pread 4 KiB pieces in place
  *                           (the library leases the file for these after the first) and
  *                           compare; then read a sparse 64 MiB file; prints its blocks
+ *   grow FILE               LMDB's pattern: a read-only map past the end, the file grown
+ *                           with pwritev, pages read through the map, then overwritten with
+ *                           pwrite: the map must show the new bytes
  *   hold FILE MIB           map shared (read-write) and serve stdin: "r OFF" prints the byte,
  *                           "w OFF BYTE" stores it, "s OFF LEN" prints the sum of a range,
  *                           "q" exits; prints "ready" once mapped
@@ -22,6 +25,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -164,6 +168,41 @@ static int rw(const char *path, unsigned seed) {
     return 0;
 }
 
+static int grow(const char *path) {
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) { perror(path); return 2; }
+    unsigned char a[4096], b[4096 * 4];
+    memset(a, 1, sizeof a);
+    if (pwrite(fd, a, sizeof a, 0) != (ssize_t)sizeof a || pwrite(fd, a, sizeof a, 4096) != (ssize_t)sizeof a) {
+        perror("pwrite");
+        return 2;
+    }
+    unsigned char *p = mmap(NULL, 16 << 20, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) { perror("mmap"); return 2; }
+    for (int round = 0; round < 3; round++) {
+        off_t end = 8192 + (off_t)round * sizeof b;
+        memset(b, 10 + round, sizeof b);
+        struct iovec iov = { b, sizeof b };
+        if (pwritev(fd, &iov, 1, end) != (ssize_t)sizeof b) { perror("pwritev"); return 2; }
+        if (p[end] != 10 + round || p[end + sizeof b - 1] != 10 + round) { printf("growth not seen\n"); return 1; }
+        memset(a, 100 + round, sizeof a);
+        if (pwrite(fd, a, sizeof a, end + 4096) != (ssize_t)sizeof a) { perror("pwrite"); return 2; }
+        if (p[end + 4096] != 100 + round) {
+            printf("round %d: the map shows %d at %ld after a pwrite of %d\n", round, p[end + 4096], (long)end + 4096, 100 + round);
+            return 1;
+        }
+        unsigned char back[4096];
+        if (pread(fd, back, sizeof back, end + 4096) != (ssize_t)sizeof back || back[0] != 100 + round) {
+            printf("pread differs\n");
+            return 1;
+        }
+    }
+    munmap(p, 16 << 20);
+    close(fd);
+    printf("ok\n");
+    return 0;
+}
+
 static int hold(const char *path, size_t mib) {
     size_t len = mib << 20;
     int fd = open(path, O_RDWR | O_CREAT, 0644);
@@ -199,6 +238,7 @@ int main(int argc, char **argv) {
     if (argc >= 5 && !strcmp(argv[1], "check")) return check(argv[2], strtoul(argv[3], 0, 10), strtoul(argv[4], 0, 10));
     if (argc >= 4 && !strcmp(argv[1], "pio")) return pio(argv[2], strtoul(argv[3], 0, 10));
     if (argc >= 3 && !strcmp(argv[1], "fork")) return forked(argv[2]);
+    if (argc >= 3 && !strcmp(argv[1], "grow")) return grow(argv[2]);
     if (argc >= 4 && !strcmp(argv[1], "rw")) return rw(argv[2], strtoul(argv[3], 0, 10));
     if (argc >= 4 && !strcmp(argv[1], "hold")) return hold(argv[2], strtoul(argv[3], 0, 10));
     fprintf(stderr, "usage: see the comment at the top of preload_client.c\n");
