@@ -1,17 +1,23 @@
 //! Benchmarks, beside the core: each measures winefs and a host baseline in the same run and
 //! prints ratios (no test asserts on time).
+//! - [`app`]: LMDB and RocksDB, unmodified, on hugepage tmpfs, on a winefs FUSE mount and
+//!   with the preload library, clean and aged (`winefs bench app`; scaffolding in `app_env`, tables in `app_report`).
 //! - [`syscall`]: the library against `std::fs` on tmpfs (`winefs bench syscall`).
 //! - [`fuse`]: a FUSE mount of winefs against tmpfs (`winefs bench fuse`).
 //! - [`layout`]: the mmap benchmark over aged winefs files and replayed ext4/xfs layouts (`winefs bench layout`).
 //! - [`mmap`]: memory-mapped access to aligned, 4 KiB-scattered and plain tmpfs files (`winefs bench mmap`).
 //! - [`space`]: space used by a seeded fsstress-style workload on tmpfs and on winefs (`winefs bench space`).
 
+pub mod app;
+mod app_env;
+mod app_report;
 pub mod fuse;
 pub mod layout;
 pub mod mmap;
 pub mod space;
 pub mod syscall;
 
+pub use app::{AppBenchConfig, AppBenchReport, app_bench};
 pub use fuse::{FuseBenchConfig, FuseBenchReport, fuse_bench};
 pub use mmap::{MmapBenchConfig, MmapBenchReport, mmap_bench};
 pub use space::{SpaceBenchConfig, SpaceBenchReport, space_bench};
