@@ -33,7 +33,10 @@
 //! - no writeback cache: every `write(2)` reaches the core before it returns, so strict mode's
 //!   "durable when it returns" holds for applications too;
 //! - attributes and entries are cached by the kernel for `TTL` (1 s); winefs is the only writer
-//!   of its pool, so the kernel's view cannot go stale behind its back.
+//!   of its metadata, so that view cannot go stale behind its back;
+//! - regular files are opened with `FOPEN_DIRECT_IO` (and mmap allowed, `FUSE_DIRECT_IO_ALLOW_MMAP`)
+//!   when the kernel offers it: processes on the direct path (`channel`, the preload library)
+//!   store into the pool itself, so a page cache of file data would be a second, stale copy.
 
 use crate::{
     Attr, DirEntry, Error, FileKind, Fs, RenameFlags as CoreRenameFlags, SetAttr, TimeSet, XattrSet,
@@ -50,7 +53,9 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub mod channel;
 mod privs;
+pub mod proto;
 
 /// How long the kernel may cache attributes and directory entries.
 pub(crate) const TTL: Duration = Duration::from_secs(1);
@@ -69,6 +74,10 @@ pub struct WinefsFuse {
     fs: Arc<Fs>,
     /// The session's channel for notifications to the kernel, once the session exists.
     notifier: Arc<OnceLock<Notifier>>,
+    /// The direct-path channel's name, answered as the xattr `proto::CHANNEL_XATTR`.
+    channel: Option<String>,
+    /// The kernel lets direct-I/O files be mapped: regular files are opened direct-I/O.
+    direct_io: bool,
 }
 
 impl WinefsFuse {
@@ -103,6 +112,23 @@ impl WinefsFuse {
         WinefsFuse {
             fs,
             notifier: Arc::new(OnceLock::new()),
+            channel: None,
+            direct_io: false,
+        }
+    }
+
+    /// Advertise the direct-path channel `name` to the preload library.
+    pub fn with_channel(mut self, name: &str) -> Self {
+        self.channel = Some(name.to_string());
+        self
+    }
+
+    /// How a regular file is opened: direct I/O when the kernel allows mapping such files.
+    fn file_open_flags(&self) -> FopenFlags {
+        if self.direct_io {
+            FopenFlags::FOPEN_DIRECT_IO
+        } else {
+            FopenFlags::empty()
         }
     }
 
@@ -219,6 +245,17 @@ impl Filesystem for WinefsFuse {
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         let caps = config.add_capabilities(wanted);
+        // Without it a direct-I/O file cannot be mapped shared: keep the page cache then.
+        self.direct_io = config
+            .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
+            .is_ok();
+        if !self.direct_io {
+            log::warn!(
+                "the kernel cannot map direct-I/O FUSE files: file data is cached by the kernel, \
+                 and a store through a direct-path mapping may be missed by read(2) through \
+                 the mount until that cache is dropped"
+            );
+        }
         let size = |r: Result<u32, u32>| match r {
             Ok(_) => format!("{MAX_WRITE}"),
             Err(max) => format!("left as it was ({MAX_WRITE} is over {max})"),
@@ -422,7 +459,7 @@ impl Filesystem for WinefsFuse {
                 let _ = self.fs.release(ino.0);
                 reply.error(Errno::EISDIR)
             }
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(_) => reply.opened(FileHandle(0), self.file_open_flags()),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -614,6 +651,9 @@ impl Filesystem for WinefsFuse {
         if is_posix_acl(name) {
             return reply.error(Errno::EOPNOTSUPP);
         }
+        if name == proto::CHANNEL_XATTR {
+            return reply.error(Errno::EPERM);
+        }
         let how = match flags {
             0 => XattrSet::Any,
             libc::XATTR_CREATE => XattrSet::Create,
@@ -627,7 +667,16 @@ impl Filesystem for WinefsFuse {
         if is_posix_acl(name) {
             return reply.error(Errno::EOPNOTSUPP);
         }
-        match self.fs.getxattr(ino.0, name.as_bytes()) {
+        let answer = match &self.channel {
+            // Virtual, on regular files only: the preload library asks the file it maps.
+            Some(ch) if name == proto::CHANNEL_XATTR => match self.fs.getattr(ino.0) {
+                Ok(a) if a.kind == FileKind::File => Ok(ch.as_bytes().to_vec()),
+                Ok(_) => Err(Error::NoAttr),
+                Err(e) => Err(e),
+            },
+            _ => self.fs.getxattr(ino.0, name.as_bytes()),
+        };
+        match answer {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
             Ok(v) => reply.data(&v),
@@ -656,6 +705,9 @@ impl Filesystem for WinefsFuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if name == proto::CHANNEL_XATTR {
+            return reply.error(Errno::EPERM);
+        }
         reply_empty(reply, self.fs.removexattr(ino.0, name.as_bytes()));
     }
 
@@ -698,7 +750,7 @@ impl Filesystem for WinefsFuse {
             &file_attr(&a),
             Generation(a.generation as u64),
             FileHandle(0),
-            FopenFlags::empty(),
+            self.file_open_flags(),
         );
     }
 

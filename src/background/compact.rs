@@ -19,7 +19,7 @@ use crate::ops::relocate::relocate_runs;
 use crate::ops::xattr;
 use crate::state::background::MIN_FREE;
 use crate::state::inode_state::{rlock, wlock};
-use crate::state::map_hooks::has_atomic;
+use crate::state::map_hooks::pinned;
 use crate::state::mount_state::MountState;
 use crate::sys::current_cpu;
 use crate::types::CompactStats;
@@ -193,7 +193,7 @@ fn empty_unit(state: &MountState, unit: u64, all: &mut Pieces) -> Result<Option<
         }
         // The piece must still be where the scan saw it (a write may have moved it).
         let here = g.map.segments(l, l + n);
-        if here != [(l, p, n)] || has_atomic(&g) {
+        if here != [(l, p, n)] || pinned(&g) {
             ok = false;
             continue;
         }

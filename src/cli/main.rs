@@ -71,6 +71,10 @@ enum Cmd {
         /// way to mount a pool flagged "needs fsck").
         #[arg(long)]
         read_only: bool,
+        /// Offer no direct path: processes with the preload library keep using FUSE for data
+        /// (docs/DESIGN.md §9).
+        #[arg(long)]
+        no_direct: bool,
         /// Size of the default pool when it is created (K/M/G/T suffixes, binary; default 1G);
         /// refused with POOL and MOUNTPOINT or when the default pool exists.
         #[arg(long, value_parser = parse_nonzero_size)]
@@ -373,6 +377,7 @@ fn main() -> ExitCode {
             foreground,
             nonempty,
             read_only,
+            no_direct,
             size,
             log,
         } => mount::run(mount::MountArgs {
@@ -387,6 +392,7 @@ fn main() -> ExitCode {
             foreground,
             nonempty,
             read_only,
+            no_direct,
             size,
             log,
         }),

@@ -12,6 +12,7 @@
 
 use crate::fail::{Ctx, Fail, fail};
 use fuser::{Config, MountOption, Session, SessionACL};
+use winefs::fuse::channel::Channel;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,6 +32,8 @@ pub struct MountArgs {
     pub nonempty: bool,
     /// Serve reads only (FUSE `ro`; the pool is never written).
     pub read_only: bool,
+    /// Start no direct-path channel (the preload library then keeps to FUSE).
+    pub no_direct: bool,
     /// Size of a new default pool (None: [`DEFAULT_SIZE`]).
     pub size: Option<u64>,
     pub log: Option<PathBuf>,
@@ -253,7 +256,7 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
         format!("fusermount3 -u {}", canon_mnt.display())
     };
     if a.foreground {
-        return serve(fs, &pool, &canon_mnt, threads, |r| {
+        return serve(fs, &pool, &canon_mnt, threads, !a.no_direct, |r| {
             // A failure is returned by `serve`, and `main` prints it.
             if r.is_ok() {
                 println!("winefs: {summary}; stop with Ctrl-C or: {how_to_unmount}");
@@ -305,7 +308,7 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
                 return Ok(1);
             }
             log::info!("pid {} serving {summary}", std::process::id());
-            serve(fs, &pool, &canon_mnt, threads, move |r| {
+            serve(fs, &pool, &canon_mnt, threads, !a.no_direct, move |r| {
                 let _ = match r {
                     Ok(()) => writeln!(writer, "ok"),
                     Err(e) => writeln!(writer, "err {e}"),
@@ -323,6 +326,7 @@ fn serve(
     pool: &Path,
     mnt: &Path,
     threads: usize,
+    direct: bool,
     ready: impl FnOnce(Result<(), String>),
 ) -> Result<u8, Fail> {
     // Every thread started from here on inherits the mask; only the signal thread sees them.
@@ -348,13 +352,34 @@ fn serve(
     };
     cfg.n_threads = Some(threads);
     cfg.clone_fd = true;
-    let adapter = WinefsFuse::new(Arc::clone(&fs));
+    let mut adapter = WinefsFuse::new(Arc::clone(&fs));
+    // The direct path (docs/DESIGN.md §9): not on a read-only mount, which writes nothing.
+    let channel = if direct && !fs.is_read_only() {
+        match Channel::start(Arc::clone(&fs)) {
+            Ok(ch) => {
+                adapter = adapter.with_channel(ch.name());
+                Some(ch)
+            }
+            Err(e) => {
+                log::warn!("no direct path (every process uses FUSE): {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let stop_channel = || {
+        if let Some(ch) = &channel {
+            ch.stop();
+        }
+    };
     let notifier = adapter.notifier_slot();
     let mut session = match Session::new(adapter, mnt, &cfg) {
         Ok(s) => s,
         Err(e) => {
             let why = explain_mount_error(&e);
             ready(Err(why.clone()));
+            stop_channel();
             // Nothing was served: the pool is still consistent, so close it cleanly.
             if let Ok(fs) = Arc::try_unwrap(fs) {
                 let _ = fs.unmount();
@@ -398,6 +423,9 @@ fn serve(
 
     log::debug!("serving {} with {threads} threads", mnt.display());
     let served = session.run();
+    // Clients let go of the pool before it is closed (they see the channel go).
+    stop_channel();
+    drop(channel);
     // The session has dropped its handle; ours is the last one.
     let fs = Arc::try_unwrap(fs).map_err(|_| fail("unmount", "the pool is still referenced"))?;
     if let Err(e) = served {

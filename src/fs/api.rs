@@ -12,7 +12,7 @@ use crate::media::pool::{PersistStats, Pool};
 use crate::meta::xattr::HUGEPAGE_HINT;
 use crate::ops::namespace::NewInode;
 use crate::ops::repair::{self, RepairReport};
-use crate::ops::{falloc, file, namespace, prealloc, relocate, xattr};
+use crate::ops::{falloc, file, lease, namespace, prealloc, relocate, xattr};
 use crate::state::inode_state::rlock;
 use crate::state::mount_state::MountState;
 use crate::state::mount::Inconsistent;
@@ -296,6 +296,13 @@ impl Fs {
         namespace::release(&self.state, ino)
     }
 
+    /// Pass `r` through after an operation that may have changed the size of `ino`, publishing
+    /// the size to direct-path clients that lease the file.
+    fn sized<T>(&self, ino: u64, r: Result<T>) -> Result<T> {
+        lease::size_changed(&self.state, ino);
+        r
+    }
+
     /// Read from `off` into `buf`; returns the bytes read (short at the end of file).
     pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
         file::read(&self.state, ino, off, buf)
@@ -304,25 +311,25 @@ impl Fs {
     /// Write `data` at `off`; returns the bytes written (short only when the pool fills).
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize> {
         self.state.check_writable()?;
-        file::write(&self.state, ino, Some(off), data).map(|(n, _)| n)
+        self.sized(ino, file::write(&self.state, ino, Some(off), data).map(|(n, _)| n))
     }
 
     /// Write at the current end of file, atomically with finding it; returns (bytes, offset).
     pub fn append(&self, ino: u64, data: &[u8]) -> Result<(usize, u64)> {
         self.state.check_writable()?;
-        file::write(&self.state, ino, None, data)
+        self.sized(ino, file::write(&self.state, ino, None, data))
     }
 
     /// Set the file's size: cut it, or extend it with a hole.
     pub fn truncate(&self, ino: u64, size: u64) -> Result<()> {
         self.state.check_writable()?;
-        file::truncate(&self.state, ino, size)
+        self.sized(ino, file::truncate(&self.state, ino, size))
     }
 
     /// Allocate (and zero) the blocks under [off, off+len); extends the size unless `keep_size`.
     pub fn fallocate(&self, ino: u64, off: u64, len: u64, keep_size: bool) -> Result<()> {
         self.state.check_writable()?;
-        file::fallocate(&self.state, ino, off, len, keep_size)
+        self.sized(ino, file::fallocate(&self.state, ino, off, len, keep_size))
     }
 
     /// Deallocate [off, off+len) (FALLOC_FL_PUNCH_HOLE | KEEP_SIZE): it reads back as zeros.
@@ -335,7 +342,7 @@ impl Fs {
     /// as zeros and is allocated; the size grows to off+len unless `keep_size`. Atomic.
     pub fn zero_range(&self, ino: u64, off: u64, len: u64, keep_size: bool) -> Result<()> {
         self.state.check_writable()?;
-        falloc::zero_range(&self.state, ino, off, len, keep_size)
+        self.sized(ino, falloc::zero_range(&self.state, ino, off, len, keep_size))
     }
 
     /// Remove [off, off+len) and move the rest of the file down (FALLOC_FL_COLLAPSE_RANGE):
@@ -343,7 +350,7 @@ impl Fs {
     /// (else EINVAL). No data is copied. Atomic.
     pub fn collapse_range(&self, ino: u64, off: u64, len: u64) -> Result<()> {
         self.state.check_writable()?;
-        falloc::collapse_range(&self.state, ino, off, len)
+        self.sized(ino, falloc::collapse_range(&self.state, ino, off, len))
     }
 
     /// Open a hole of `len` bytes at `off`, moving the rest of the file up
@@ -351,7 +358,7 @@ impl Fs {
     /// the file (else EINVAL); EFBIG past the largest file size. No data is copied. Atomic.
     pub fn insert_range(&self, ino: u64, off: u64, len: u64) -> Result<()> {
         self.state.check_writable()?;
-        falloc::insert_range(&self.state, ino, off, len)
+        self.sized(ino, falloc::insert_range(&self.state, ino, off, len))
     }
 
     /// First offset >= `off` that holds data (`data == true`) or a hole (SEEK_DATA/SEEK_HOLE).
@@ -362,7 +369,7 @@ impl Fs {
     /// Change attributes (mode, owner, size, times); returns the new attributes.
     pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<Attr> {
         self.state.check_writable()?;
-        file::setattr(&self.state, ino, set)
+        self.sized(ino, file::setattr(&self.state, ino, set))
     }
 
     /// Every operation is durable when it returns, so fsync only orders this call after them

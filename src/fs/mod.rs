@@ -2,8 +2,10 @@
 //! handles [`File`] and [`Mapping`]. Front ends and tools use the core only through here.
 
 mod api;
+mod direct;
 mod handle;
 mod paths;
 
 pub use api::Fs;
+pub use direct::Lease;
 pub use handle::{File, Mapping};

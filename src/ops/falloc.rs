@@ -80,7 +80,7 @@ fn commit(state: &MountState, g: &mut InodeState, c: Change<'_>) -> Result<()> {
     commit_header(state, g.ino, &g.hdr, &c.hdr, c.tx)?;
     g.hdr = c.hdr;
     g.map = c.map;
-    state.finish_map_update(&g.map, g.ino, &c.upd)
+    state.finish_map_update(g, &c.upd)
 }
 
 /// Arguments every mode checks first, as the VFS does: a positive length (EINVAL) and an end
@@ -104,11 +104,18 @@ fn check_aligned(off: u64, len: u64, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// A shift would discard the private, not yet msynced pages of an atomic mapping.
+/// A shift would discard the private, not yet msynced pages of an atomic mapping, and would
+/// move the bytes under a client's direct mapping (which this process cannot remap).
 fn check_no_atomic_mapping(g: &InodeState, what: &str) -> Result<()> {
     if map_hooks::has_atomic(g) {
         return Err(Error::Busy(format!(
             "{what}: inode {} has an atomic mapping (msync and drop it first)",
+            g.ino
+        )));
+    }
+    if g.leases > 0 {
+        return Err(Error::Busy(format!(
+            "{what}: inode {} is mapped by a direct-path client (unmap it first)",
             g.ino
         )));
     }

@@ -131,7 +131,7 @@ pub(crate) fn commit_map_change(
     state.map_tx(&mut tx, &g.map, g.ino, upd, &mut hdr)?;
     commit_header(state, g.ino, &g.hdr, &hdr, tx)?;
     g.hdr = hdr;
-    state.finish_map_update(&g.map, g.ino, upd)
+    state.finish_map_update(g, upd)
 }
 
 pub(crate) fn write(
@@ -251,7 +251,7 @@ fn write_piece(
     }
     let strict = state.consistency == Consistency::Strict;
     // A mapped file is never copied on write: its mappings point at the blocks in place.
-    let aligned = !cow || g.map.in_aligned_unit(lb0) || !g.maps.is_empty();
+    let aligned = !cow || g.map.in_aligned_unit(lb0) || g.is_mapped();
     // Targets that need new blocks: gaps (None) and, in strict mode outside aligned extents,
     // mapped blocks rewritten copy-on-write (Some(old phys)).
     let mut targets: Vec<(u64, u64, Option<u64>)> = Vec::new();

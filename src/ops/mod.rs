@@ -4,6 +4,7 @@
 
 pub(crate) mod falloc;
 pub(crate) mod file;
+pub(crate) mod lease;
 pub(crate) mod mmap;
 pub(crate) mod namespace;
 pub(crate) mod prealloc;

@@ -25,7 +25,7 @@ use crate::sys::current_cpu;
 /// harmless. Returns false when the unit needed nothing (empty or already aligned).
 pub(crate) fn rewrite_unit(state: &MountState, g: &mut InodeState, unit: u64) -> Result<bool> {
     // Never under an atomic mapping: its stores not yet msynced live only in its pages.
-    if !unit_fragmented(g, unit) || map_hooks::has_atomic(g) {
+    if !unit_fragmented(g, unit) || map_hooks::pinned(g) {
         return Ok(false);
     }
     let ext = state

@@ -27,6 +27,12 @@ pub(crate) struct InodeState {
     /// The blocks mapped past the end of the file are speculative preallocation, registered
     /// with the allocator (`ops::prealloc`); DRAM only, false after a remount.
     pub spec_prealloc: bool,
+    /// Direct-path leases held on this file by clients of the mount's channel (`ops::lease`):
+    /// while any is held its blocks never move and blocks it frees wait in `quarantine`.
+    pub leases: u32,
+    /// Blocks the file stopped using while leased: free on media, kept from the allocator
+    /// until the last lease goes, so a client's stale mapping never reaches another file.
+    pub quarantine: Vec<BlockRun>,
 }
 
 impl InodeState {
@@ -41,7 +47,14 @@ impl InodeState {
             maps: Vec::new(),
             hugepage_hint: None,
             spec_prealloc: false,
+            leases: 0,
+            quarantine: Vec::new(),
         }
+    }
+    /// Whether something maps the file's blocks where they are: a mapping of this process or a
+    /// client's lease. Such a file is written in place, never copied on write.
+    pub fn is_mapped(&self) -> bool {
+        !self.maps.is_empty() || self.leases > 0
     }
     /// The file type (validated at mount, so the fallback is never taken).
     pub fn kind(&self) -> FileKind {

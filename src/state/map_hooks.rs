@@ -47,7 +47,7 @@ pub(crate) fn before_shrink(state: &MountState, g: &InodeState, new_size: u64) -
 /// are zeroed (a store through a mapping may have put something there, and the file system
 /// promises zeros past EOF). Needs no journal: zeros past EOF are always consistent.
 pub(crate) fn before_grow(state: &MountState, g: &InodeState) -> Result<()> {
-    if g.maps.is_empty() || g.hdr.size.is_multiple_of(BLOCK_SIZE) {
+    if !g.is_mapped() || g.hdr.size.is_multiple_of(BLOCK_SIZE) {
         return Ok(());
     }
     if let Some((phys, _)) = g.map.lookup(g.hdr.size / BLOCK_SIZE) {
@@ -98,6 +98,13 @@ pub(crate) fn has_atomic(g: &InodeState) -> bool {
     g.maps.iter().any(|m| m.atomic)
 }
 
+/// Whether the file's blocks must stay where they are: an atomic mapping (see [`has_atomic`])
+/// or a direct-path lease (a client maps the blocks themselves; nothing here can remap them).
+/// Rewrite and compaction skip such a file.
+pub(crate) fn pinned(g: &InodeState) -> bool {
+    has_atomic(g) || g.leases > 0
+}
+
 /// Write back the cache lines of the backed blocks of [a, b) and fence.
 pub(crate) fn flush_blocks(state: &MountState, g: &InodeState, a: u64, b: u64) {
     for (_, p, n) in g.map.segments(a, b) {
@@ -111,6 +118,11 @@ pub(crate) fn flush_blocks(state: &MountState, g: &InodeState, a: u64, b: u64) {
 /// Write back every installed page of every plain mapping of the file (fsync of a mapped
 /// file; atomic mappings reach the file only through their own msync).
 pub(crate) fn flush_mapped(state: &MountState, g: &InodeState) {
+    // A client's stores through a leased mapping may be anywhere in the file.
+    if g.leases > 0 {
+        flush_blocks(state, g, 0, g.eof_block());
+        return;
+    }
     for st in g.maps.iter().filter(|m| !m.atomic) {
         flush_blocks(state, g, st.first_block(), st.end_block());
     }

@@ -8,6 +8,7 @@ pub(crate) mod claims;
 pub mod damage;
 pub mod fsck;
 pub(crate) mod inode_state;
+pub(crate) mod leases;
 pub(crate) mod locks;
 pub(crate) mod map_hooks;
 pub(crate) mod mappings;

@@ -452,6 +452,7 @@ pub(crate) fn mount_checked(
         stale_snapshot,
         faults: Mutex::new(None),
         background: Arc::new(background),
+        leases: Default::default(),
         pool,
         geo: g,
         sb: sbk,

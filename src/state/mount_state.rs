@@ -21,6 +21,7 @@ use crate::media::pool::Category;
 use crate::media::pool::Pool;
 use crate::state::background::Background;
 use crate::state::inode_state::{InodeRef, InodeState};
+use crate::state::leases::Leases;
 use crate::state::locks::lock;
 use crate::state::mappings::FaultService;
 use crate::sys::current_cpu;
@@ -73,6 +74,8 @@ pub(crate) struct MountState {
     pub faults: Mutex<Option<Arc<FaultService>>>,
     /// Requests for the background worker (reactive rewrite, hole compaction).
     pub background: Arc<Background>,
+    /// Direct-path leases held by clients of the mount's channel, and their size board.
+    pub leases: Leases,
 }
 
 impl MountState {

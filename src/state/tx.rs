@@ -127,8 +127,9 @@ impl MountState {
     }
 
     /// After commit: zero dead slots (unjournaled; they are already dead by `map_end`) and give
-    /// freed blocks back.
-    pub fn finish_map_update(&self, map: &FileMap, ino: u64, upd: &MapUpdate) -> Result<()> {
+    /// freed blocks back (to the file's quarantine while a client leases it).
+    pub fn finish_map_update(&self, g: &mut InodeState, upd: &MapUpdate) -> Result<()> {
+        let (map, ino) = (&g.map, g.ino);
         if !upd.dead_slots.is_empty() {
             for &s in &upd.dead_slots {
                 let off = map.slot_offset(self.inode_off(ino), s);
@@ -139,7 +140,14 @@ impl MountState {
             }
             self.pool.fence();
         }
-        self.free_runs(&upd.freed);
+        if g.leases > 0 {
+            if upd.freed.iter().any(|r| r.len > 0) {
+                g.quarantine.extend(upd.freed.iter().filter(|r| r.len > 0));
+                self.leases.bump(g.ino);
+            }
+        } else {
+            self.free_runs(&upd.freed);
+        }
         Ok(())
     }
 
@@ -171,6 +179,7 @@ impl MountState {
         self.forget_prealloc(n);
         n.hdr = freed_header(&n.hdr);
         self.free_runs(runs);
+        self.free_runs(&std::mem::take(&mut n.quarantine));
         self.inodes
             .write()
             .unwrap_or_else(|e| e.into_inner())

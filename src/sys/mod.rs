@@ -204,3 +204,76 @@ pub fn fallocate_mode(file: &std::fs::File, mode: i32, off: u64, len: u64) -> io
     }
     Ok(())
 }
+
+/// A memory file (`memfd_create`) of `len` bytes, closed on exec.
+pub fn memfd(name: &str, len: u64) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let cname = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: the name is a valid NUL-terminated string that outlives the call.
+    let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+    check(fd, "memfd_create")?;
+    // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let file = std::fs::File::from(owned);
+    file.set_len(len)?;
+    Ok(file.into())
+}
+
+/// The user id of the process at the other end of a connected Unix socket (`SO_PEERCRED`).
+pub fn peer_uid(fd: std::os::fd::RawFd) -> io::Result<u32> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes of the sizes given; the kernel fills them.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    check(rc, "getsockopt(SO_PEERCRED)")?;
+    Ok(cred.uid)
+}
+
+/// Send `data` on a connected Unix socket with `fds` attached (`SCM_RIGHTS`).
+pub fn send_with_fds(sock: std::os::fd::RawFd, data: &[u8], fds: &[std::os::fd::RawFd]) -> io::Result<()> {
+    let fd_bytes = std::mem::size_of_val(fds) as u32;
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(fd_bytes) } as usize;
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: an all-zero msghdr is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: the control buffer is `space` bytes, enough for one header with `fds`; the
+    // CMSG macros stay inside it, and the copy writes exactly `fd_bytes` bytes of data.
+    let rc = unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(fd_bytes) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(c), fd_bytes as usize);
+        libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL)
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if rc as usize != data.len() {
+        return Err(io::Error::new(io::ErrorKind::WriteZero, "short sendmsg"));
+    }
+    Ok(())
+}
+
+/// Shut a socket down both ways (wakes a thread blocked in `accept` or `read` on it).
+pub fn shutdown_socket(fd: std::os::fd::RawFd) {
+    // SAFETY: shutdown only changes the socket's state; a bad descriptor fails harmlessly.
+    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+}

@@ -155,6 +155,15 @@ pub fn read_u64(addr: usize) -> u64 {
     unsafe { std::ptr::read_unaligned(addr as *const u64) }
 }
 
+/// Store `v` at `addr` with one atomic 8-byte store (same contract as [`copy_in`]; `addr` is
+/// 8-byte aligned), so a reader in another process never sees half of it.
+pub fn store_u64(addr: usize, v: u64) {
+    debug_assert!(addr.is_multiple_of(8));
+    // SAFETY: as for `copy_in`; the address is 8-byte aligned and inside a shared mapping the
+    // caller owns, and `AtomicU64` has the layout of `u64`.
+    unsafe { (*(addr as *const std::sync::atomic::AtomicU64)).store(v, std::sync::atomic::Ordering::Release) };
+}
+
 /// Send SIGBUS to thread `tid` of this process (a fault that cannot be served).
 pub fn sigbus_thread(tid: u32) {
     // SAFETY: tgkill only sends a signal; a stale tid makes it fail harmlessly with ESRCH.

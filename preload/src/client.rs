@@ -1,0 +1,123 @@
+//! One connection to a mount's daemon (docs/DESIGN.md §9): the hello that brings the pool and
+//! the size board, map and unmap requests, and a watcher thread that revokes every direct
+//! mapping of the mount the moment the daemon goes away.
+
+use crate::proto::{self, MapReply};
+use crate::sys::{self, Errno};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A connected client of one mount.
+pub struct Client {
+    /// Device number of the mount.
+    pub dev: u64,
+    sock: i32,
+    /// One request and its reply at a time.
+    talk: Mutex<()>,
+    /// The pool, shared with the daemon (and its lock: the pool cannot be mounted again while
+    /// this process maps it).
+    pub pool_fd: i32,
+    /// The size board, mapped read-only.
+    board: usize,
+    board_len: usize,
+    /// The process that connected (a forked child makes its own connection).
+    pub pid: u32,
+    /// The daemon went away: nothing of this mount goes direct any more.
+    pub dead: AtomicBool,
+}
+
+impl Client {
+    /// Connect to the channel named `name` and say hello.
+    pub fn connect(dev: u64, name: &[u8]) -> Result<Client, Errno> {
+        let sock = sys::connect_abstract(name)?;
+        let fail = |e| {
+            sys::next_close(sock);
+            Err(e)
+        };
+        if let Err(e) = sys::send_all(sock, &proto::frame(proto::OP_HELLO, &proto::VERSION.to_le_bytes())) {
+            return fail(e);
+        }
+        let mut fds = Vec::new();
+        let mut head = [0u8; 8];
+        if let Err(e) = sys::recv_exact(sock, &mut head, &mut fds) {
+            return fail(e);
+        }
+        let (status, len) = proto::parse_head(head);
+        let mut body = vec![0u8; len.min(64) as usize];
+        if status != 0 || len != 16 || sys::recv_exact(sock, &mut body, &mut fds).is_err() || fds.len() != 2 {
+            for fd in fds {
+                sys::next_close(fd);
+            }
+            return fail(if status != 0 { status as Errno } else { libc::EPROTO });
+        }
+        let board_len = proto::u64_at(&body, 1).unwrap_or(0) as usize;
+        let board = match sys::sys_mmap(0, board_len, libc::PROT_READ, libc::MAP_SHARED, fds[1], 0) {
+            Ok(a) => a,
+            Err(e) => {
+                for fd in fds {
+                    sys::next_close(fd);
+                }
+                return fail(e);
+            }
+        };
+        sys::next_close(fds[1]);
+        Ok(Client {
+            dev,
+            sock,
+            talk: Mutex::new(()),
+            pool_fd: fds[0],
+            board,
+            board_len,
+            pid: sys::pid(),
+            dead: AtomicBool::new(false),
+        })
+    }
+
+    /// Send one request and read its reply: (status, payload).
+    fn request(&self, op: u32, payload: &[u8]) -> Result<Vec<u8>, Errno> {
+        if self.dead.load(Ordering::Acquire) {
+            return Err(libc::ENOTCONN);
+        }
+        let _g = self.talk.lock().unwrap_or_else(|e| e.into_inner());
+        sys::send_all(self.sock, &proto::frame(op, payload))?;
+        let mut head = [0u8; 8];
+        let mut fds = Vec::new();
+        sys::recv_exact(self.sock, &mut head, &mut fds)?;
+        let (status, len) = proto::parse_head(head);
+        if len > proto::MAX_PAYLOAD {
+            return Err(libc::EPROTO);
+        }
+        let mut body = vec![0u8; len as usize];
+        sys::recv_exact(self.sock, &mut body, &mut fds)?;
+        for fd in fds {
+            sys::next_close(fd);
+        }
+        if status != 0 {
+            return Err(status as Errno);
+        }
+        Ok(body)
+    }
+
+    /// Lease [off, off+len) of inode `ino`.
+    pub fn map(&self, ino: u64, off: u64, len: u64) -> Result<MapReply, Errno> {
+        let body = self.request(proto::OP_MAP, &proto::encode_map(ino, off, len))?;
+        proto::decode_map_reply(&body).ok_or(libc::EPROTO)
+    }
+
+    /// Give lease `lease` back.
+    pub fn unmap(&self, lease: u64) {
+        let _ = self.request(proto::OP_UNMAP, &lease.to_le_bytes());
+    }
+
+    /// (size, layout generation) of leased inode `ino` now.
+    pub fn board(&self, ino: u64) -> Option<(u64, u64)> {
+        let at = usize::try_from(ino).ok()?.checked_mul(16)?;
+        (at + 16 <= self.board_len)
+            .then(|| (sys::load_u64(self.board + at), sys::load_u64(self.board + at + 8)))
+    }
+
+    /// Block until the daemon hangs up.
+    pub fn wait_hangup(&self) {
+        sys::wait_hangup(self.sock);
+    }
+}

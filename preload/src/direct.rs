@@ -1,0 +1,527 @@
+//! The direct path of one process (docs/DESIGN.md §9): which descriptors are winefs files,
+//! the direct mappings this process made (each one a kernel mapping of the FUSE file with the
+//! leased pool extents placed over it), and the data calls served from them.
+//!
+//! Every decision falls back to the kernel (FUSE) when anything is off: a file that is not on
+//! winefs, a daemon that refuses or has gone, a private mapping, a range that is not wholly
+//! leased, a write that would change the size, a file whose layout changed since its lease.
+
+use crate::client::Client;
+use crate::stats::{self, Counter};
+use crate::sys::{self, Errno};
+use libc::c_int;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+const PAGE: u64 = 4096;
+const HUGE: usize = 2 << 20;
+/// `FUSE_SUPER_MAGIC`.
+const FUSE_MAGIC: i64 = 0x6573_5546;
+
+/// Direct mappings alive in this process (read without a lock by every data call).
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+/// Bumped before every fork: leases made before it are shared with a child and are never
+/// given back early (the connection's close gives them back).
+pub static FORK_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// What a descriptor number is, as far as this library knows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Unknown = 0,
+    Other = 1,
+    /// A regular file on a FUSE mount, with its access mode.
+    ReadOnly = 2,
+    WriteOnly = 3,
+    ReadWrite = 4,
+    /// As `ReadWrite`/`WriteOnly`, opened O_APPEND (writes never go direct).
+    Append = 5,
+}
+
+/// Descriptor classes by number (descriptors past the table are classified on every call).
+const CLASSES: usize = 1 << 16;
+
+/// The leases of one mapping, shared by the parts a partial munmap leaves; the last part to
+/// go gives them back.
+struct LeaseSet {
+    client: Arc<Client>,
+    ids: Mutex<Vec<u64>>,
+    /// A private one-page mapping of the FUSE file: keeps the file open (and the mount busy)
+    /// for as long as the mapping lives, as a kernel mapping would.
+    anchor: usize,
+    epoch: u64,
+    pid: u32,
+}
+
+impl Drop for LeaseSet {
+    fn drop(&mut self) {
+        if self.anchor != 0 {
+            let _ = sys::sys_munmap(self.anchor, PAGE as usize);
+        }
+        let mine = self.pid == sys::pid() && self.epoch == FORK_EPOCH.load(Ordering::Acquire);
+        if mine && !self.client.dead.load(Ordering::Acquire) {
+            for id in self.ids.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                self.client.unmap(id);
+            }
+        }
+    }
+}
+
+/// One direct mapping (or what a partial munmap left of one).
+struct DirectMap {
+    len: usize,
+    /// File offset of the start.
+    off: u64,
+    dev: u64,
+    ino: u64,
+    prot: c_int,
+    /// [off, direct_end) is pool-backed; the rest is the kernel's mapping of the FUSE file.
+    direct_end: u64,
+    /// The file's layout generation when it was leased.
+    generation: u64,
+    revoked: bool,
+    leases: Arc<LeaseSet>,
+}
+
+struct State {
+    /// Direct mappings by start address.
+    maps: Mutex<BTreeMap<usize, DirectMap>>,
+    /// Connected clients by mount device; None: that mount offers no direct path to us.
+    clients: Mutex<HashMap<u64, Option<Arc<Client>>>>,
+    classes: Box<[AtomicU8]>,
+}
+
+fn state() -> &'static State {
+    static S: OnceLock<State> = OnceLock::new();
+    S.get_or_init(|| State {
+        maps: Mutex::new(BTreeMap::new()),
+        clients: Mutex::new(HashMap::new()),
+        classes: (0..CLASSES).map(|_| AtomicU8::new(0)).collect(),
+    })
+}
+
+fn maps() -> MutexGuard<'static, BTreeMap<usize, DirectMap>> {
+    state().maps.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether any direct mapping exists (the data calls' fast test).
+pub fn live() -> bool {
+    LIVE.load(Ordering::Acquire) > 0
+}
+
+fn classify(fd: c_int) -> Class {
+    let slot = usize::try_from(fd).ok().and_then(|i| state().classes.get(i));
+    if let Some(s) = slot {
+        match s.load(Ordering::Relaxed) {
+            1 => return Class::Other,
+            2 => return Class::ReadOnly,
+            3 => return Class::WriteOnly,
+            4 => return Class::ReadWrite,
+            5 => return Class::Append,
+            _ => {}
+        }
+    }
+    let c = match (sys::fs_type(fd), sys::identity(fd), sys::status_flags(fd)) {
+        (Ok(FUSE_MAGIC), Ok((_, _, mode)), Ok(fl)) if mode & libc::S_IFMT == libc::S_IFREG => {
+            match (fl & libc::O_ACCMODE, fl & libc::O_APPEND != 0) {
+                (_, true) => Class::Append,
+                (libc::O_RDONLY, _) => Class::ReadOnly,
+                (libc::O_WRONLY, _) => Class::WriteOnly,
+                _ => Class::ReadWrite,
+            }
+        }
+        (Ok(_), _, _) => Class::Other,
+        _ => return Class::Unknown,
+    };
+    if let Some(s) = slot {
+        s.store(c as u8, Ordering::Relaxed);
+    }
+    c
+}
+
+/// Forget what descriptor `fd` was (it is being closed or replaced).
+pub fn forget_fd(fd: c_int) {
+    if let Some(s) = usize::try_from(fd).ok().and_then(|i| state().classes.get(i)) {
+        s.store(Class::Unknown as u8, Ordering::Relaxed);
+    }
+}
+
+/// The client of the mount holding `fd`, connecting on first use; None when the mount offers
+/// this process no direct path.
+fn client_for(fd: c_int, dev: u64) -> Option<Arc<Client>> {
+    let mut clients = state().clients.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(c) = clients.get(&dev) {
+        match c {
+            Some(c) if c.pid == sys::pid() && !c.dead.load(Ordering::Acquire) => return Some(c.clone()),
+            None => return None,
+            _ => {} // made before a fork, or its daemon died: connect anew
+        }
+    }
+    let name = match sys::fgetxattr(fd, crate::proto::CHANNEL_XATTR) {
+        Ok(n) => n,
+        Err(e) => {
+            stats::log(&format!("device {dev:#x}: no direct-path channel (errno {e}): using FUSE"));
+            clients.insert(dev, None);
+            return None;
+        }
+    };
+    match Client::connect(dev, &name) {
+        Ok(c) => {
+            let c = Arc::new(c);
+            let w = c.clone();
+            let spawned = std::thread::Builder::new()
+                .name("winefs-preload".into())
+                .spawn(move || {
+                    w.wait_hangup();
+                    revoke(&w);
+                });
+            if spawned.is_err() {
+                stats::log("cannot start the watcher thread: using FUSE");
+                clients.insert(dev, None);
+                return None;
+            }
+            stats::log(&format!("device {dev:#x}: direct path through {}", String::from_utf8_lossy(&name)));
+            clients.insert(dev, Some(c.clone()));
+            Some(c)
+        }
+        Err(e) => {
+            stats::log(&format!("device {dev:#x}: the daemon refused the direct path (errno {e}): using FUSE"));
+            clients.insert(dev, None);
+            None
+        }
+    }
+}
+
+/// The daemon of `c` is gone: every mapping of its mount becomes inaccessible (an access
+/// faults, as one to a dead FUSE mount's mapping would) and the pool is let go.
+fn revoke(c: &Arc<Client>) {
+    c.dead.store(true, Ordering::Release);
+    let mut m = maps();
+    for (&base, d) in m.iter_mut() {
+        if Arc::ptr_eq(&d.leases.client, c) && !d.revoked {
+            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE;
+            let _ = sys::sys_mmap(base, d.len, libc::PROT_NONE, flags, -1, 0);
+            d.revoked = true;
+        }
+    }
+    drop(m);
+    sys::next_close(c.pool_fd);
+    stats::log(&format!("device {:#x}: the daemon went away; its direct mappings are revoked", c.dev));
+}
+
+/// `mmap` of a winefs file, direct when possible. None: not ours, pass it to the kernel.
+pub fn mmap(addr: usize, len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> Option<Result<usize, Errno>> {
+    if fd < 0 || flags & libc::MAP_ANONYMOUS != 0 {
+        return None;
+    }
+    let class = classify(fd);
+    if matches!(class, Class::Other | Class::Unknown) {
+        return None;
+    }
+    let shared = matches!(flags & 0x0f, libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE);
+    if !shared || len == 0 || off < 0 || !(off as u64).is_multiple_of(PAGE) || flags & libc::MAP_FIXED_NOREPLACE != 0 {
+        stats::count(Counter::MmapFuse);
+        return None;
+    }
+    let writable = prot & libc::PROT_WRITE != 0;
+    match class {
+        Class::WriteOnly => return Some(Err(libc::EACCES)),
+        Class::ReadOnly if writable => return Some(Err(libc::EACCES)),
+        _ => {}
+    }
+    let Ok((dev, ino, _)) = sys::identity(fd) else {
+        return None;
+    };
+    let Some(client) = client_for(fd, dev) else {
+        stats::count(Counter::MmapFuse);
+        return None;
+    };
+    let len = len.next_multiple_of(PAGE as usize);
+    let off = off as u64;
+    let lease = match client.map(ino, off, len as u64) {
+        Ok(l) => l,
+        Err(e) => {
+            stats::log(&format!("inode {ino}: no lease (errno {e}): mapped through FUSE"));
+            stats::count(Counter::MmapFuse);
+            return None;
+        }
+    };
+    let generation = client.board(ino).map_or(0, |b| b.1);
+    let leases = Arc::new(LeaseSet {
+        client: client.clone(),
+        ids: Mutex::new(vec![lease.lease]),
+        anchor: sys::sys_mmap(0, PAGE as usize, libc::PROT_NONE, libc::MAP_PRIVATE, fd, 0).unwrap_or(0),
+        epoch: FORK_EPOCH.load(Ordering::Acquire),
+        pid: sys::pid(),
+    });
+    let fixed = flags & libc::MAP_FIXED != 0;
+    let base = if fixed {
+        addr
+    } else {
+        match reserve(len, (off % HUGE as u64) as usize) {
+            Ok(b) => b,
+            Err(e) => return Some(Err(e)),
+        }
+    };
+    // The kernel's mapping of the FUSE file underneath: what lies past the end of the file
+    // behaves as the kernel makes it (SIGBUS until the file grows).
+    let under = libc::MAP_SHARED | libc::MAP_FIXED;
+    if let Err(e) = sys::sys_mmap(base, len, prot, under, fd, off as i64) {
+        if !fixed {
+            let _ = sys::sys_munmap(base, len);
+        }
+        stats::log(&format!("inode {ino}: the kernel refused the mapping (errno {e})"));
+        return Some(Err(e));
+    }
+    let mut m = maps();
+    forget_range(&mut m, base, len);
+    let end = off + len as u64;
+    let direct_end = match place(&client, base, off, end, &lease.extents, prot, flags) {
+        Ok(e) => e,
+        Err(e) => {
+            let _ = sys::sys_munmap(base, len);
+            return Some(Err(e));
+        }
+    };
+    m.insert(
+        base,
+        DirectMap { len, off, dev, ino, prot, direct_end, generation, revoked: false, leases },
+    );
+    LIVE.store(m.len(), Ordering::Release);
+    stats::count(Counter::MmapDirect);
+    stats::log(&format!(
+        "inode {ino}: mapped {len} bytes from {off} directly ({} pool-backed)",
+        direct_end - off
+    ));
+    Some(Ok(base))
+}
+
+/// Address space of `len` bytes starting congruent to `phase` modulo 2 MiB (so aligned
+/// extents are mapped with 2 MiB pages).
+fn reserve(len: usize, phase: usize) -> Result<usize, Errno> {
+    let span = len.checked_add(HUGE).ok_or(libc::ENOMEM)?;
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+    let r = sys::sys_mmap(0, span, libc::PROT_NONE, flags, -1, 0)?;
+    let start = r + (phase + HUGE - r % HUGE) % HUGE;
+    if start > r {
+        let _ = sys::sys_munmap(r, start - r);
+    }
+    if r + span > start + len {
+        let _ = sys::sys_munmap(start + len, r + span - start - len);
+    }
+    Ok(start)
+}
+
+/// Map the pool extents of file range [off, end) over the mapping at `base`; returns the end
+/// of the pool-backed prefix.
+fn place(c: &Client, base: usize, off: u64, end: u64, extents: &[crate::proto::Extent], prot: c_int, flags: c_int) -> Result<u64, Errno> {
+    let mut direct_end = off;
+    for e in extents {
+        let (a, b) = ((e.file_block * PAGE).max(off), ((e.file_block + e.blocks) * PAGE).min(end));
+        if a >= b {
+            continue;
+        }
+        let pool_off = e.pool_block * PAGE + (a - e.file_block * PAGE);
+        let fl = libc::MAP_SHARED | libc::MAP_FIXED | (flags & libc::MAP_POPULATE);
+        sys::sys_mmap(base + (a - off) as usize, (b - a) as usize, prot, fl, c.pool_fd, pool_off as i64)?;
+        if a == direct_end {
+            direct_end = b;
+        }
+    }
+    Ok(direct_end)
+}
+
+/// Drop the bookkeeping of [addr, addr+len) (the caller unmaps or replaces the memory):
+/// mappings wholly inside go, mappings cut keep their other parts.
+fn forget_range(m: &mut BTreeMap<usize, DirectMap>, addr: usize, len: usize) {
+    let end = addr.saturating_add(len);
+    let hit: Vec<usize> = m
+        .range(..end)
+        .filter(|(b, d)| **b + d.len > addr)
+        .map(|(b, _)| *b)
+        .collect();
+    for b in hit {
+        let Some(d) = m.remove(&b) else { continue };
+        if b < addr {
+            let keep = addr - b;
+            m.insert(b, DirectMap { len: keep, direct_end: d.direct_end.min(d.off + keep as u64), leases: d.leases.clone(), ..copy(&d) });
+        }
+        if b + d.len > end {
+            let cut = (end - b) as u64;
+            let off = d.off + cut;
+            m.insert(end, DirectMap { len: b + d.len - end, off, direct_end: d.direct_end.max(off), leases: d.leases.clone(), ..copy(&d) });
+        }
+    }
+    LIVE.store(m.len(), Ordering::Release);
+}
+
+/// The plain fields of `d` (the lease set is shared by the caller).
+fn copy(d: &DirectMap) -> DirectMap {
+    DirectMap {
+        len: d.len,
+        off: d.off,
+        dev: d.dev,
+        ino: d.ino,
+        prot: d.prot,
+        direct_end: d.direct_end,
+        generation: d.generation,
+        revoked: d.revoked,
+        leases: d.leases.clone(),
+    }
+}
+
+/// After the application's `munmap` of [addr, addr+len) succeeded.
+pub fn unmapped(addr: usize, len: usize) {
+    forget_range(&mut maps(), addr, len);
+}
+
+/// `mremap` of a direct mapping: shrinking in place is done here; growing or moving one is
+/// refused with ENOMEM (allowed by mremap's contract; the caller may map afresh). None: the
+/// range is not a direct mapping.
+pub fn mremap(old: usize, old_len: usize, new_len: usize, flags: c_int) -> Option<Result<usize, Errno>> {
+    let mut m = maps();
+    let hit = m.range(..old.saturating_add(old_len.max(1))).any(|(b, d)| *b + d.len > old);
+    if !hit {
+        return None;
+    }
+    if new_len <= old_len && flags & libc::MREMAP_FIXED == 0 {
+        let tail = old + new_len.next_multiple_of(PAGE as usize);
+        if old + old_len > tail {
+            if let Err(e) = sys::sys_munmap(tail, old + old_len - tail) {
+                return Some(Err(e));
+            }
+            forget_range(&mut m, tail, old + old_len - tail);
+        }
+        return Some(Ok(old));
+    }
+    stats::log("mremap growing or moving a direct mapping: refused (ENOMEM)");
+    Some(Err(libc::ENOMEM))
+}
+
+/// Before the application's `msync` of [addr, addr+len): write back the cache lines of the
+/// pool-backed parts (the kernel's msync does the rest).
+pub fn msync(addr: usize, len: usize) {
+    let m = maps();
+    let end = addr.saturating_add(len);
+    for (&b, d) in m.range(..end) {
+        let de = b + (d.direct_end - d.off) as usize;
+        let (x, y) = (addr.max(b), end.min(de));
+        if x < y && !d.revoked {
+            sys::persist(x, y - x);
+        }
+    }
+}
+
+/// Where a direct read or write of [pos, pos+n) of the file behind `fd` can go: the address of
+/// `pos` and the bytes available there (clipped to the file size for reads).
+fn locate(fd: c_int, pos: u64, n: usize, write: bool) -> Option<Result<(usize, usize), Errno>> {
+    let (dev, ino, _) = sys::identity(fd).ok()?;
+    let m = maps();
+    let d_addr = m.iter().find_map(|(&b, d)| {
+        let usable = d.dev == dev && d.ino == ino && !d.revoked && (!write || d.prot & libc::PROT_WRITE != 0);
+        (usable && d.off <= pos && pos < d.direct_end).then_some((b, d))
+    });
+    let (b, d) = d_addr?;
+    let (size, generation) = d.leases.client.board(ino)?;
+    if generation != d.generation || d.leases.client.dead.load(Ordering::Acquire) {
+        return None;
+    }
+    if !write && pos >= size {
+        return Some(Ok((0, 0)));
+    }
+    let want = if write { n as u64 } else { (n as u64).min(size - pos) };
+    // A write must stay inside the file (the daemon changes sizes) and the leased range.
+    if pos + want > d.direct_end || (write && pos + want > size) {
+        return None;
+    }
+    Some(Ok((b + (pos - d.off) as usize, want as usize)))
+}
+
+/// `pread` served from a direct mapping. None: go through FUSE.
+pub fn pread(fd: c_int, buf: *mut libc::c_void, n: usize, pos: i64) -> Option<Result<usize, Errno>> {
+    match classify(fd) {
+        Class::ReadOnly | Class::ReadWrite | Class::Append => {}
+        Class::WriteOnly => {
+            stats::count(Counter::ReadFuse);
+            return None;
+        }
+        _ => return None,
+    }
+    let r = (live() && pos >= 0).then(|| locate(fd, pos as u64, n, false)).flatten();
+    match r {
+        Some(Ok((addr, got))) => {
+            if got > 0 {
+                sys::copy_from_map(addr, buf, got);
+            }
+            stats::count(Counter::ReadDirect);
+            Some(Ok(got))
+        }
+        other => {
+            stats::count(Counter::ReadFuse);
+            other.map(|r| r.map(|(_, got)| got))
+        }
+    }
+}
+
+/// `pwrite` stored into a direct mapping (and written back: durable when it returns). None:
+/// go through FUSE (then [`grown`]).
+pub fn pwrite(fd: c_int, buf: *const libc::c_void, n: usize, pos: i64) -> Option<Result<usize, Errno>> {
+    match classify(fd) {
+        Class::WriteOnly | Class::ReadWrite => {}
+        Class::ReadOnly | Class::Append => {
+            stats::count(Counter::WriteFuse);
+            return None;
+        }
+        _ => return None,
+    }
+    let r = (live() && pos >= 0 && n > 0).then(|| locate(fd, pos as u64, n, true)).flatten();
+    match r {
+        Some(Ok((addr, got))) => {
+            sys::copy_to_map(buf, addr, got);
+            sys::persist(addr, got);
+            stats::count(Counter::WriteDirect);
+            Some(Ok(got))
+        }
+        other => {
+            stats::count(Counter::WriteFuse);
+            other.map(|r| r.map(|(_, got)| got))
+        }
+    }
+}
+
+/// Whether `fd` is a winefs file (for the calls that must look after a write through FUSE).
+pub fn is_winefs(fd: c_int) -> bool {
+    !matches!(classify(fd), Class::Other | Class::Unknown)
+}
+
+/// After a write or truncate through FUSE of the file behind `fd`: where it grew inside a
+/// direct mapping of this process, lease and map the new part directly.
+pub fn grown(fd: c_int) {
+    if !live() {
+        return;
+    }
+    let Ok((dev, ino, _)) = sys::identity(fd) else {
+        return;
+    };
+    let mut m = maps();
+    for (&b, d) in m.iter_mut() {
+        if d.dev != dev || d.ino != ino || d.revoked {
+            continue;
+        }
+        let c = d.leases.client.clone();
+        let end = d.off + d.len as u64;
+        let Some((size, generation)) = c.board(ino) else { continue };
+        if generation != d.generation || d.direct_end >= end || size <= d.direct_end {
+            continue;
+        }
+        let Ok(lease) = c.map(ino, d.direct_end, end - d.direct_end) else {
+            continue;
+        };
+        d.leases.ids.lock().unwrap_or_else(|e| e.into_inner()).push(lease.lease);
+        let start = d.direct_end;
+        let at = b + (start - d.off) as usize;
+        if let Ok(e) = place(&c, at, start, end, &lease.extents, d.prot, 0) {
+            d.direct_end = e;
+        }
+    }
+}

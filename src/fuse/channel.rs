@@ -1,0 +1,238 @@
+//! The daemon's side of the direct path (docs/DESIGN.md §9): a Unix socket in the abstract
+//! namespace, named by the virtual xattr [`proto::CHANNEL_XATTR`], through which the preload
+//! library of a process on the mount asks for the pool, the size board and leases on ranges of
+//! files. One thread per connection answers its requests in order; when the connection closes
+//! (the client unmapped everything, exited or was killed) its leases are given back.
+//!
+//! Trust: only the pool's owner and root may connect usefully (their `SO_PEERCRED` user is
+//! checked); they could open the pool file themselves anyway. Everyone else gets `EPERM` to
+//! their hello and keeps using FUSE.
+
+use crate::Fs;
+use crate::fuse::proto::{self, MapReply};
+use crate::sys;
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// Names of channels made by this process (several mounts in one test process).
+static NEXT_CHANNEL: AtomicU64 = AtomicU64::new(0);
+
+/// A running channel.
+pub struct Channel {
+    name: String,
+    listener: UnixListener,
+    stopping: AtomicBool,
+    /// Live connections (to shut them down at unmount) by connection number.
+    conns: Mutex<HashMap<u64, UnixStream>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Channel {
+    /// Listen for clients of `fs`.
+    pub fn start(fs: Arc<Fs>) -> io::Result<Arc<Channel>> {
+        let name = format!(
+            "winefs.{}.{}",
+            std::process::id(),
+            NEXT_CHANNEL.fetch_add(1, Ordering::Relaxed)
+        );
+        let listener = UnixListener::bind_addr(&SocketAddr::from_abstract_name(&name)?)?;
+        let ch = Arc::new(Channel {
+            name,
+            listener,
+            stopping: AtomicBool::new(false),
+            conns: Mutex::new(HashMap::new()),
+            threads: Mutex::new(Vec::new()),
+        });
+        let owner = fs.pool_owner().map_err(io::Error::other)?;
+        let c = Arc::clone(&ch);
+        let accept = std::thread::Builder::new()
+            .name("winefs-channel".into())
+            .spawn(move || c.accept_loop(&fs, owner))?;
+        ch.lock_threads().push(accept);
+        Ok(ch)
+    }
+
+    /// The socket's abstract name (without the leading NUL), the value of the xattr.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn lock_threads(&self) -> std::sync::MutexGuard<'_, Vec<JoinHandle<()>>> {
+        self.threads.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_conns(&self) -> std::sync::MutexGuard<'_, HashMap<u64, UnixStream>> {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Close the channel: no new clients, every connection shut down (clients see the daemon
+    /// go and stop using the pool), every lease given back. Returns when all its threads are
+    /// done, so none still holds the mount.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        sys::shutdown_socket(self.listener.as_raw_fd());
+        for c in self.lock_conns().values() {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+        loop {
+            let Some(t) = self.lock_threads().pop() else {
+                break;
+            };
+            let _ = t.join();
+        }
+    }
+
+    fn accept_loop(self: &Arc<Channel>, fs: &Arc<Fs>, owner: u32) {
+        let mut id = 0u64;
+        for conn in self.listener.incoming() {
+            if self.stopping.load(Ordering::Acquire) {
+                return;
+            }
+            let conn = match conn {
+                Ok(c) => c,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    log::warn!("direct-path channel: accept: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    continue;
+                }
+            };
+            id += 1;
+            let trusted = match sys::peer_uid(conn.as_raw_fd()) {
+                Ok(uid) => uid == 0 || uid == owner,
+                Err(e) => {
+                    log::warn!("direct-path channel: {e}");
+                    false
+                }
+            };
+            if let Ok(c) = conn.try_clone() {
+                self.lock_conns().insert(id, c);
+            }
+            let (ch, fs) = (Arc::clone(self), Arc::clone(fs));
+            let t = std::thread::Builder::new()
+                .name(format!("winefs-direct-{id}"))
+                .spawn(move || {
+                    let mut session = Session {
+                        fs: &fs,
+                        leases: HashMap::new(),
+                        next_lease: 0,
+                    };
+                    if let Err(e) = session.serve(conn, trusted) {
+                        log::debug!("direct-path client {id}: {e}");
+                    }
+                    session.end();
+                    ch.lock_conns().remove(&id);
+                });
+            match t {
+                Ok(t) => self.lock_threads().push(t),
+                Err(e) => log::warn!("direct-path channel: cannot start a thread: {e}"),
+            }
+        }
+    }
+}
+
+/// One client connection and the leases it holds.
+struct Session<'a> {
+    fs: &'a Fs,
+    /// Lease number → inode.
+    leases: HashMap<u64, u64>,
+    next_lease: u64,
+}
+
+impl Session<'_> {
+    fn serve(&mut self, mut conn: UnixStream, trusted: bool) -> io::Result<()> {
+        loop {
+            let mut head = [0u8; 8];
+            match conn.read_exact(&mut head) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+                Err(e) => return Err(e),
+            }
+            let (op, len) = proto::parse_head(head);
+            if len > 64 {
+                return Err(io::Error::other(format!("request payload of {len} bytes")));
+            }
+            let mut payload = vec![0u8; len as usize];
+            conn.read_exact(&mut payload)?;
+            match op {
+                proto::OP_HELLO => self.hello(&mut conn, &payload, trusted)?,
+                _ if !trusted => return Err(io::Error::other("request before a hello")),
+                proto::OP_MAP => {
+                    let reply = match proto::decode_map(&payload) {
+                        None => Err(libc::EINVAL),
+                        Some((ino, off, len)) => self.map(ino, off, len),
+                    };
+                    match reply {
+                        Ok(r) => conn.write_all(&proto::frame(0, &proto::encode_map_reply(&r)))?,
+                        Err(errno) => conn.write_all(&proto::frame(errno as u32, &[]))?,
+                    }
+                }
+                proto::OP_UNMAP => {
+                    let status = match proto::u64_at(&payload, 0).and_then(|l| self.leases.remove(&l)) {
+                        None => libc::EINVAL,
+                        Some(ino) => self.fs.unlease(ino).err().map_or(0, |e| e.errno()),
+                    };
+                    conn.write_all(&proto::frame(status as u32, &[]))?;
+                }
+                _ => conn.write_all(&proto::frame(libc::EOPNOTSUPP as u32, &[]))?,
+            }
+        }
+    }
+
+    fn hello(&mut self, conn: &mut UnixStream, payload: &[u8], trusted: bool) -> io::Result<()> {
+        let version = payload.get(..4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        if !trusted {
+            conn.write_all(&proto::frame(libc::EPERM as u32, &[]))?;
+            return Err(io::Error::other("refused: not the pool's owner or root"));
+        }
+        if version != Some(proto::VERSION) {
+            conn.write_all(&proto::frame(libc::EPROTO as u32, &[]))?;
+            return Err(io::Error::other(format!("protocol version {version:?}")));
+        }
+        let (board, board_len) = match self.fs.size_board() {
+            Ok(b) => b,
+            Err(e) => {
+                conn.write_all(&proto::frame(e.errno() as u32, &[]))?;
+                return Err(io::Error::other(e.to_string()));
+            }
+        };
+        let pool_len = self.fs.geometry().pool_size;
+        let body: Vec<u8> = [pool_len, board_len].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let fds: [RawFd; 2] = [self.fs.pool_fd(), board];
+        sys::send_with_fds(conn.as_raw_fd(), &proto::frame(0, &body), &fds)
+    }
+
+    fn map(&mut self, ino: u64, off: u64, len: u64) -> Result<MapReply, i32> {
+        let l = self.fs.lease(ino, off, len).map_err(|e| e.errno())?;
+        self.next_lease += 1;
+        self.leases.insert(self.next_lease, ino);
+        Ok(MapReply {
+            lease: self.next_lease,
+            size: l.size,
+            extents: l
+                .extents
+                .iter()
+                .map(|&(f, p, n)| proto::Extent {
+                    file_block: f,
+                    pool_block: p,
+                    blocks: n,
+                })
+                .collect(),
+        })
+    }
+
+    /// The connection is gone: every lease it still holds goes back.
+    fn end(&mut self) {
+        for (_, ino) in self.leases.drain() {
+            if let Err(e) = self.fs.unlease(ino) {
+                log::warn!("giving back a lease of inode {ino}: {e}");
+            }
+        }
+    }
+}

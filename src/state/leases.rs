@@ -1,0 +1,104 @@
+//! The mount-wide side of direct-path leases (docs/DESIGN.md §9): how many are held, and the
+//! size board, a shared memory array through which clients of the channel read the current
+//! size of every file they lease without a round trip. Per-file lease counts and quarantined
+//! blocks live in `InodeState`; `ops::lease` grants and releases.
+
+use crate::error::{Error, Result};
+use crate::sys::{self, vm};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// The size board: two little-endian `u64`s per inode number (at `16 * ino`: the size, then
+/// the layout generation, bumped whenever a leased file gives blocks up), in a memory file the
+/// daemon maps read-write and hands to clients, who map it read-only.
+pub(crate) struct SizeBoard {
+    fd: OwnedFd,
+    addr: usize,
+    len: usize,
+}
+
+impl SizeBoard {
+    /// A zeroed board for inode numbers up to `max_ino`.
+    fn new(max_ino: u64) -> Result<SizeBoard> {
+        let len = usize::try_from((max_ino + 1) * 16)
+            .map_err(|_| Error::Invalid("inode table too large for a size board".into()))?
+            .next_multiple_of(vm::PAGE);
+        let fd = sys::memfd("winefs-sizes", len as u64)
+            .map_err(|e| Error::io("create the size board", e))?;
+        let addr = vm::map_file_shared(fd.as_raw_fd(), len)?;
+        Ok(SizeBoard { fd, addr, len })
+    }
+
+    /// Publish the size of `ino` (one atomic store: a client never reads half of it).
+    pub fn publish(&self, ino: u64, size: u64) {
+        let at = ino as usize * 16;
+        if at + 16 <= self.len {
+            vm::store_u64(self.addr + at, size);
+        }
+    }
+
+    /// Bump the layout generation of `ino`: blocks a client may map left the file.
+    pub fn bump(&self, ino: u64) {
+        let at = ino as usize * 16 + 8;
+        if at + 8 <= self.len {
+            vm::store_u64(self.addr + at, vm::read_u64(self.addr + at).wrapping_add(1));
+        }
+    }
+
+    /// The memory file, for a client, and its length.
+    pub fn fd(&self) -> (RawFd, u64) {
+        (self.fd.as_raw_fd(), self.len as u64)
+    }
+}
+
+impl Drop for SizeBoard {
+    fn drop(&mut self) {
+        vm::unmap(self.addr, self.len);
+    }
+}
+
+/// Direct-path leases of a mount.
+#[derive(Default)]
+pub(crate) struct Leases {
+    /// Leases held on all files (a cheap test before any per-file work).
+    pub held: AtomicU64,
+    /// Made by the first client.
+    board: OnceLock<SizeBoard>,
+    /// Serialises making the board.
+    making: Mutex<()>,
+}
+
+impl Leases {
+    /// The size board, made on first use.
+    pub fn board(&self, max_ino: u64) -> Result<&SizeBoard> {
+        if let Some(b) = self.board.get() {
+            return Ok(b);
+        }
+        let _g = self.making.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = self.board.get() {
+            return Ok(b);
+        }
+        let b = SizeBoard::new(max_ino)?;
+        Ok(self.board.get_or_init(|| b))
+    }
+
+    /// Publish `size` for `ino` if a board exists.
+    pub fn publish(&self, ino: u64, size: u64) {
+        if let Some(b) = self.board.get() {
+            b.publish(ino, size);
+        }
+    }
+
+    /// Note that leased file `ino` gave blocks up (into its quarantine).
+    pub fn bump(&self, ino: u64) {
+        if let Some(b) = self.board.get() {
+            b.bump(ino);
+        }
+    }
+
+    /// Whether any lease is held anywhere.
+    pub fn any(&self) -> bool {
+        self.held.load(Ordering::Acquire) > 0
+    }
+}

@@ -1,0 +1,166 @@
+/* An ordinary program for tests/preload.rs: it maps, reads and writes files with plain libc
+ * calls, knowing nothing of winefs; the tests run it with and without libwinefs_preload.so.
+ *
+ *   fill FILE MIB SEED      create/extend to MIB MiB, map shared, store the pattern, msync;
+ *                           prints "faults N"
+ *   check FILE MIB SEED     map shared read-only and compare with the pattern; exit 1 if not
+ *   pio FILE SEED           pwrite/pread a few blocks of a file that is mapped (direct path
+ *                           inside the mapping), then read(2)/write(2) at the file offset
+ *   fork FILE               map 4 MiB shared, fork; the child stores, the parent checks
+ *   hold FILE MIB           map shared (read-write) and serve stdin: "r OFF" prints the byte,
+ *                           "w OFF BYTE" stores it, "s OFF LEN" prints the sum of a range,
+ *                           "q" exits; prints "ready" once mapped
+ */
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static unsigned char pat(size_t i, unsigned seed) {
+    return (unsigned char)((i / 4096) * 7 + (i % 4096) * 13 + seed);
+}
+
+static long faults(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_minflt + u.ru_majflt;
+}
+
+static int fill(const char *path, size_t mib, unsigned seed) {
+    size_t len = mib << 20;
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0 || ftruncate(fd, (off_t)len)) { perror(path); return 2; }
+    long f0 = faults();
+    unsigned char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) { perror("mmap"); return 2; }
+    for (size_t i = 0; i < len; i++) p[i] = pat(i, seed);
+    long f = faults() - f0;
+    if (msync(p, len, MS_SYNC)) { perror("msync"); return 2; }
+    munmap(p, len);
+    close(fd);
+    printf("faults %ld\n", f);
+    return 0;
+}
+
+static int check(const char *path, size_t mib, unsigned seed) {
+    size_t len = mib << 20;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) { perror(path); return 2; }
+    unsigned char *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) { perror("mmap"); return 2; }
+    for (size_t i = 0; i < len; i++)
+        if (p[i] != pat(i, seed)) { printf("differs at %zu: %d, not %d\n", i, p[i], pat(i, seed)); return 1; }
+    munmap(p, len);
+    close(fd);
+    printf("same\n");
+    return 0;
+}
+
+static int pio(const char *path, unsigned seed) {
+    size_t len = 4 << 20;
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0 || ftruncate(fd, (off_t)len)) { perror(path); return 2; }
+    unsigned char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) { perror("mmap"); return 2; }
+    unsigned char buf[8192], back[8192];
+    for (int k = 0; k < 8; k++) {
+        off_t off = (off_t)k * 300000 + 17;
+        for (size_t i = 0; i < sizeof buf; i++) buf[i] = pat(i + (size_t)off, seed);
+        if (pwrite(fd, buf, sizeof buf, off) != (ssize_t)sizeof buf) { perror("pwrite"); return 2; }
+        if (memcmp(p + off, buf, sizeof buf)) { printf("pwrite not seen through the mapping\n"); return 1; }
+        memset(back, 0, sizeof back);
+        if (pread(fd, back, sizeof back, off) != (ssize_t)sizeof back) { perror("pread"); return 2; }
+        if (memcmp(back, buf, sizeof buf)) { printf("pread differs\n"); return 1; }
+    }
+    /* read/write at the file offset, and reads at and past the end of the file. */
+    if (lseek(fd, 4096, SEEK_SET) != 4096) { perror("lseek"); return 2; }
+    memset(buf, 'x', 100);
+    if (write(fd, buf, 100) != 100) { perror("write"); return 2; }
+    if (lseek(fd, 0, SEEK_CUR) != 4196) { printf("write left the offset at %ld\n", (long)lseek(fd, 0, SEEK_CUR)); return 1; }
+    if (p[4096] != 'x' || p[4195] != 'x') { printf("write not seen through the mapping\n"); return 1; }
+    lseek(fd, 4096, SEEK_SET);
+    if (read(fd, back, 100) != 100 || memcmp(back, buf, 100) || lseek(fd, 0, SEEK_CUR) != 4196) {
+        printf("read at the offset differs\n");
+        return 1;
+    }
+    if (pread(fd, back, 100, (off_t)len - 10) != 10) { printf("pread across the end is not short\n"); return 1; }
+    if (pread(fd, back, 100, (off_t)len) != 0) { printf("pread at the end is not 0\n"); return 1; }
+    /* Growing the file goes through the daemon; the mapping's next part becomes direct. */
+    if (pwrite(fd, buf, 100, (off_t)len) != 100) { perror("pwrite past the end"); return 2; }
+    munmap(p, len);
+    close(fd);
+    printf("ok\n");
+    return 0;
+}
+
+static int forked(const char *path) {
+    size_t len = 4 << 20;
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0 || ftruncate(fd, (off_t)len)) { perror(path); return 2; }
+    unsigned char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) { perror("mmap"); return 2; }
+    memset(p, 1, len);
+    pid_t c = fork();
+    if (c == 0) {
+        for (size_t i = 0; i < len; i += 4096) p[i] = 2;
+        munmap(p, len); /* the child's unmap must not end the parent's mapping */
+        _exit(0);
+    }
+    int st;
+    waitpid(c, &st, 0);
+    for (size_t i = 0; i < len; i += 4096)
+        if (p[i] != 2) { printf("the child's store at %zu is not seen\n", i); return 1; }
+    /* Still mapped and usable after the child unmapped and exited. */
+    memset(p, 3, len);
+    munmap(p, len);
+    unsigned char b;
+    if (pread(fd, &b, 1, (off_t)len - 1) != 1 || b != 3) { printf("the parent's stores are lost\n"); return 1; }
+    close(fd);
+    printf("ok\n");
+    return 0;
+}
+
+static int hold(const char *path, size_t mib) {
+    size_t len = mib << 20;
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0) { perror(path); return 2; }
+    unsigned char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) { perror("mmap"); return 2; }
+    close(fd); /* the mapping alone keeps the file */
+    printf("ready\n");
+    fflush(stdout);
+    char line[128];
+    while (fgets(line, sizeof line, stdin)) {
+        unsigned long off, n;
+        unsigned v;
+        if (sscanf(line, "r %lu", &off) == 1) {
+            printf("%u\n", p[off]);
+        } else if (sscanf(line, "w %lu %u", &off, &v) == 2) {
+            p[off] = (unsigned char)v;
+            printf("done\n");
+        } else if (sscanf(line, "s %lu %lu", &off, &n) == 2) {
+            unsigned long long s = 0;
+            for (unsigned long i = 0; i < n; i++) s += p[off + i];
+            printf("%llu\n", s);
+        } else if (line[0] == 'q') {
+            break;
+        }
+        fflush(stdout);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 5 && !strcmp(argv[1], "fill")) return fill(argv[2], strtoul(argv[3], 0, 10), strtoul(argv[4], 0, 10));
+    if (argc >= 5 && !strcmp(argv[1], "check")) return check(argv[2], strtoul(argv[3], 0, 10), strtoul(argv[4], 0, 10));
+    if (argc >= 4 && !strcmp(argv[1], "pio")) return pio(argv[2], strtoul(argv[3], 0, 10));
+    if (argc >= 3 && !strcmp(argv[1], "fork")) return forked(argv[2]);
+    if (argc >= 4 && !strcmp(argv[1], "hold")) return hold(argv[2], strtoul(argv[3], 0, 10));
+    fprintf(stderr, "usage: see the comment at the top of preload_client.c\n");
+    return 2;
+}

@@ -1,0 +1,493 @@
+//! The direct path for unmodified programs (docs/DESIGN.md §9): an ordinary C program
+//! (`tests/data/preload_client.c`, compiled here) run with and without `libwinefs_preload.so`
+//! on a mounted pool — hugepage mappings, coherence with processes that use FUSE, fork,
+//! truncate and unlink under a mapping, kill -9 of a client and of the daemon, and the
+//! fallbacks (a mount with no direct path, a user who is not the pool's owner, a static
+//! binary). Needs root (FUSE, a hugepage tmpfs), like the other FUSE tests.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_winefs");
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"))
+}
+
+fn ok(cmd: &mut Command) -> String {
+    let out = run(cmd);
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The preload library, built once per test run (`cargo test` builds only rlibs).
+fn preload_lib() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        ok(Command::new(cargo)
+            .args(["build", "--release", "-p", "winefs-preload"])
+            .current_dir(root));
+        let lib = root.join("target/release/libwinefs_preload.so");
+        assert!(lib.exists(), "{} was not built", lib.display());
+        lib
+    })
+}
+
+/// The test program, compiled once (dynamically linked, and a static copy).
+fn client(static_link: bool) -> &'static Path {
+    static DYN: OnceLock<PathBuf> = OnceLock::new();
+    static STAT: OnceLock<PathBuf> = OnceLock::new();
+    let cell = if static_link { &STAT } else { &DYN };
+    cell.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/preload_client.c");
+        let out = std::env::temp_dir().join(format!(
+            "winefs-preload-client-{}{}",
+            std::process::id(),
+            if static_link { "-static" } else { "" }
+        ));
+        let mut cc = Command::new("cc");
+        cc.arg("-O2").arg("-o").arg(&out).arg(&src);
+        if static_link {
+            cc.arg("-static");
+        }
+        ok(&mut cc);
+        out
+    })
+}
+
+/// A pool on a hugepage tmpfs, FUSE-mounted; everything is unmounted on drop.
+struct Mount {
+    dir: tempfile::TempDir,
+    pool: PathBuf,
+    mnt: PathBuf,
+    huge: PathBuf,
+    daemon: Option<Child>,
+    args: Vec<&'static str>,
+}
+
+impl Mount {
+    fn new(args: &[&'static str]) -> Mount {
+        assert_eq!(winefs::sys::euid(), 0, "the preload tests need root (FUSE, tmpfs)");
+        let dir = tempfile::Builder::new().prefix("winefs-preload").tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let huge = root.join("huge");
+        let mnt = root.join("mnt");
+        fs::create_dir(&huge).unwrap();
+        fs::create_dir(&mnt).unwrap();
+        ok(Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1200M,huge=always", "none"])
+            .arg(&huge));
+        let pool = huge.join("pool");
+        ok(Command::new(BIN).arg("mkfs").arg(&pool).args(["--size", "1G"]));
+        let mut m = Mount {
+            dir,
+            pool,
+            mnt,
+            huge,
+            daemon: None,
+            args: args.to_vec(),
+        };
+        m.start();
+        m
+    }
+
+    fn start(&mut self) {
+        let log = fs::File::options()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("daemon.log"))
+            .unwrap();
+        let mut child = Command::new(BIN)
+            .arg("mount")
+            .arg(&self.pool)
+            .arg(&self.mnt)
+            .arg("-f")
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.starts_with("winefs: mounted"), "mount said {line:?}");
+        self.daemon = Some(child);
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    /// Unmount (waiting out a mount kept busy a moment by a client going away), then fsck.
+    fn stop_and_fsck(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = run(Command::new("umount").arg(&self.mnt));
+            if out.status.success() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "umount: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let st = self.daemon.take().unwrap().wait().unwrap();
+        assert!(st.success(), "the daemon exited with {st}");
+        let out = ok(Command::new(BIN).arg("fsck").arg(&self.pool));
+        assert!(out.contains("clean"), "fsck: {out}");
+    }
+
+    fn free_blocks(&self) -> u64 {
+        let st = nix_statvfs(&self.mnt);
+        st.0
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.daemon.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = run(Command::new("umount").arg("-l").arg(&self.mnt));
+        let _ = run(Command::new("umount").arg("-l").arg(&self.huge));
+    }
+}
+
+/// (free blocks, block size) of the file system at `p`.
+fn nix_statvfs(p: &Path) -> (u64, u64) {
+    let out = ok(Command::new("stat").args(["-f", "-c", "%f %S"]).arg(p));
+    let v: Vec<u64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    (v[0], v[1])
+}
+
+/// Run the test program (with the preload library unless `plain`), returning its output and
+/// the stats line it appended.
+fn client_run(args: &[&str], plain: bool, stats: &Path) -> (Output, String) {
+    let _ = fs::remove_file(stats);
+    let mut c = Command::new(client(false));
+    c.args(args).env("WINEFS_PRELOAD_STATS", stats);
+    if !plain {
+        c.env("LD_PRELOAD", preload_lib());
+    }
+    let out = run(&mut c);
+    (out, fs::read_to_string(stats).unwrap_or_default())
+}
+
+/// The value of counter `name` in a stats line.
+fn counter(stats: &str, name: &str) -> u64 {
+    let v: serde_json::Value = serde_json::from_str(stats.lines().next().unwrap_or("{}")).unwrap();
+    v[name].as_u64().unwrap_or(0)
+}
+
+/// A `hold` process: maps a file and answers r/w/s commands on stdin.
+struct Holder {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<ChildStdout>,
+}
+
+impl Holder {
+    fn start(file: &Path, mib: u64) -> Holder {
+        let mut child = Command::new(client(false))
+            .args(["hold", file.to_str().unwrap(), &mib.to_string()])
+            .env("LD_PRELOAD", preload_lib())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let input = child.stdin.take().unwrap();
+        let mut output = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        output.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "the holder did not map the file");
+        Holder { child, input, output }
+    }
+    fn ask(&mut self, cmd: &str) -> String {
+        writeln!(self.input, "{cmd}").unwrap();
+        let mut line = String::new();
+        self.output.read_line(&mut line).unwrap();
+        line.trim().to_string()
+    }
+    fn read(&mut self, off: u64) -> u8 {
+        self.ask(&format!("r {off}")).parse().unwrap()
+    }
+    fn write(&mut self, off: u64, v: u8) {
+        assert_eq!(self.ask(&format!("w {off} {v}")), "done");
+    }
+    fn sum(&mut self, off: u64, len: u64) -> u64 {
+        self.ask(&format!("s {off} {len}")).parse().unwrap()
+    }
+    fn quit(mut self) {
+        let _ = writeln!(self.input, "q");
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+/// Whether the pool file's mapping of `pid` has 2 MiB pages.
+fn pmd_mapped_kb(pid: u32) -> u64 {
+    let smaps = fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    smaps
+        .lines()
+        .filter(|l| l.starts_with("ShmemPmdMapped:") || l.starts_with("FilePmdMapped:"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn a_mapping_of_a_sparse_file_gets_hugepages_and_its_bytes_reach_fuse_readers() {
+    let mut m = Mount::new(&[]);
+    let f = m.path("sparse");
+    let stats = m.dir.path().join("stats");
+    // ftruncate, then map and touch (the LMDB pattern): one fault per 2 MiB, not per 4 KiB.
+    let (out, st) = client_run(&["fill", f.to_str().unwrap(), "64", "5"], false, &stats);
+    assert!(out.status.success(), "{out:?}");
+    let faults: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .strip_prefix("faults ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(faults < 64 * 512 / 8, "{faults} faults for 64 MiB: not hugepage-mapped");
+    assert_eq!(counter(&st, "mmap_direct"), 1, "stats: {st}");
+    // The same bytes through FUSE (a process without the library) and through a fresh map.
+    let (out, _) = client_run(&["check", f.to_str().unwrap(), "64", "5"], true, &stats);
+    assert!(out.status.success(), "plain check: {out:?}");
+    let data = fs::read(&f).unwrap();
+    assert_eq!(data.len(), 64 << 20);
+    // And the plain run goes through the page cache: many more faults (the gap this closes).
+    let (out, _) = client_run(&["fill", m.path("plain").to_str().unwrap(), "16", "1"], true, &stats);
+    let plain_faults: u64 = String::from_utf8_lossy(&out.stdout).trim()[7..].parse().unwrap();
+    assert!(plain_faults >= 16 * 256, "plain FUSE mapping: {plain_faults} faults");
+    m.stop_and_fsck();
+}
+
+#[test]
+fn the_holder_sees_hugepages_while_it_maps() {
+    let mut m = Mount::new(&[]);
+    let f = m.path("held");
+    fs::File::create(&f).unwrap().set_len(8 << 20).unwrap();
+    let mut h = Holder::start(&f, 8);
+    for u in 0..4u64 {
+        h.write(u << 21, 1);
+    }
+    assert!(
+        pmd_mapped_kb(h.child.id()) >= 8 << 10,
+        "8 MiB mapped and touched, but {} KiB on 2 MiB pages",
+        pmd_mapped_kb(h.child.id())
+    );
+    h.quit();
+    m.stop_and_fsck();
+}
+
+#[test]
+fn writes_through_fuse_and_stores_through_a_direct_mapping_see_each_other_at_once() {
+    let mut m = Mount::new(&[]);
+    let f = m.path("shared");
+    fs::write(&f, vec![7u8; 3 << 20]).unwrap();
+    let mut h = Holder::start(&f, 3);
+    // FUSE → direct: a write(2) by another process is seen through the mapping at once.
+    let plain = fs::OpenOptions::new().read(true).write(true).open(&f).unwrap();
+    for (off, v) in [(0u64, 11u8), (4095, 12), (2 << 20, 13), ((3 << 20) - 1, 14)] {
+        plain.write_at(&[v], off).unwrap();
+        assert_eq!(h.read(off), v, "a write through FUSE at {off} not seen in the mapping");
+    }
+    // Direct → FUSE: a store through the mapping is seen by read(2) through the mount at once
+    // (files are opened direct-I/O: no stale page cache).
+    let mut b = [0u8; 1];
+    plain.read_at(&mut b, 100).unwrap(); // cache whatever could be cached
+    for (off, v) in [(100u64, 21u8), (1 << 20, 22), ((3 << 20) - 2, 23)] {
+        h.write(off, v);
+        plain.read_at(&mut b, off).unwrap();
+        assert_eq!(b[0], v, "a store through the mapping at {off} not seen by read(2)");
+    }
+    h.quit();
+    drop(plain);
+    let data = fs::read(&f).unwrap();
+    assert_eq!((data[100], data[1 << 20], data[0]), (21, 22, 11));
+    m.stop_and_fsck();
+}
+
+#[test]
+fn pread_and_pwrite_inside_a_mapping_go_direct_and_stay_posix() {
+    let mut m = Mount::new(&[]);
+    let stats = m.dir.path().join("stats");
+    let f = m.path("pio");
+    let (out, st) = client_run(&["pio", f.to_str().unwrap(), "9"], false, &stats);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(counter(&st, "read_direct") >= 8, "stats: {st}");
+    assert!(counter(&st, "write_direct") >= 8, "stats: {st}");
+    // The growing pwrite went through the daemon: the size moved.
+    assert_eq!(fs::metadata(&f).unwrap().len(), (4 << 20) + 100);
+    // The same program without the library gives the same file.
+    let g = m.path("pio-plain");
+    let (out, _) = client_run(&["pio", g.to_str().unwrap(), "9"], true, &stats);
+    assert!(out.status.success(), "{out:?}");
+    assert!(fs::read(&f).unwrap() == fs::read(&g).unwrap(), "direct and FUSE runs differ");
+    m.stop_and_fsck();
+}
+
+#[test]
+fn a_forked_child_shares_the_mapping_and_its_unmap_leaves_the_parents() {
+    let mut m = Mount::new(&[]);
+    let stats = m.dir.path().join("stats");
+    let (out, st) = client_run(&["fork", m.path("forked").to_str().unwrap()], false, &stats);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(st.contains("\"mmap_direct\":1"), "stats: {st}");
+    m.stop_and_fsck();
+}
+
+#[test]
+fn truncate_and_unlink_by_another_process_never_hand_a_mapped_block_to_another_file() {
+    let mut m = Mount::new(&[]);
+    let f = m.path("victim");
+    fs::write(&f, vec![1u8; 4 << 20]).unwrap();
+    let free_before = m.free_blocks();
+    let mut h = Holder::start(&f, 4);
+    // Truncate to zero under the mapping: its blocks are quarantined, not reused.
+    fs::OpenOptions::new().write(true).open(&f).unwrap().set_len(0).unwrap();
+    let others: Vec<PathBuf> = (0..6).map(|i| m.path(&format!("other{i}"))).collect();
+    for o in &others {
+        fs::write(o, vec![0xEEu8; 4 << 20]).unwrap();
+    }
+    // Whatever the holder sees, it is never another file's bytes (0xEE); its stores land in
+    // no other file.
+    for unit in 0..2u64 {
+        let s = h.sum(unit << 21, 1 << 21);
+        assert_eq!(s % (1 << 21), 0, "unit {unit} of the stale mapping reads foreign bytes (sum {s})");
+        assert!(s == 1 << 21 || s == 0, "sum {s}");
+        h.write(unit << 21, 0x55);
+    }
+    for o in &others {
+        assert!(fs::read(o).unwrap().iter().all(|&b| b == 0xEE), "{} changed", o.display());
+    }
+    // Unlink while mapped: the file lives (and its blocks stay out of use) until the holder
+    // lets go; then every block comes back.
+    fs::remove_file(&f).unwrap();
+    for o in &others {
+        fs::remove_file(o).unwrap();
+    }
+    h.write(100, 9);
+    h.quit();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while m.free_blocks() < free_before + (4 << 20) / 4096 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        m.free_blocks() >= free_before + (4 << 20) / 4096,
+        "blocks of the unlinked, unmapped file not freed: {} free, {} before",
+        m.free_blocks(),
+        free_before
+    );
+    m.stop_and_fsck();
+}
+
+#[test]
+fn a_client_killed_mid_store_gives_its_leases_back() {
+    let mut m = Mount::new(&[]);
+    let f = m.path("killed");
+    fs::write(&f, vec![3u8; 4 << 20]).unwrap();
+    let free_before = m.free_blocks();
+    let mut h = Holder::start(&f, 4);
+    h.write(5, 4);
+    fs::remove_file(&f).unwrap();
+    h.child.kill().unwrap();
+    h.child.wait().unwrap();
+    // The channel closed with the process: the lease went, so the unlinked file is freed.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while m.free_blocks() < free_before + (4 << 20) / 4096 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(m.free_blocks() >= free_before + (4 << 20) / 4096, "the dead client's file was not freed");
+    m.stop_and_fsck();
+}
+
+#[test]
+fn a_killed_daemon_revokes_direct_mappings_and_the_pool_mounts_again_clean() {
+    let mut m = Mount::new(&[]);
+    let f = m.path("orphaned");
+    fs::write(&f, vec![5u8; 2 << 20]).unwrap();
+    let mut h = Holder::start(&f, 2);
+    h.write(10, 6);
+    let mut d = m.daemon.take().unwrap();
+    d.kill().unwrap();
+    d.wait().unwrap();
+    ok(Command::new("umount").arg("-l").arg(&m.mnt));
+    // The holder lets go of the pool within moments (its watcher saw the channel close), so
+    // the pool is not "in use" and mounts again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = run(Command::new(BIN).arg("fsck").arg(&m.pool));
+        if out.status.success() {
+            break;
+        }
+        let why = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        assert!(why.contains("in use") && Instant::now() < deadline, "fsck after the daemon died: {why}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The holder's mapping is gone: touching it kills the holder, it never reads the pool.
+    writeln!(h.input, "r 10").unwrap();
+    let st = h.child.wait().unwrap();
+    assert!(!st.success(), "a revoked mapping was still readable");
+    m.start();
+    assert_eq!(fs::read(&f).unwrap()[10], 6, "a store made before the daemon died is lost");
+    m.stop_and_fsck();
+}
+
+#[test]
+fn without_a_direct_path_everything_still_works_through_fuse() {
+    // A mount that offers none, a user who does not own the pool, a static binary.
+    let mut m = Mount::new(&["--no-direct"]);
+    let stats = m.dir.path().join("stats");
+    let f = m.path("nodirect");
+    let (out, st) = client_run(&["fill", f.to_str().unwrap(), "4", "2"], false, &stats);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(counter(&st, "mmap_direct"), 0, "stats: {st}");
+    assert_eq!(counter(&st, "mmap_fuse"), 1, "stats: {st}");
+    let (out, _) = client_run(&["check", f.to_str().unwrap(), "4", "2"], true, &stats);
+    assert!(out.status.success(), "{out:?}");
+    m.stop_and_fsck();
+
+    let mut m = Mount::new(&[]);
+    let dir = m.path("nobody");
+    fs::create_dir(&dir).unwrap();
+    ok(Command::new("chown").arg("65534:65534").arg(&dir));
+    let f = dir.join("file");
+    let out = run(Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(client(false))
+        .args(["fill", f.to_str().unwrap(), "4", "8"])
+        .env("LD_PRELOAD", preload_lib())
+        .env("WINEFS_PRELOAD_LOG", "1"));
+    assert!(out.status.success(), "{out:?}");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("refused the direct path"), "log: {log}");
+    let (out, _) = client_run(&["check", f.to_str().unwrap(), "4", "8"], false, &stats);
+    assert!(out.status.success(), "{out:?}");
+
+    let g = m.path("static");
+    let out = run(Command::new(client(true))
+        .args(["fill", g.to_str().unwrap(), "4", "9"])
+        .env("LD_PRELOAD", preload_lib()));
+    assert!(out.status.success(), "{out:?}");
+    let (out, _) = client_run(&["check", g.to_str().unwrap(), "4", "9"], false, &stats);
+    assert!(out.status.success(), "{out:?}");
+    m.stop_and_fsck();
+}
