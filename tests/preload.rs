@@ -1,4 +1,4 @@
-//! The direct path for unmodified programs (docs/DESIGN.md §9): an ordinary C program
+//! The direct path for unmodified programs (docs/DESIGN.md §7b): an ordinary C program
 //! (`tests/data/preload_client.c`, compiled here) run with and without `libwinefs_preload.so`
 //! on a mounted pool — hugepage mappings, coherence with processes that use FUSE, fork,
 //! truncate and unlink under a mapping, kill -9 of a client and of the daemon, and the
@@ -241,6 +241,12 @@ impl Holder {
     }
 }
 
+/// Grow `path` to `size` + 1 bytes through FUSE, the last byte `v`.
+fn plain_append(path: &Path, size: u64, v: u8) {
+    let f = fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_at(&[v], size).unwrap();
+}
+
 /// Whether the pool file's mapping of `pid` has 2 MiB pages.
 fn pmd_mapped_kb(pid: u32) -> u64 {
     let smaps = fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
@@ -293,6 +299,10 @@ fn the_holder_sees_hugepages_while_it_maps() {
         "8 MiB mapped and touched, but {} KiB on 2 MiB pages",
         pmd_mapped_kb(h.child.id())
     );
+    // The mapping keeps the mount busy, as a kernel mapping would (the holder closed its
+    // descriptor long ago).
+    let out = run(Command::new("umount").arg(&m.mnt));
+    assert!(!out.status.success(), "unmounted under a live direct mapping");
     h.quit();
     m.stop_and_fsck();
 }
@@ -318,6 +328,14 @@ fn writes_through_fuse_and_stores_through_a_direct_mapping_see_each_other_at_onc
         plain.read_at(&mut b, off).unwrap();
         assert_eq!(b[0], v, "a store through the mapping at {off} not seen by read(2)");
     }
+    // Growth by another process: the part of the mapping past the old end is the kernel's
+    // mapping of the FUSE file, and shows the new bytes.
+    let g = m.path("grows");
+    fs::write(&g, vec![1u8; 1 << 20]).unwrap();
+    let mut h2 = Holder::start(&g, 4);
+    plain_append(&g, 3 << 20, 42);
+    assert_eq!(h2.read(3 << 20), 42, "growth by another process not seen through the mapping");
+    h2.quit();
     h.quit();
     drop(plain);
     let data = fs::read(&f).unwrap();
@@ -339,6 +357,27 @@ fn pread_and_pwrite_inside_a_mapping_go_direct_and_stay_posix() {
     // The same program without the library gives the same file.
     let g = m.path("pio-plain");
     let (out, _) = client_run(&["pio", g.to_str().unwrap(), "9"], true, &stats);
+    assert!(out.status.success(), "{out:?}");
+    assert!(fs::read(&f).unwrap() == fs::read(&g).unwrap(), "direct and FUSE runs differ");
+    m.stop_and_fsck();
+}
+
+#[test]
+fn reads_and_writes_of_a_file_nobody_maps_go_direct_after_the_first_and_fill_no_hole() {
+    let mut m = Mount::new(&[]);
+    let stats = m.dir.path().join("stats");
+    let f = m.path("rw");
+    let (out, st) = client_run(&["rw", f.to_str().unwrap(), "4"], false, &stats);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{said}");
+    assert!(counter(&st, "read_direct") >= 150, "stats: {st}");
+    assert!(counter(&st, "write_direct") >= 150, "stats: {st}");
+    assert_eq!(counter(&st, "mmap_direct"), 0, "the program mapped nothing: {st}");
+    // Reading a sparse file through the library allocates nothing.
+    assert_eq!(said.trim(), "blocks 0", "{said}");
+    // The same bytes as the program's run without the library.
+    let g = m.path("rw-plain");
+    let (out, _) = client_run(&["rw", g.to_str().unwrap(), "4"], true, &stats);
     assert!(out.status.success(), "{out:?}");
     assert!(fs::read(&f).unwrap() == fs::read(&g).unwrap(), "direct and FUSE runs differ");
     m.stop_and_fsck();
@@ -378,6 +417,18 @@ fn truncate_and_unlink_by_another_process_never_hand_a_mapped_block_to_another_f
     for o in &others {
         assert!(fs::read(o).unwrap().iter().all(|&b| b == 0xEE), "{} changed", o.display());
     }
+    // A hole punched under a mapping: the same (quarantine), through fallocate(2).
+    let p = m.path("punched");
+    fs::write(&p, vec![2u8; 4 << 20]).unwrap();
+    let mut hp = Holder::start(&p, 4);
+    ok(Command::new("fallocate").args(["--punch-hole", "--offset", "0", "--length", "4194304"]).arg(&p));
+    fs::write(m.path("after-punch"), vec![0xEEu8; 4 << 20]).unwrap();
+    let s = hp.sum(0, 1 << 21);
+    assert!(s == 2 << 21 || s == 0, "a punched, mapped range reads foreign bytes (sum {s})");
+    hp.quit();
+    assert!(fs::read(m.path("after-punch")).unwrap().iter().all(|&b| b == 0xEE));
+    fs::remove_file(m.path("after-punch")).unwrap();
+    fs::remove_file(&p).unwrap();
     // Unlink while mapped: the file lives (and its blocks stay out of use) until the holder
     // lets go; then every block comes back.
     fs::remove_file(&f).unwrap();

@@ -1,4 +1,4 @@
-//! One connection to a mount's daemon (docs/DESIGN.md §9): the hello that brings the pool and
+//! One connection to a mount's daemon (docs/DESIGN.md §7b): the hello that brings the pool and
 //! the size board, map and unmap requests, and a watcher thread that revokes every direct
 //! mapping of the mount the moment the daemon goes away.
 
@@ -98,9 +98,10 @@ impl Client {
         Ok(body)
     }
 
-    /// Lease [off, off+len) of inode `ino`.
-    pub fn map(&self, ino: u64, off: u64, len: u64) -> Result<MapReply, Errno> {
-        let body = self.request(proto::OP_MAP, &proto::encode_map(ino, off, len))?;
+    /// Lease [off, off+len) of inode `ino` (`fill`: holes inside the file are filled).
+    pub fn map(&self, ino: u64, off: u64, len: u64, fill: bool) -> Result<MapReply, Errno> {
+        let flags = if fill { 0 } else { proto::MAP_NO_FILL };
+        let body = self.request(proto::OP_MAP, &proto::encode_map(ino, off, len, flags))?;
         proto::decode_map_reply(&body).ok_or(libc::EPROTO)
     }
 

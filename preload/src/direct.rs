@@ -1,4 +1,4 @@
-//! The direct path of one process (docs/DESIGN.md §9): which descriptors are winefs files,
+//! The direct path of one process (docs/DESIGN.md §7b): which descriptors are winefs files,
 //! the direct mappings this process made (each one a kernel mapping of the FUSE file with the
 //! leased pool extents placed over it), and the data calls served from them.
 //!
@@ -80,6 +80,12 @@ struct DirectMap {
     /// The file's layout generation when it was leased.
     generation: u64,
     revoked: bool,
+    /// A mapping this library made for the data calls of this descriptor (not the
+    /// application's): it goes when the descriptor is closed.
+    hidden: Option<c_int>,
+    /// The file size at the last lease of its growth (a hole stops `direct_end` short of it:
+    /// the same size is not asked about again).
+    leased_to: u64,
     leases: Arc<LeaseSet>,
 }
 
@@ -236,14 +242,47 @@ pub fn mmap(addr: usize, len: usize, prot: c_int, flags: c_int, fd: c_int, off: 
         stats::count(Counter::MmapFuse);
         return None;
     };
+    match establish(fd, dev, ino, &client, addr, len, prot, flags, off as u64, None) {
+        Ok(Some(base)) => {
+            stats::count(Counter::MmapDirect);
+            Some(Ok(base))
+        }
+        Ok(None) => {
+            stats::count(Counter::MmapFuse);
+            None
+        }
+        Err(e) => Some(Err(e)),
+    }
+}
+
+/// Lease [off, off+len) of the file and build its direct mapping (at `addr` with MAP_FIXED,
+/// else at an address of our choosing); `hidden`: a mapping this library makes for the data
+/// calls on descriptor `fd` (no hole filled). Ok(None): no lease, leave it to the kernel.
+#[allow(clippy::too_many_arguments)]
+fn establish(
+    fd: c_int,
+    dev: u64,
+    ino: u64,
+    client: &Arc<Client>,
+    addr: usize,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    off: u64,
+    hidden: Option<c_int>,
+) -> Result<Option<usize>, Errno> {
     let len = len.next_multiple_of(PAGE as usize);
-    let off = off as u64;
-    let lease = match client.map(ino, off, len as u64) {
+    let fill = hidden.is_none();
+    let leased = match client.map(ino, off, len as u64, fill) {
+        // No room to fill the holes: lease what the file has; the kernel serves the holes.
+        Err(libc::ENOSPC) if fill => client.map(ino, off, len as u64, false),
+        r => r,
+    };
+    let lease = match leased {
         Ok(l) => l,
         Err(e) => {
-            stats::log(&format!("inode {ino}: no lease (errno {e}): mapped through FUSE"));
-            stats::count(Counter::MmapFuse);
-            return None;
+            stats::log(&format!("inode {ino}: no lease (errno {e}): through FUSE"));
+            return Ok(None);
         }
     };
     let generation = client.board(ino).map_or(0, |b| b.1);
@@ -255,14 +294,7 @@ pub fn mmap(addr: usize, len: usize, prot: c_int, flags: c_int, fd: c_int, off: 
         pid: sys::pid(),
     });
     let fixed = flags & libc::MAP_FIXED != 0;
-    let base = if fixed {
-        addr
-    } else {
-        match reserve(len, (off % HUGE as u64) as usize) {
-            Ok(b) => b,
-            Err(e) => return Some(Err(e)),
-        }
-    };
+    let base = if fixed { addr } else { reserve(len, (off % HUGE as u64) as usize)? };
     // The kernel's mapping of the FUSE file underneath: what lies past the end of the file
     // behaves as the kernel makes it (SIGBUS until the file grows).
     let under = libc::MAP_SHARED | libc::MAP_FIXED;
@@ -271,29 +303,29 @@ pub fn mmap(addr: usize, len: usize, prot: c_int, flags: c_int, fd: c_int, off: 
             let _ = sys::sys_munmap(base, len);
         }
         stats::log(&format!("inode {ino}: the kernel refused the mapping (errno {e})"));
-        return Some(Err(e));
+        return Err(e);
     }
     let mut m = maps();
     forget_range(&mut m, base, len);
     let end = off + len as u64;
-    let direct_end = match place(&client, base, off, end, &lease.extents, prot, flags) {
+    let direct_end = match place(client, base, off, end, &lease.extents, prot, flags) {
         Ok(e) => e,
         Err(e) => {
             let _ = sys::sys_munmap(base, len);
-            return Some(Err(e));
+            return Err(e);
         }
     };
     m.insert(
         base,
-        DirectMap { len, off, dev, ino, prot, direct_end, generation, revoked: false, leases },
+        DirectMap { len, off, dev, ino, prot, direct_end, generation, revoked: false, hidden, leased_to: lease.size, leases },
     );
     LIVE.store(m.len(), Ordering::Release);
-    stats::count(Counter::MmapDirect);
     stats::log(&format!(
-        "inode {ino}: mapped {len} bytes from {off} directly ({} pool-backed)",
+        "inode {ino}: {} {len} bytes from {off} directly ({} pool-backed)",
+        if hidden.is_some() { "leased for reads and writes" } else { "mapped" },
         direct_end - off
     ));
-    Some(Ok(base))
+    Ok(Some(base))
 }
 
 /// Address space of `len` bytes starting congruent to `phase` modulo 2 MiB (so aligned
@@ -366,6 +398,8 @@ fn copy(d: &DirectMap) -> DirectMap {
         direct_end: d.direct_end,
         generation: d.generation,
         revoked: d.revoked,
+        hidden: d.hidden,
+        leased_to: d.leased_to,
         leases: d.leases.clone(),
     }
 }
@@ -412,16 +446,108 @@ pub fn msync(addr: usize, len: usize) {
     }
 }
 
+/// Whether data calls may lease files they do not map (`WINEFS_PRELOAD_NO_HIDDEN=1`: no).
+fn hidden_allowed() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("WINEFS_PRELOAD_NO_HIDDEN").is_none_or(|v| v == "0"))
+}
+
+/// Data calls that went through FUSE per descriptor since its last hidden mapping attempt.
+static FALLBACKS: OnceLock<Box<[AtomicU8]>> = OnceLock::new();
+
+/// A second data call through FUSE on a readable winefs descriptor: lease the whole file (no
+/// hole filled) and map it for the data calls, so the rest go direct. A file read or written
+/// once costs no lease.
+fn hidden_for(fd: c_int, class: Class, dev: u64, ino: u64) -> bool {
+    if !hidden_allowed() || !matches!(class, Class::ReadOnly | Class::ReadWrite) {
+        return false;
+    }
+    let counts = FALLBACKS.get_or_init(|| (0..CLASSES).map(|_| AtomicU8::new(0)).collect());
+    let Some(slot) = usize::try_from(fd).ok().and_then(|i| counts.get(i)) else {
+        return false;
+    };
+    if slot.fetch_add(1, Ordering::Relaxed) != 1 {
+        return false; // the first fallback, or an attempt made already
+    }
+    let Some(client) = client_for(fd, dev) else {
+        return false;
+    };
+    // Room to grow: the lease covers twice the size the kernel knows (past the end nothing is
+    // mapped from the pool until the file grows into it).
+    let known = sys::file_size(fd).unwrap_or(0).max(1);
+    let len = (known * 2).next_multiple_of(HUGE as u64) as usize;
+    let prot = if class == Class::ReadWrite { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+    matches!(establish(fd, dev, ino, &client, 0, len, prot, libc::MAP_SHARED, 0, Some(fd)), Ok(Some(_)))
+}
+
+/// Descriptor `fd` is being closed or replaced: its hidden mapping goes (and its lease).
+pub fn drop_hidden(fd: c_int) {
+    if let Some(s) = FALLBACKS.get().and_then(|c| usize::try_from(fd).ok().and_then(|i| c.get(i))) {
+        s.store(0, Ordering::Relaxed);
+    }
+    if !live() {
+        return;
+    }
+    let mut m = maps();
+    let gone: Vec<(usize, usize)> = m
+        .iter()
+        .filter(|(_, d)| d.hidden == Some(fd))
+        .map(|(&b, d)| (b, d.len))
+        .collect();
+    for (b, len) in gone {
+        let _ = sys::sys_munmap(b, len);
+        forget_range(&mut m, b, len);
+    }
+}
+
+/// Before `fsync`/`fdatasync` of `fd`: write back the cache lines of this process's direct
+/// mappings of the file (the daemon cannot know which lines a client dirtied; its fsync covers
+/// what went through it).
+pub fn sync_file(fd: c_int) {
+    if !live() {
+        return;
+    }
+    let Ok((dev, ino, _)) = sys::identity(fd) else {
+        return;
+    };
+    let m = maps();
+    for (&b, d) in m.iter() {
+        if d.dev == dev && d.ino == ino && !d.revoked && d.prot & libc::PROT_WRITE != 0 {
+            sys::persist(b, (d.direct_end - d.off) as usize);
+        }
+    }
+}
+
 /// Where a direct read or write of [pos, pos+n) of the file behind `fd` can go: the address of
 /// `pos` and the bytes available there (clipped to the file size for reads).
-fn locate(fd: c_int, pos: u64, n: usize, write: bool) -> Option<Result<(usize, usize), Errno>> {
+fn locate(fd: c_int, class: Class, pos: u64, n: usize, write: bool) -> Option<Result<(usize, usize), Errno>> {
     let (dev, ino, _) = sys::identity(fd).ok()?;
+    let find = || {
+        let mut m = maps();
+        let usable = |d: &DirectMap| {
+            d.dev == dev && d.ino == ino && !d.revoked && (!write || d.prot & libc::PROT_WRITE != 0)
+        };
+        let hit = m
+            .iter()
+            .find(|(_, d)| usable(d) && d.off <= pos && pos < d.direct_end)
+            .map(|(&b, _)| b);
+        if hit.is_some() {
+            return hit;
+        }
+        // The file may have grown into a mapping since it was leased.
+        let (b, d) = m
+            .iter_mut()
+            .find(|(_, d)| usable(d) && d.direct_end <= pos && pos < d.off + d.len as u64)?;
+        let b = *b;
+        (extend(b, d) && pos < d.direct_end).then_some(b)
+    };
+    let b = match find() {
+        Some(b) => b,
+        None if hidden_for(fd, class, dev, ino) => find()?,
+        None => return None,
+    };
     let m = maps();
-    let d_addr = m.iter().find_map(|(&b, d)| {
-        let usable = d.dev == dev && d.ino == ino && !d.revoked && (!write || d.prot & libc::PROT_WRITE != 0);
-        (usable && d.off <= pos && pos < d.direct_end).then_some((b, d))
-    });
-    let (b, d) = d_addr?;
+    let d = m.get(&b)?;
     let (size, generation) = d.leases.client.board(ino)?;
     if generation != d.generation || d.leases.client.dead.load(Ordering::Acquire) {
         return None;
@@ -447,7 +573,8 @@ pub fn pread(fd: c_int, buf: *mut libc::c_void, n: usize, pos: i64) -> Option<Re
         }
         _ => return None,
     }
-    let r = (live() && pos >= 0).then(|| locate(fd, pos as u64, n, false)).flatten();
+    let class = classify(fd);
+    let r = (pos >= 0).then(|| locate(fd, class, pos as u64, n, false)).flatten();
     match r {
         Some(Ok((addr, got))) => {
             if got > 0 {
@@ -474,7 +601,8 @@ pub fn pwrite(fd: c_int, buf: *const libc::c_void, n: usize, pos: i64) -> Option
         }
         _ => return None,
     }
-    let r = (live() && pos >= 0 && n > 0).then(|| locate(fd, pos as u64, n, true)).flatten();
+    let class = classify(fd);
+    let r = (pos >= 0 && n > 0).then(|| locate(fd, class, pos as u64, n, true)).flatten();
     match r {
         Some(Ok((addr, got))) => {
             sys::copy_to_map(buf, addr, got);
@@ -494,8 +622,35 @@ pub fn is_winefs(fd: c_int) -> bool {
     !matches!(classify(fd), Class::Other | Class::Unknown)
 }
 
-/// After a write or truncate through FUSE of the file behind `fd`: where it grew inside a
-/// direct mapping of this process, lease and map the new part directly.
+/// Lease and map directly the part of mapping `d` (at `b`) the file has grown into since it
+/// was last leased. False when nothing changed.
+fn extend(b: usize, d: &mut DirectMap) -> bool {
+    let c = d.leases.client.clone();
+    let end = d.off + d.len as u64;
+    let Some((size, generation)) = c.board(d.ino) else { return false };
+    if generation != d.generation || d.direct_end >= end || size <= d.direct_end.max(d.leased_to) || d.revoked {
+        return false;
+    }
+    let Ok(lease) = c.map(d.ino, d.direct_end, end - d.direct_end, d.hidden.is_none()) else {
+        return false;
+    };
+    d.leases.ids.lock().unwrap_or_else(|e| e.into_inner()).push(lease.lease);
+    d.leased_to = lease.size;
+    let start = d.direct_end;
+    let at = b + (start - d.off) as usize;
+    match place(&c, at, start, end, &lease.extents, d.prot, 0) {
+        Ok(e) if e > start => {
+            d.direct_end = e;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// After a write or truncate through FUSE of the file behind `fd`: where it grew inside one of
+/// the application's direct mappings, lease and map the new part directly at once (its loads
+/// and stores do not pass through this library). Hidden mappings grow when a read or write
+/// asks for the new part (`locate`), so a file growing by writes costs no extra round trip.
 pub fn grown(fd: c_int) {
     if !live() {
         return;
@@ -505,23 +660,8 @@ pub fn grown(fd: c_int) {
     };
     let mut m = maps();
     for (&b, d) in m.iter_mut() {
-        if d.dev != dev || d.ino != ino || d.revoked {
-            continue;
-        }
-        let c = d.leases.client.clone();
-        let end = d.off + d.len as u64;
-        let Some((size, generation)) = c.board(ino) else { continue };
-        if generation != d.generation || d.direct_end >= end || size <= d.direct_end {
-            continue;
-        }
-        let Ok(lease) = c.map(ino, d.direct_end, end - d.direct_end) else {
-            continue;
-        };
-        d.leases.ids.lock().unwrap_or_else(|e| e.into_inner()).push(lease.lease);
-        let start = d.direct_end;
-        let at = b + (start - d.off) as usize;
-        if let Ok(e) = place(&c, at, start, end, &lease.extents, d.prot, 0) {
-            d.direct_end = e;
+        if d.dev == dev && d.ino == ino && d.hidden.is_none() {
+            extend(b, d);
         }
     }
 }

@@ -1,5 +1,5 @@
 //! `libwinefs_preload.so`: the direct data path for unmodified, dynamically linked programs on
-//! a winefs FUSE mount (docs/DESIGN.md §9). `LD_PRELOAD` it, and a shared `mmap` of a winefs
+//! a winefs FUSE mount (docs/DESIGN.md §7b). `LD_PRELOAD` it, and a shared `mmap` of a winefs
 //! file maps the file's pool extents themselves (2 MiB pages where the extents are aligned),
 //! and `read`/`write`/`pread`/`pwrite` inside such a mapping copy from and to the pool. Every
 //! descriptor stays the kernel's FUSE descriptor: open, close, dup, fork, locks, permissions
@@ -223,7 +223,7 @@ pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: o
 
 /// Serve `read`/`write` at the descriptor's offset through `io`, moving the offset after.
 fn at_offset(fd: c_int, io: impl FnOnce(i64) -> Option<Result<usize, c_int>>) -> Option<Result<usize, c_int>> {
-    if !direct::live() || !direct::is_winefs(fd) {
+    if !direct::is_winefs(fd) {
         return None;
     }
     let pos = sys::lseek(fd, 0, libc::SEEK_CUR).ok()?;
@@ -283,6 +283,36 @@ pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
     unsafe { ftruncate64(fd, len) }
 }
 
+/// `fsync`: first writes back this process's stores through direct mappings of the file.
+///
+/// # Safety
+/// As libc's `fsync`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
+    guarded(|| {
+        direct::sync_file(fd);
+        Some(())
+    });
+    // SAFETY: the raw system call with the caller's argument.
+    let r = unsafe { libc::syscall(libc::SYS_fsync, fd) };
+    r as c_int
+}
+
+/// `fdatasync`: as `fsync`.
+///
+/// # Safety
+/// As libc's `fdatasync`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
+    guarded(|| {
+        direct::sync_file(fd);
+        Some(())
+    });
+    // SAFETY: the raw system call with the caller's argument.
+    let r = unsafe { libc::syscall(libc::SYS_fdatasync, fd) };
+    r as c_int
+}
+
 /// `close`: forgets what the descriptor was.
 ///
 /// # Safety
@@ -290,6 +320,10 @@ pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     direct::forget_fd(fd);
+    guarded(|| {
+        direct::drop_hidden(fd);
+        Some(())
+    });
     sys::next_close(fd)
 }
 
@@ -300,6 +334,10 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     direct::forget_fd(new);
+    guarded(|| {
+        direct::drop_hidden(new);
+        Some(())
+    });
     // SAFETY: the raw system call with the caller's arguments.
     let r = unsafe { libc::syscall(libc::SYS_dup3, old, new, 0) } as c_int;
     if r < 0 && old == new {
@@ -316,6 +354,10 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     direct::forget_fd(new);
+    guarded(|| {
+        direct::drop_hidden(new);
+        Some(())
+    });
     // SAFETY: the raw system call with the caller's arguments.
     unsafe { libc::syscall(libc::SYS_dup3, old, new, flags) as c_int }
 }

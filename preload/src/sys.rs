@@ -213,6 +213,17 @@ pub fn identity(fd: c_int) -> Result<(u64, u64, u32), Errno> {
     Ok((dev, st.stx_ino, st.stx_mode as u32))
 }
 
+/// The size of the file behind `fd` as the kernel knows it (no round trip to a FUSE daemon).
+pub fn file_size(fd: c_int) -> Option<u64> {
+    // SAFETY: an all-zero statx is valid; the kernel fills it.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: as in `identity`.
+    let r = unsafe {
+        libc::statx(fd, c"".as_ptr(), libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC, libc::STATX_SIZE, &mut st)
+    };
+    (r == 0).then_some(st.stx_size)
+}
+
 /// The value of extended attribute `name` of `fd`.
 pub fn fgetxattr(fd: c_int, name: &str) -> Result<Vec<u8>, Errno> {
     let c = CString::new(name).map_err(|_| libc::EINVAL)?;

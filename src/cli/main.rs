@@ -72,7 +72,7 @@ enum Cmd {
         #[arg(long)]
         read_only: bool,
         /// Offer no direct path: processes with the preload library keep using FUSE for data
-        /// (docs/DESIGN.md §9).
+        /// (docs/DESIGN.md §7b).
         #[arg(long)]
         no_direct: bool,
         /// Size of the default pool when it is created (K/M/G/T suffixes, binary; default 1G);

@@ -353,7 +353,7 @@ fn serve(
     cfg.n_threads = Some(threads);
     cfg.clone_fd = true;
     let mut adapter = WinefsFuse::new(Arc::clone(&fs));
-    // The direct path (docs/DESIGN.md §9): not on a read-only mount, which writes nothing.
+    // The direct path (docs/DESIGN.md §7b): not on a read-only mount, which writes nothing.
     let channel = if direct && !fs.is_read_only() {
         match Channel::start(Arc::clone(&fs)) {
             Ok(ch) => {

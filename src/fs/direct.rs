@@ -1,4 +1,4 @@
-//! The facade of the direct path (docs/DESIGN.md §9): what the mount's channel needs to let
+//! The facade of the direct path (docs/DESIGN.md §7b): what the mount's channel needs to let
 //! a client map a file's pool blocks itself — the pool's descriptor, the size board, and
 //! leases on ranges of files (`ops::lease`).
 
@@ -20,11 +20,11 @@ pub struct Lease {
 
 impl Fs {
     /// Lease bytes [off, off+len) of regular file `ino` for a client that maps its blocks:
-    /// holes of the part inside the file are filled (whole aligned 2 MiB units when `len` is
-    /// 2 MiB or more); until [`Fs::unlease`], the file stays open, its blocks stay where they
+    /// with `fill`, holes of the part inside the file are filled first (whole aligned 2 MiB
+    /// units when `len` is 2 MiB or more); until [`Fs::unlease`], the file stays open, its blocks stay where they
     /// are, and blocks it frees are kept from other files. EROFS on a read-only mount.
-    pub fn lease(&self, ino: u64, off: u64, len: u64) -> Result<Lease> {
-        let g = lease::grant(&self.state, ino, off, len)?;
+    pub fn lease(&self, ino: u64, off: u64, len: u64, fill: bool) -> Result<Lease> {
+        let g = lease::grant(&self.state, ino, off, len, fill)?;
         Ok(Lease {
             size: g.size,
             extents: g.extents,

@@ -1,4 +1,4 @@
-//! The daemon's side of the direct path (docs/DESIGN.md §9): a Unix socket in the abstract
+//! The daemon's side of the direct path (docs/DESIGN.md §7b): a Unix socket in the abstract
 //! namespace, named by the virtual xattr [`proto::CHANNEL_XATTR`], through which the preload
 //! library of a process on the mount asks for the pool, the size board and leases on ranges of
 //! files. One thread per connection answers its requests in order; when the connection closes
@@ -166,7 +166,7 @@ impl Session<'_> {
                 proto::OP_MAP => {
                     let reply = match proto::decode_map(&payload) {
                         None => Err(libc::EINVAL),
-                        Some((ino, off, len)) => self.map(ino, off, len),
+                        Some((ino, off, len, flags)) => self.map(ino, off, len, flags & proto::MAP_NO_FILL == 0),
                     };
                     match reply {
                         Ok(r) => conn.write_all(&proto::frame(0, &proto::encode_map_reply(&r)))?,
@@ -208,8 +208,8 @@ impl Session<'_> {
         sys::send_with_fds(conn.as_raw_fd(), &proto::frame(0, &body), &fds)
     }
 
-    fn map(&mut self, ino: u64, off: u64, len: u64) -> Result<MapReply, i32> {
-        let l = self.fs.lease(ino, off, len).map_err(|e| e.errno())?;
+    fn map(&mut self, ino: u64, off: u64, len: u64, fill: bool) -> Result<MapReply, i32> {
+        let l = self.fs.lease(ino, off, len, fill).map_err(|e| e.errno())?;
         self.next_lease += 1;
         self.leases.insert(self.next_lease, ino);
         Ok(MapReply {

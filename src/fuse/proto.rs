@@ -1,5 +1,5 @@
 //! The wire format of the direct-path channel between a mount's daemon and the preload library
-//! (`preload/`, which compiles this same file), docs/DESIGN.md §9. Only `std`: both sides
+//! (`preload/`, which compiles this same file), docs/DESIGN.md §7b. Only `std`: both sides
 //! build it.
 //!
 //! A connection is a Unix stream socket in the abstract namespace; its name is the value of the
@@ -12,7 +12,7 @@
 //! | op | request | reply payload (status 0) |
 //! |---|---|---|
 //! | [`OP_HELLO`] | `version: u32` | `pool_len: u64`, `board_len: u64`; the pool and the size board arrive as two descriptors (`SCM_RIGHTS`) with the reply header |
-//! | [`OP_MAP`] | `ino: u64`, `off: u64`, `len: u64` | `lease: u64`, `size: u64`, `count: u32`, then `count` × (`file_block: u64`, `pool_block: u64`, `blocks: u64`) |
+//! | [`OP_MAP`] | `ino: u64`, `off: u64`, `len: u64`, `flags: u64` ([`MAP_NO_FILL`]) | `lease: u64`, `size: u64`, `count: u32`, then `count` × (`file_block: u64`, `pool_block: u64`, `blocks: u64`) |
 //! | [`OP_UNMAP`] | `lease: u64` | empty |
 //!
 //! The size board is a read-only shared array of two `u64`s per inode number, at `16 * ino`:
@@ -30,6 +30,9 @@ pub const OP_HELLO: u32 = 1;
 pub const OP_MAP: u32 = 2;
 /// Give a lease back.
 pub const OP_UNMAP: u32 = 3;
+/// [`OP_MAP`] flag: lease only the blocks the range has; fill no hole (a client that reads and
+/// writes a file without mapping it must not make a sparse file dense).
+pub const MAP_NO_FILL: u64 = 1;
 /// Largest payload either side accepts (a reply to a map of a badly fragmented file).
 pub const MAX_PAYLOAD: u32 = 64 << 20;
 
@@ -72,8 +75,8 @@ pub fn parse_head(h: [u8; 8]) -> (u32, u32) {
 }
 
 /// Payload of [`OP_MAP`].
-pub fn encode_map(ino: u64, off: u64, len: u64) -> Vec<u8> {
-    [ino, off, len].iter().flat_map(|x| x.to_le_bytes()).collect()
+pub fn encode_map(ino: u64, off: u64, len: u64, flags: u64) -> Vec<u8> {
+    [ino, off, len, flags].iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 /// The `i`th little-endian `u64` of `p`, if it is there.
@@ -82,9 +85,9 @@ pub fn u64_at(p: &[u8], i: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.try_into().ok()?))
 }
 
-/// Decode an [`OP_MAP`] request: (ino, off, len).
-pub fn decode_map(p: &[u8]) -> Option<(u64, u64, u64)> {
-    (p.len() == 24).then_some((u64_at(p, 0)?, u64_at(p, 1)?, u64_at(p, 2)?))
+/// Decode an [`OP_MAP`] request: (ino, off, len, flags).
+pub fn decode_map(p: &[u8]) -> Option<(u64, u64, u64, u64)> {
+    (p.len() == 32).then_some((u64_at(p, 0)?, u64_at(p, 1)?, u64_at(p, 2)?, u64_at(p, 3)?))
 }
 
 /// Payload of a reply to [`OP_MAP`].
@@ -132,8 +135,8 @@ mod tests {
 
     #[test]
     fn map_request_and_reply_round_trip() {
-        assert_eq!(decode_map(&encode_map(7, 4096, 1 << 21)), Some((7, 4096, 1 << 21)));
-        assert_eq!(decode_map(&encode_map(7, 4096, 1 << 21)[..23]), None);
+        assert_eq!(decode_map(&encode_map(7, 4096, 1 << 21, 1)), Some((7, 4096, 1 << 21, 1)));
+        assert_eq!(decode_map(&encode_map(7, 4096, 1 << 21, 0)[..31]), None);
         let r = MapReply {
             lease: 3,
             size: 5 << 20,

@@ -1,4 +1,4 @@
-//! Direct-path leases (docs/DESIGN.md §9): a client of the mount's channel maps a file's pool
+//! Direct-path leases (docs/DESIGN.md §7b): a client of the mount's channel maps a file's pool
 //! blocks into its own address space, so the blocks must exist (holes inside the file are
 //! filled first, whole aligned 2 MiB units for ranges of 2 MiB or more), must not move while it
 //! maps them, and must not go to another file before it lets go. A lease holds the file open
@@ -23,8 +23,9 @@ pub(crate) struct Grant {
     pub extents: Vec<(u64, u64, u64)>,
 }
 
-/// Lease bytes [off, off+len) of file `ino`, filling the holes of the part inside the file.
-pub(crate) fn grant(state: &MountState, ino: u64, off: u64, len: u64) -> Result<Grant> {
+/// Lease bytes [off, off+len) of file `ino`; with `fill`, the holes of the part inside the
+/// file are filled first.
+pub(crate) fn grant(state: &MountState, ino: u64, off: u64, len: u64, fill: bool) -> Result<Grant> {
     state.check_writable()?;
     let end = off
         .checked_add(len)
@@ -38,7 +39,7 @@ pub(crate) fn grant(state: &MountState, ino: u64, off: u64, len: u64) -> Result<
     let (a, b) = (off / BLOCK_SIZE, end.min(g.hdr.size).div_ceil(BLOCK_SIZE));
     let big = len >= HUGE as u64;
     let mut unit = a / UNIT_BLOCKS;
-    while unit * UNIT_BLOCKS < b {
+    while fill && unit * UNIT_BLOCKS < b {
         let (u0, u1) = (unit * UNIT_BLOCKS, (unit + 1) * UNIT_BLOCKS);
         // The LMDB pattern (ftruncate, then map and touch): one aligned extent per unit, so
         // the client's first touch of a unit maps all 2 MiB of it with one fault.

@@ -24,7 +24,8 @@ use crate::sys::current_cpu;
 /// transaction. The content is the same before and after, so a crash at any point is
 /// harmless. Returns false when the unit needed nothing (empty or already aligned).
 pub(crate) fn rewrite_unit(state: &MountState, g: &mut InodeState, unit: u64) -> Result<bool> {
-    // Never under an atomic mapping: its stores not yet msynced live only in its pages.
+    // Never under an atomic mapping (its stores not yet msynced live only in its pages) nor a
+    // direct-path lease (a client maps the blocks themselves).
     if !unit_fragmented(g, unit) || map_hooks::pinned(g) {
         return Ok(false);
     }
@@ -116,6 +117,9 @@ pub(crate) fn scatter_file(state: &MountState, ino: u64) -> Result<u64> {
     let node = state.inode(ino)?;
     let mut g = wlock(&node);
     state.check_alive()?;
+    if map_hooks::pinned(&g) {
+        return Err(Error::Busy(format!("inode {ino} is mapped where it stands")));
+    }
     let blocks = g.hdr.size.div_ceil(BLOCK_SIZE);
     let cpu = current_cpu();
     // Spacers stay allocated until the end, so no later block lands next to an earlier one.

@@ -1,4 +1,4 @@
-//! The mount-wide side of direct-path leases (docs/DESIGN.md §9): how many are held, and the
+//! The mount-wide side of direct-path leases (docs/DESIGN.md §7b): how many are held, and the
 //! size board, a shared memory array through which clients of the channel read the current
 //! size of every file they lease without a round trip. Per-file lease counts and quarantined
 //! blocks live in `InodeState`; `ops::lease` grants and releases.

@@ -118,11 +118,6 @@ pub(crate) fn flush_blocks(state: &MountState, g: &InodeState, a: u64, b: u64) {
 /// Write back every installed page of every plain mapping of the file (fsync of a mapped
 /// file; atomic mappings reach the file only through their own msync).
 pub(crate) fn flush_mapped(state: &MountState, g: &InodeState) {
-    // A client's stores through a leased mapping may be anywhere in the file.
-    if g.leases > 0 {
-        flush_blocks(state, g, 0, g.eof_block());
-        return;
-    }
     for st in g.maps.iter().filter(|m| !m.atomic) {
         flush_blocks(state, g, st.first_block(), st.end_block());
     }

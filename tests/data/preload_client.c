@@ -7,6 +7,9 @@
  *   pio FILE SEED           pwrite/pread a few blocks of a file that is mapped (direct path
  *                           inside the mapping), then read(2)/write(2) at the file offset
  *   fork FILE               map 4 MiB shared, fork; the child stores, the parent checks
+ *   rw FILE SEED            no mapping: write 1 MiB, then pwrite/pread 4 KiB pieces in place
+ *                           (the library leases the file for these after the first) and
+ *                           compare; then read a sparse 64 MiB file; prints its blocks
  *   hold FILE MIB           map shared (read-write) and serve stdin: "r OFF" prints the byte,
  *                           "w OFF BYTE" stores it, "s OFF LEN" prints the sum of a range,
  *                           "q" exits; prints "ready" once mapped
@@ -18,6 +21,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -125,6 +129,41 @@ static int forked(const char *path) {
     return 0;
 }
 
+static int rw(const char *path, unsigned seed) {
+    size_t len = 1 << 20;
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) { perror(path); return 2; }
+    unsigned char *img = malloc(len), buf[4096];
+    for (size_t i = 0; i < len; i++) img[i] = pat(i, seed);
+    if (write(fd, img, len) != (ssize_t)len) { perror("write"); return 2; }
+    unsigned r = seed;
+    for (int k = 0; k < 200; k++) {
+        r = r * 1103515245 + 12345;
+        off_t off = (off_t)((r >> 4) % (len - sizeof buf));
+        for (size_t i = 0; i < sizeof buf; i++) buf[i] = (unsigned char)(k + i);
+        if (pwrite(fd, buf, sizeof buf, off) != (ssize_t)sizeof buf) { perror("pwrite"); return 2; }
+        memcpy(img + off, buf, sizeof buf);
+        off_t at = (off_t)((r >> 8) % (len - sizeof buf));
+        if (pread(fd, buf, sizeof buf, at) != (ssize_t)sizeof buf) { perror("pread"); return 2; }
+        if (memcmp(buf, img + at, sizeof buf)) { printf("pread at %ld differs\n", (long)at); return 1; }
+    }
+    close(fd);
+    char sparse[4096];
+    snprintf(sparse, sizeof sparse, "%s.sparse", path);
+    fd = open(sparse, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ftruncate(fd, 64 << 20)) { perror(sparse); return 2; }
+    for (int k = 0; k < 3; k++)
+        if (pread(fd, buf, sizeof buf, (off_t)k << 24) != (ssize_t)sizeof buf || buf[0] || buf[4095]) {
+            printf("the sparse file does not read as zeros\n");
+            return 1;
+        }
+    struct stat st;
+    fstat(fd, &st);
+    close(fd);
+    printf("blocks %ld\n", (long)st.st_blocks);
+    return 0;
+}
+
 static int hold(const char *path, size_t mib) {
     size_t len = mib << 20;
     int fd = open(path, O_RDWR | O_CREAT, 0644);
@@ -160,6 +199,7 @@ int main(int argc, char **argv) {
     if (argc >= 5 && !strcmp(argv[1], "check")) return check(argv[2], strtoul(argv[3], 0, 10), strtoul(argv[4], 0, 10));
     if (argc >= 4 && !strcmp(argv[1], "pio")) return pio(argv[2], strtoul(argv[3], 0, 10));
     if (argc >= 3 && !strcmp(argv[1], "fork")) return forked(argv[2]);
+    if (argc >= 4 && !strcmp(argv[1], "rw")) return rw(argv[2], strtoul(argv[3], 0, 10));
     if (argc >= 4 && !strcmp(argv[1], "hold")) return hold(argv[2], strtoul(argv[3], 0, 10));
     fprintf(stderr, "usage: see the comment at the top of preload_client.c\n");
     return 2;

@@ -1,0 +1,97 @@
+//! Direct-path leases in the core (docs/DESIGN.md §7b), through the library API the mount's
+//! channel uses: a lease fills holes (aligned units for large ranges), pins the file's blocks
+//! (no rewrite, no scatter, strict writes in place, no collapse), quarantines what the file
+//! gives up until the last lease goes, and keeps an unlinked file alive.
+
+mod common;
+
+use common::{fresh_pool, mount};
+use winefs::{Error, Fs};
+
+const MIB: u64 = 1 << 20;
+
+fn free(fs: &Fs) -> u64 {
+    fs.statfs().free_blocks
+}
+
+#[test]
+fn a_large_lease_of_a_sparse_file_fills_it_with_aligned_units_and_a_no_fill_lease_fills_nothing() {
+    let (_d, p) = fresh_pool(64 * MIB, Some(1));
+    let fs = mount(&p);
+    let f = fs.create_file("/sparse").unwrap();
+    f.set_len(8 * MIB).unwrap();
+    let l = fs.lease(f.ino(), 0, 8 * MIB, false).unwrap();
+    assert!(l.extents.is_empty(), "a no-fill lease of a sparse file filled {:?}", l.extents);
+    let l = fs.lease(f.ino(), 0, 8 * MIB, true).unwrap();
+    assert_eq!(l.size, 8 * MIB);
+    let blocks: u64 = l.extents.iter().map(|e| e.2).sum();
+    assert_eq!(blocks, 2048, "extents {:?}", l.extents);
+    for &(fb, pb, n) in &l.extents {
+        assert!(fb % 512 == 0 && pb % 512 == 0 && n % 512 == 0, "unaligned extent {fb} {pb} {n}");
+    }
+    assert_eq!(fs.leases_held(), 2);
+    fs.unlease(f.ino()).unwrap();
+    fs.unlease(f.ino()).unwrap();
+    assert_eq!(fs.leases_held(), 0);
+    assert!(fs.unlease(f.ino()).is_err(), "a lease given back twice");
+    drop(f);
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn blocks_a_leased_file_gives_up_wait_in_quarantine_until_the_last_lease_goes() {
+    let (_d, p) = fresh_pool(64 * MIB, Some(1));
+    let fs = mount(&p);
+    let f = fs.create_file("/q").unwrap();
+    f.write_at(0, &vec![7u8; 4 * MIB as usize]).unwrap();
+    let before = free(&fs);
+    let l = fs.lease(f.ino(), 0, 4 * MIB, true).unwrap();
+    fs.lease(f.ino(), 0, MIB, true).unwrap();
+    f.set_len(0).unwrap();
+    assert_eq!(free(&fs), before, "truncated blocks of a leased file went back to the allocator");
+    assert!(fs.quarantined_blocks() >= 1024);
+    // No new file gets them.
+    let g2 = fs.create_file("/other").unwrap();
+    g2.write_at(0, &vec![1u8; 4 * MIB as usize]).unwrap();
+    let theirs = fs.extents(g2.ino()).unwrap();
+    for &(_, p, n) in &theirs {
+        for &(_, lp, ln) in &l.extents {
+            assert!(p + n <= lp || lp + ln <= p, "a quarantined block went to another file");
+        }
+    }
+    fs.unlease(f.ino()).unwrap();
+    assert!(fs.quarantined_blocks() >= 1024, "the first of two leases let the blocks go");
+    fs.unlease(f.ino()).unwrap();
+    assert_eq!(fs.quarantined_blocks(), 0);
+    drop((f, g2));
+    let r = fs.check();
+    assert!(r.is_clean(), "{r:?}");
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn a_leased_file_is_pinned_and_an_unlinked_one_lives_until_its_lease_goes() {
+    let (_d, p) = fresh_pool(64 * MIB, Some(1));
+    let fs = mount(&p);
+    let f = fs.create_file("/pinned").unwrap();
+    f.write_at(0, &vec![3u8; 4 * MIB as usize]).unwrap();
+    fs.scatter(f.ino()).unwrap(); // fragmented: a rewrite would move it
+    let ino = f.ino();
+    let l = fs.lease(ino, 0, 4 * MIB, true).unwrap();
+    assert_eq!(fs.rewrite(ino).unwrap().units_rewritten, 0, "a leased file was rewritten");
+    assert!(matches!(fs.scatter(ino), Err(Error::Busy(_))));
+    assert!(matches!(fs.collapse_range(ino, 0, MIB), Err(Error::Busy(_))));
+    // Strict overwrites land in place (a client maps the blocks), not copied on write.
+    f.write_at(4096, &[9u8; 8192]).unwrap();
+    assert_eq!(fs.extents(ino).unwrap(), l.extents, "an overwrite moved a leased file's blocks");
+    drop(f);
+    let before = free(&fs);
+    fs.unlink_path("/pinned").unwrap();
+    assert_eq!(free(&fs), before, "an unlinked, leased file was freed");
+    assert_eq!(fs.getattr(ino).unwrap().size, 4 * MIB);
+    fs.unlease(ino).unwrap();
+    assert!(free(&fs) >= before + 1024, "the unlinked file was not freed with its last lease");
+    let r = fs.check();
+    assert!(r.is_clean(), "{r:?}");
+    fs.unmount().unwrap();
+}
