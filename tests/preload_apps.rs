@@ -2,10 +2,10 @@
 //! `LD_PRELOAD=libwinefs_preload.so` (the direct data path: their mmap, read and write on files of
 //! the mount go straight to the pool): liblmdb's tools (mdb_load, mdb_dump, mdb_stat, mdb_copy)
 //! and Python's `lmdb` (over 200 MB, with and without writemap), sqlite3 in WAL and DELETE
-//! journal modes, and RocksDB's db_bench, ldb and sst_dump (over 200 MB, reads through mmap and
-//! through pread). Each program runs twice: on the mount under the library, and without it on a
-//! plain directory (in the temporary directory); its output, and the files it wrote where their
-//! format is deterministic, must be the same byte for byte. After every program on the mount the
+//! journal modes (and WAL reading through mmap), and RocksDB's db_bench, ldb and sst_dump (over
+//! 200 MB, reads through mmap and through pread). Each program runs twice: on the mount under
+//! the library, and without it on a plain directory (in the temporary directory); its output,
+//! and the files it wrote where their format is deterministic, must be the same byte for byte. After every program on the mount the
 //! pool is unmounted (`umount`), the daemon must report a clean unmount and `winefs fsck` must
 //! call the pool clean; the next step mounts it again, so whatever is read next comes from the
 //! pool, not from the kernel's page cache.
@@ -776,8 +776,6 @@ fn lmdb_tools_load_dump_stat_and_copy() {
         c.arg("-f").arg(&input).arg(r.join("env"));
         c
     });
-    // One process, no readers: LMDB writes the same pages in the same places.
-    w.same_file("env/data.mdb");
     let dump = w.both_same("mdb_dump", |r| {
         let mut c = cmd("mdb_dump");
         c.arg("-a").arg(r.join("env"));
@@ -793,6 +791,8 @@ fn lmdb_tools_load_dump_stat_and_copy() {
         text.len(),
         fs::metadata(&input).unwrap().len()
     );
+    // One process, no readers: LMDB writes the same pages in the same places.
+    w.same_file("env/data.mdb");
     w.both_same("mdb_stat", |r| {
         let mut c = cmd("mdb_stat");
         c.arg("-aefr").arg(r.join("env"));
@@ -947,10 +947,12 @@ fn python_lmdb_over_200mb_with_and_without_writemap() {
 // 2. sqlite3.
 
 /// The first script: about 30 MB of rows, an index, updates, deletes, a savepoint rolled back
-/// and a transaction rolled back, with a 2 MB page cache so transactions spill.
-fn sqlite_script_1(mode: &str) -> String {
+/// and a transaction rolled back, with a 2 MB page cache so transactions spill; `mmap` bytes of
+/// the database read through a mapping (0: none, sqlite's default).
+fn sqlite_script_1(journal: &str, mmap: u64) -> String {
     format!(
-        "pragma journal_mode={mode};
+        "pragma journal_mode={journal};
+pragma mmap_size={mmap};
 pragma cache_size=-2048;
 create table t(id integer primary key, k text not null, payload text, n integer);
 create index t_k on t(k);
@@ -984,7 +986,10 @@ pragma integrity_check;
 
 /// The second script, in a new process: more updates and inserts, a new index, and a VACUUM
 /// that rewrites the whole database.
-const SQLITE_SCRIPT_2: &str = "pragma journal_mode;
+fn sqlite_script_2(mmap: u64) -> String {
+    format!(
+        "pragma journal_mode;
+pragma mmap_size={mmap};
 update t set payload = substr(payload, 1, 100) where id % 11 = 0;
 insert into t(id, k, payload, n) select id + 100000, k || '-copy', payload, n from t where id % 13 = 0;
 drop index t_k;
@@ -993,7 +998,9 @@ delete from u where id % 3 = 0;
 vacuum;
 select 'rows', count(*), sum(n), sum(length(payload)) from t;
 pragma integrity_check;
-";
+"
+    )
+}
 
 fn sqlite3(db: PathBuf, sql: String) -> impl Fn(&Path) -> Command {
     move |r: &Path| {
@@ -1004,13 +1011,22 @@ fn sqlite3(db: PathBuf, sql: String) -> impl Fn(&Path) -> Command {
 }
 
 #[test]
-fn sqlite3_wal_and_delete_journal_modes() {
+fn sqlite3_wal_and_delete_journal_modes_and_mmap_reads() {
     require_all(&[("sqlite3", "sqlite3")]);
     let mut w = World::new("sqlite", 512 * MIB);
-    for mode in ["wal", "delete"] {
+    // WAL and DELETE with sqlite's default reads (pread), and WAL reading the database through
+    // a shared mapping while writing it with pwrite.
+    for (mode, journal, mmap) in [
+        ("wal", "wal", 0),
+        ("delete", "delete", 0),
+        ("wal-mmap", "wal", 256 * MIB),
+    ] {
         let db = PathBuf::from(format!("{mode}/db.sqlite"));
         w.mkdir(mode);
-        for (n, sql) in [(1, sqlite_script_1(mode)), (2, SQLITE_SCRIPT_2.to_string())] {
+        for (n, sql) in [
+            (1, sqlite_script_1(journal, mmap)),
+            (2, sqlite_script_2(mmap)),
+        ] {
             let script = w.scratch(&format!("{mode}-{n}.sql"));
             fs::write(&script, sql).unwrap();
             let read = format!(".read {}", script.display());
@@ -1021,7 +1037,7 @@ fn sqlite3_wal_and_delete_journal_modes() {
                 )
                 .text();
             assert!(
-                out.starts_with(&format!("{mode}\n")) && out.ends_with("\nok\n"),
+                out.starts_with(&format!("{journal}\n{mmap}\n")) && out.ends_with("\nok\n"),
                 "sqlite3 {mode}: script {n} printed:\n{out}"
             );
         }
