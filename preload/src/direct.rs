@@ -97,9 +97,10 @@ struct State {
     classes: Box<[AtomicU8]>,
 }
 
+static STATE: OnceLock<State> = OnceLock::new();
+
 fn state() -> &'static State {
-    static S: OnceLock<State> = OnceLock::new();
-    S.get_or_init(|| State {
+    STATE.get_or_init(|| State {
         maps: Mutex::new(BTreeMap::new()),
         clients: Mutex::new(HashMap::new()),
         classes: (0..CLASSES).map(|_| AtomicU8::new(0)).collect(),
@@ -108,6 +109,33 @@ fn state() -> &'static State {
 
 fn maps() -> MutexGuard<'static, BTreeMap<usize, DirectMap>> {
     state().maps.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+thread_local! {
+    /// The locks the forking thread holds across `fork` (taken before, released after in
+    /// parent and child), so the child never inherits them held by a thread it does not have.
+    static FORK_LOCKS: std::cell::RefCell<Option<ForkLocks>> = const { std::cell::RefCell::new(None) };
+}
+
+type ForkLocks = (
+    MutexGuard<'static, HashMap<u64, Option<Arc<Client>>>>,
+    MutexGuard<'static, BTreeMap<usize, DirectMap>>,
+);
+
+/// Before `fork`: take the library's locks (in their order: clients, then mappings) and start
+/// a new fork epoch.
+pub fn before_fork() {
+    FORK_EPOCH.fetch_add(1, Ordering::AcqRel);
+    if let Some(st) = STATE.get() {
+        let c = st.clients.lock().unwrap_or_else(|e| e.into_inner());
+        let m = st.maps.lock().unwrap_or_else(|e| e.into_inner());
+        FORK_LOCKS.with(|l| *l.borrow_mut() = Some((c, m)));
+    }
+}
+
+/// After `fork`, in parent and child: let the locks go.
+pub fn after_fork() {
+    FORK_LOCKS.with(|l| drop(l.borrow_mut().take()));
 }
 
 /// Whether any direct mapping exists (the data calls' fast test).
@@ -147,7 +175,9 @@ fn classify(fd: c_int) -> Class {
 
 /// Forget what descriptor `fd` was (it is being closed or replaced).
 pub fn forget_fd(fd: c_int) {
-    if let Some(s) = usize::try_from(fd).ok().and_then(|i| state().classes.get(i)) {
+    // Never makes the state (a forked child closing descriptors before exec must not allocate).
+    let st = STATE.get();
+    if let Some(s) = st.and_then(|st| usize::try_from(fd).ok().and_then(|i| st.classes.get(i))) {
         s.store(Class::Unknown as u8, Ordering::Relaxed);
     }
 }
@@ -602,7 +632,11 @@ pub fn pwrite(fd: c_int, buf: *const libc::c_void, n: usize, pos: i64) -> Option
         _ => return None,
     }
     let class = classify(fd);
-    let r = (pos >= 0 && n > 0).then(|| locate(fd, class, pos as u64, n, true)).flatten();
+    // The kernel's word on the access mode, not the table's: a descriptor number closed behind
+    // this library's back (a raw system call) and reused read-only must not write directly.
+    let writable = sys::status_flags(fd)
+        .is_ok_and(|fl| fl & libc::O_ACCMODE != libc::O_RDONLY && fl & libc::O_APPEND == 0);
+    let r = (writable && pos >= 0 && n > 0).then(|| locate(fd, class, pos as u64, n, true)).flatten();
     match r {
         Some(Ok((addr, got))) => {
             sys::copy_to_map(buf, addr, got);

@@ -113,6 +113,17 @@ pub fn next_close(fd: c_int) -> c_int {
     }
 }
 
+static NEXT_FCLOSE: Next = Next::new("fclose");
+
+/// libc's `fclose` (there is no system call to fall back on: without it, nothing is closed).
+pub fn next_fclose(stream: *mut libc::FILE) -> c_int {
+    match NEXT_FCLOSE.get() {
+        // SAFETY: as for `next_read`.
+        a if a != 0 => unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(*mut libc::FILE) -> c_int>(a)(stream) },
+        _ => -1,
+    }
+}
+
 /// libc's `ftruncate64`.
 pub fn next_ftruncate(fd: c_int, len: off_t) -> c_int {
     match NEXT_FTRUNCATE.get() {
@@ -416,10 +427,10 @@ pub fn pid() -> u32 {
     std::process::id()
 }
 
-/// Run `child` in the child after every `fork`.
-pub fn at_fork(prepare: extern "C" fn()) {
-    // SAFETY: registers a plain function with no captured state.
-    unsafe { libc::pthread_atfork(Some(prepare), None, None) };
+/// Run `prepare` before every `fork`, and `after` after it in parent and child.
+pub fn at_fork(prepare: extern "C" fn(), after: extern "C" fn()) {
+    // SAFETY: registers plain functions with no captured state.
+    unsafe { libc::pthread_atfork(Some(prepare), Some(after), Some(after)) };
 }
 
 /// Append `line` to the file at `path` (one `write` of an O_APPEND descriptor).

@@ -1,0 +1,365 @@
+//! The functions this library exports in place of libc's: each passes the call on unless
+//! `direct` serves it. `unsafe` by nature (they take the application's raw pointers and are
+//! exported by symbol name).
+#![allow(unsafe_code)]
+
+use crate::{direct, stats, sys};
+use libc::{c_int, c_void, off_t, size_t, ssize_t};
+use std::cell::Cell;
+
+thread_local! {
+    /// Set while this library works on a call: calls it makes itself pass straight through.
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Run `f` unless this thread is already inside the library (then None: pass through).
+fn guarded<T>(f: impl FnOnce() -> Option<T>) -> Option<T> {
+    if BUSY.with(|b| b.replace(true)) {
+        return None;
+    }
+    let r = f();
+    BUSY.with(|b| b.set(false));
+    r
+}
+
+/// Set errno and return the failure value of a call.
+fn fail<T>(e: c_int, v: T) -> T {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() = e };
+    v
+}
+
+extern "C" fn before_fork() {
+    direct::before_fork();
+}
+
+extern "C" fn after_fork() {
+    direct::after_fork();
+}
+
+extern "C" fn init() {
+    sys::at_fork(before_fork, after_fork);
+}
+
+extern "C" fn fini() {
+    guarded(|| {
+        stats::at_exit();
+        Some(())
+    });
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INIT: extern "C" fn() = init;
+
+#[used]
+#[unsafe(link_section = ".fini_array")]
+static FINI: extern "C" fn() = fini;
+
+/// `mmap`: direct for a shared mapping of a winefs file.
+///
+/// # Safety
+/// As libc's `mmap`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
+    if fd >= 0 && flags & libc::MAP_ANONYMOUS == 0 {
+        let r = guarded(|| direct::mmap(addr as usize, len, prot, flags, fd, off));
+        match r {
+            Some(Ok(a)) => return a as *mut c_void,
+            Some(Err(e)) => return fail(e, libc::MAP_FAILED),
+            None => {}
+        }
+    }
+    match sys::sys_mmap(addr as usize, len, prot, flags, fd, off) {
+        Ok(a) => {
+            if flags & libc::MAP_FIXED != 0 && direct::live() {
+                guarded(|| {
+                    direct::unmapped(a, len);
+                    Some(())
+                });
+            }
+            a as *mut c_void
+        }
+        Err(e) => fail(e, libc::MAP_FAILED),
+    }
+}
+
+/// `mmap64` (the same call on 64-bit systems).
+///
+/// # Safety
+/// As libc's `mmap64`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mmap64(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
+    // SAFETY: the same contract.
+    unsafe { mmap(addr, len, prot, flags, fd, off) }
+}
+
+/// `munmap`: also forgets direct mappings (and gives their leases back).
+///
+/// # Safety
+/// As libc's `munmap`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+    match sys::sys_munmap(addr as usize, len) {
+        Ok(()) => {
+            if direct::live() {
+                guarded(|| {
+                    direct::unmapped(addr as usize, len);
+                    Some(())
+                });
+            }
+            0
+        }
+        Err(e) => fail(e, -1),
+    }
+}
+
+/// `mremap`: a direct mapping can only shrink in place.
+///
+/// # Safety
+/// As libc's `mremap`. libc declares it variadic (the fifth argument, the new address, only
+/// with MREMAP_FIXED); on the Linux calling conventions this library builds for, a variadic
+/// pointer argument travels exactly as a fixed one, so it is declared fixed here (stable Rust
+/// cannot define variadic functions) and read only with MREMAP_FIXED.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mremap(old: *mut c_void, old_len: size_t, new_len: size_t, flags: c_int, new_addr: *mut c_void) -> *mut c_void {
+    let new = if flags & libc::MREMAP_FIXED != 0 { new_addr as usize } else { 0 };
+    if direct::live() {
+        match guarded(|| direct::mremap(old as usize, old_len, new_len, flags)) {
+            Some(Ok(a)) => return a as *mut c_void,
+            Some(Err(e)) => return fail(e, libc::MAP_FAILED),
+            None => {}
+        }
+    }
+    match sys::sys_mremap(old as usize, old_len, new_len, flags, new) {
+        Ok(a) => a as *mut c_void,
+        Err(e) => fail(e, libc::MAP_FAILED),
+    }
+}
+
+/// `msync`: writes back the cache lines of direct mappings too.
+///
+/// # Safety
+/// As libc's `msync`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int {
+    if direct::live() {
+        guarded(|| {
+            direct::msync(addr as usize, len);
+            Some(())
+        });
+    }
+    sys::next_msync(addr, len, flags)
+}
+
+fn after_write(fd: c_int, r: ssize_t) -> ssize_t {
+    if r > 0 && direct::live() {
+        guarded(|| {
+            if direct::is_winefs(fd) {
+                direct::grown(fd);
+            }
+            Some(())
+        });
+    }
+    r
+}
+
+/// `pread64`: from the pool inside a direct mapping.
+///
+/// # Safety
+/// As libc's `pread64`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+    match guarded(|| direct::pread(fd, buf, n, off)) {
+        Some(Ok(got)) => got as ssize_t,
+        Some(Err(e)) => fail(e, -1),
+        None => sys::next_pread(fd, buf, n, off),
+    }
+}
+
+/// `pread`.
+///
+/// # Safety
+/// As libc's `pread`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+    // SAFETY: the same contract.
+    unsafe { pread64(fd, buf, n, off) }
+}
+
+/// `pwrite64`: into the pool inside a direct mapping, when the size does not change.
+///
+/// # Safety
+/// As libc's `pwrite64`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
+    match guarded(|| direct::pwrite(fd, buf, n, off)) {
+        Some(Ok(got)) => got as ssize_t,
+        Some(Err(e)) => fail(e, -1),
+        None => after_write(fd, sys::next_pwrite(fd, buf, n, off)),
+    }
+}
+
+/// `pwrite`.
+///
+/// # Safety
+/// As libc's `pwrite`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
+    // SAFETY: the same contract.
+    unsafe { pwrite64(fd, buf, n, off) }
+}
+
+/// Serve `read`/`write` at the descriptor's offset through `io`, moving the offset after.
+fn at_offset(fd: c_int, io: impl FnOnce(i64) -> Option<Result<usize, c_int>>) -> Option<Result<usize, c_int>> {
+    if !direct::is_winefs(fd) {
+        return None;
+    }
+    let pos = sys::lseek(fd, 0, libc::SEEK_CUR).ok()?;
+    let r = io(pos as i64)?;
+    if let Ok(n) = r
+        && sys::lseek(fd, (pos + n as u64) as i64, libc::SEEK_SET).is_err()
+    {
+        return Some(Err(libc::EIO));
+    }
+    Some(r)
+}
+
+/// `read`: from the pool inside a direct mapping.
+///
+/// # Safety
+/// As libc's `read`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    match guarded(|| at_offset(fd, |pos| direct::pread(fd, buf, n, pos))) {
+        Some(Ok(got)) => got as ssize_t,
+        Some(Err(e)) => fail(e, -1),
+        None => sys::next_read(fd, buf, n),
+    }
+}
+
+/// `write`: into the pool inside a direct mapping, when the size does not change.
+///
+/// # Safety
+/// As libc's `write`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+    match guarded(|| at_offset(fd, |pos| direct::pwrite(fd, buf, n, pos))) {
+        Some(Ok(got)) => got as ssize_t,
+        Some(Err(e)) => fail(e, -1),
+        None => after_write(fd, sys::next_write(fd, buf, n)),
+    }
+}
+
+/// `ftruncate64`: through FUSE; a direct mapping then covers what the file grew into.
+///
+/// # Safety
+/// As libc's `ftruncate64`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off_t) -> c_int {
+    let r = sys::next_ftruncate(fd, len);
+    after_write(fd, if r == 0 { 1 } else { -1 });
+    r
+}
+
+/// `ftruncate`.
+///
+/// # Safety
+/// As libc's `ftruncate`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
+    // SAFETY: the same contract.
+    unsafe { ftruncate64(fd, len) }
+}
+
+/// Write back this process's stores through direct mappings of the file, then make system
+/// call `nr` (`fsync` or `fdatasync`) on it.
+fn sync_then(fd: c_int, nr: libc::c_long) -> c_int {
+    guarded(|| {
+        direct::sync_file(fd);
+        Some(())
+    });
+    // SAFETY: the raw system call with the caller's descriptor.
+    unsafe { libc::syscall(nr, fd) as c_int }
+}
+
+/// `fsync`: first writes back this process's stores through direct mappings of the file.
+///
+/// # Safety
+/// As libc's `fsync`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
+    sync_then(fd, libc::SYS_fsync)
+}
+
+/// `fdatasync`: as `fsync`.
+///
+/// # Safety
+/// As libc's `fdatasync`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
+    sync_then(fd, libc::SYS_fdatasync)
+}
+
+/// Descriptor `fd` is about to be closed or replaced: forget what it was, and drop the hidden
+/// mapping made for it.
+fn descriptor_gone(fd: c_int) {
+    direct::forget_fd(fd);
+    guarded(|| {
+        direct::drop_hidden(fd);
+        Some(())
+    });
+}
+
+/// `close`: forgets what the descriptor was.
+///
+/// # Safety
+/// As libc's `close`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    descriptor_gone(fd);
+    sys::next_close(fd)
+}
+
+/// `fclose`: libc closes the stream's descriptor internally, past `close` above.
+///
+/// # Safety
+/// As libc's `fclose`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fclose(stream: *mut libc::FILE) -> c_int {
+    if !stream.is_null() {
+        // SAFETY: a stream the caller passes to fclose is valid until fclose returns.
+        let fd = unsafe { libc::fileno(stream) };
+        if fd >= 0 {
+            descriptor_gone(fd);
+        }
+    }
+    sys::next_fclose(stream)
+}
+
+/// `dup2`: the target descriptor is replaced.
+///
+/// # Safety
+/// As libc's `dup2`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    descriptor_gone(new);
+    // SAFETY: the raw system call with the caller's arguments.
+    let r = unsafe { libc::syscall(libc::SYS_dup3, old, new, 0) } as c_int;
+    if r < 0 && old == new {
+        // dup2 of a descriptor onto itself is valid (dup3 refuses it): check it is open.
+        return sys::status_flags(old).map_or(-1, |_| new);
+    }
+    r
+}
+
+/// `dup3`.
+///
+/// # Safety
+/// As libc's `dup3`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    descriptor_gone(new);
+    // SAFETY: the raw system call with the caller's arguments.
+    unsafe { libc::syscall(libc::SYS_dup3, old, new, flags) as c_int }
+}
