@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install what building, mounting and testing winefs needs on Debian/Ubuntu (run as root, or
 # with sudo available): a C toolchain and pkg-config for the build, fuse3 for mounting, and the
-# tools the FUSE integration tests drive (rsync, git, sqlite3, fio, attr). Checks that cargo is
-# new enough for Rust edition 2024. Installs nothing that is already there.
+# tools the FUSE integration tests drive (rsync, git, sqlite3, fio, attr), and the unmodified
+# programs and libraries the preload tests run (lmdb-utils, liblmdb-dev, python3-lmdb,
+# librocksdb-dev, rocksdb-tools, libleveldb-dev). Checks that cargo is new enough for Rust
+# edition 2024. Installs nothing that is already there.
 set -euo pipefail
 
 MIN_RUST_MINOR=85 # edition 2024 needs Rust 1.85
@@ -20,7 +22,8 @@ if ! command -v cargo >/dev/null 2>&1 && [ -x "${HOME:-/root}/.cargo/bin/cargo" 
 fi
 
 missing=()
-for pkg in build-essential pkg-config ca-certificates fuse3 rsync git sqlite3 fio attr tar; do
+for pkg in build-essential pkg-config ca-certificates fuse3 rsync git sqlite3 fio attr tar \
+    lmdb-utils liblmdb-dev python3-lmdb librocksdb-dev rocksdb-tools libleveldb-dev; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
 command -v cargo >/dev/null 2>&1 || missing+=(cargo rustc)
