@@ -39,6 +39,39 @@ fn a_large_lease_of_a_sparse_file_fills_it_with_aligned_units_and_a_no_fill_leas
 }
 
 #[test]
+fn a_large_lease_moves_a_few_scattered_blocks_onto_an_aligned_unit_unless_another_lease_pins_them() {
+    // LMDB writes its 8 KiB header, then ftruncates to the map size and maps it: on an aged
+    // pool the header sits on scattered blocks, and unit 0 would be mapped 4 KiB at a time.
+    let (_d, p) = fresh_pool(64 * MIB, Some(1));
+    let fs = mount(&p);
+    let f = fs.create_file("/env").unwrap();
+    f.write_at(0, &[5u8; 8192]).unwrap();
+    fs.scatter(f.ino()).unwrap();
+    f.set_len(8 * MIB).unwrap();
+    // Pinned by another lease: left where it is, the rest of the unit filled around it.
+    fs.lease(f.ino(), 0, 8192, false).unwrap();
+    let l = fs.lease(f.ino(), 0, 8 * MIB, true).unwrap();
+    assert!(l.extents.iter().any(|e| e.0 == 0 && e.2 < 512), "moved under a lease: {:?}", l.extents);
+    fs.unlease(f.ino()).unwrap();
+    fs.unlease(f.ino()).unwrap();
+    let g = fs.create_file("/env2").unwrap();
+    g.write_at(0, &[6u8; 8192]).unwrap();
+    fs.scatter(g.ino()).unwrap();
+    g.set_len(8 * MIB).unwrap();
+    let l = fs.lease(g.ino(), 0, 8 * MIB, true).unwrap();
+    assert_eq!(l.extents[0].0, 0);
+    assert!(l.extents[0].1 % 512 == 0 && l.extents[0].2 >= 512, "unit 0 not aligned: {:?}", l.extents);
+    let mut back = [0u8; 8192];
+    fs.read(g.ino(), 0, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 6), "the header's bytes did not move with it");
+    fs.unlease(g.ino()).unwrap();
+    drop((f, g));
+    let r = fs.check();
+    assert!(r.is_clean(), "{r:?}");
+    fs.unmount().unwrap();
+}
+
+#[test]
 fn blocks_a_leased_file_gives_up_wait_in_quarantine_until_the_last_lease_goes() {
     let (_d, p) = fresh_pool(64 * MIB, Some(1));
     let fs = mount(&p);

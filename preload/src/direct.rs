@@ -303,6 +303,23 @@ fn establish(
 ) -> Result<Option<usize>, Errno> {
     let len = len.next_multiple_of(PAGE as usize);
     let fill = hidden.is_none();
+    if fill {
+        // This process's own hidden leases would pin the file and keep the daemon from moving
+        // a fragmented unit onto an aligned extent for the mapping; they come back on demand.
+        let mut m = maps();
+        let gone: Vec<(usize, usize, Option<c_int>)> = m
+            .iter()
+            .filter(|(_, d)| d.dev == dev && d.ino == ino && d.hidden.is_some())
+            .map(|(&b, d)| (b, d.len, d.hidden))
+            .collect();
+        for (b, l, owner) in gone {
+            let _ = sys::sys_munmap(b, l);
+            forget_range(&mut m, b, l);
+            if let Some(fd) = owner {
+                reset_fallbacks(fd);
+            }
+        }
+    }
     let leased = match client.map(ino, off, len as u64, fill) {
         // No room to fill the holes: lease what the file has; the kernel serves the holes.
         Err(libc::ENOSPC) if fill => client.map(ino, off, len as u64, false),
@@ -510,11 +527,16 @@ fn hidden_for(fd: c_int, class: Class, dev: u64, ino: u64) -> bool {
     matches!(establish(fd, dev, ino, &client, 0, len, prot, libc::MAP_SHARED, 0, Some(fd)), Ok(Some(_)))
 }
 
-/// Descriptor `fd` is being closed or replaced: its hidden mapping goes (and its lease).
-pub fn drop_hidden(fd: c_int) {
+/// Count descriptor `fd`'s fallbacks afresh (its next two may lease the file again).
+fn reset_fallbacks(fd: c_int) {
     if let Some(s) = FALLBACKS.get().and_then(|c| usize::try_from(fd).ok().and_then(|i| c.get(i))) {
         s.store(0, Ordering::Relaxed);
     }
+}
+
+/// Descriptor `fd` is being closed or replaced: its hidden mapping goes (and its lease).
+pub fn drop_hidden(fd: c_int) {
+    reset_fallbacks(fd);
     if !live() {
         return;
     }

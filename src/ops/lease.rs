@@ -8,7 +8,8 @@
 
 use crate::error::{Error, Result};
 use crate::media::layout::{BLOCK_SIZE, FileKind, MAX_FILE_SIZE};
-use crate::ops::file::{fill_gaps, fill_unit_aligned};
+use crate::ops::file::{fill_gaps, fill_unit_aligned, unit_fragmented};
+use crate::ops::relocate::rewrite_unit;
 use crate::ops::namespace;
 use crate::state::inode_state::{rlock, wlock};
 use crate::state::mappings::UNIT_BLOCKS;
@@ -42,8 +43,18 @@ pub(crate) fn grant(state: &MountState, ino: u64, off: u64, len: u64, fill: bool
     while fill && unit * UNIT_BLOCKS < b {
         let (u0, u1) = (unit * UNIT_BLOCKS, (unit + 1) * UNIT_BLOCKS);
         // The LMDB pattern (ftruncate, then map and touch): one aligned extent per unit, so
-        // the client's first touch of a unit maps all 2 MiB of it with one fault.
-        if !(big && g.map.segments(u0, u1).is_empty() && fill_unit_aligned(state, &mut g, u0)?) {
+        // the client's first touch of a unit maps all 2 MiB of it with one fault. A unit that
+        // holds a few scattered blocks already (the header LMDB wrote before it grew the file,
+        // taken from holes on an aged pool) is moved onto an aligned extent first, unless
+        // another lease pins the file.
+        let empty = g.map.segments(u0, u1).is_empty();
+        let aligned = big
+            && if empty {
+                fill_unit_aligned(state, &mut g, u0)?
+            } else {
+                g.leases == 0 && unit_fragmented(&g, unit) && rewrite_unit(state, &mut g, unit).unwrap_or(false)
+            };
+        if !aligned {
             fill_gaps(state, &mut g, a.max(u0), b.min(u1))?;
         }
         unit += 1;
