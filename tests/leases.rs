@@ -27,7 +27,7 @@ fn a_large_lease_of_a_sparse_file_fills_it_with_aligned_units_and_a_no_fill_leas
     let blocks: u64 = l.extents.iter().map(|e| e.2).sum();
     assert_eq!(blocks, 2048, "extents {:?}", l.extents);
     for &(fb, pb, n) in &l.extents {
-        assert!(fb % 512 == 0 && pb % 512 == 0 && n % 512 == 0, "unaligned extent {fb} {pb} {n}");
+        assert!(fb.is_multiple_of(512) && pb.is_multiple_of(512) && n.is_multiple_of(512), "unaligned extent {fb} {pb} {n}");
     }
     assert_eq!(fs.leases_held(), 2);
     fs.unlease(f.ino()).unwrap();
@@ -60,7 +60,7 @@ fn a_large_lease_moves_a_few_scattered_blocks_onto_an_aligned_unit_unless_anothe
     g.set_len(8 * MIB).unwrap();
     let l = fs.lease(g.ino(), 0, 8 * MIB, true).unwrap();
     assert_eq!(l.extents[0].0, 0);
-    assert!(l.extents[0].1 % 512 == 0 && l.extents[0].2 >= 512, "unit 0 not aligned: {:?}", l.extents);
+    assert!(l.extents[0].1.is_multiple_of(512) && l.extents[0].2 >= 512, "unit 0 not aligned: {:?}", l.extents);
     let mut back = [0u8; 8192];
     fs.read(g.ino(), 0, &mut back).unwrap();
     assert!(back.iter().all(|&b| b == 6), "the header's bytes did not move with it");

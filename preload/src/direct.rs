@@ -173,13 +173,17 @@ fn classify(fd: c_int) -> Class {
     c
 }
 
+/// Record what descriptor `fd` is.
+fn set_class(fd: c_int, c: Class) {
+    if let Some(s) = STATE.get().and_then(|st| usize::try_from(fd).ok().and_then(|i| st.classes.get(i))) {
+        s.store(c as u8, Ordering::Relaxed);
+    }
+}
+
 /// Forget what descriptor `fd` was (it is being closed or replaced).
 pub fn forget_fd(fd: c_int) {
     // Never makes the state (a forked child closing descriptors before exec must not allocate).
-    let st = STATE.get();
-    if let Some(s) = st.and_then(|st| usize::try_from(fd).ok().and_then(|i| st.classes.get(i))) {
-        s.store(Class::Unknown as u8, Ordering::Relaxed);
-    }
+    set_class(fd, Class::Unknown);
 }
 
 /// The client of the mount holding `fd`, connecting on first use; None when the mount offers
@@ -270,6 +274,7 @@ pub fn mmap(addr: usize, len: usize, prot: c_int, flags: c_int, fd: c_int, off: 
     };
     let Some(client) = client_for(fd, dev) else {
         stats::count(Counter::MmapFuse);
+        set_class(fd, Class::Other);
         return None;
     };
     match establish(fd, dev, ino, &client, addr, len, prot, flags, off as u64, None) {
@@ -517,6 +522,8 @@ fn hidden_for(fd: c_int, class: Class, dev: u64, ino: u64) -> bool {
         return false; // the first fallback, or an attempt made already
     }
     let Some(client) = client_for(fd, dev) else {
+        // Another FUSE file system, or a mount that offers no direct path: stop looking.
+        set_class(fd, Class::Other);
         return false;
     };
     // Room to grow: the lease covers twice the size the kernel knows (past the end nothing is
