@@ -14,7 +14,8 @@
 //! Debian liblmdb; `MDB_WRITEMAP`, so the database is one ftruncated file used through a shared
 //! mapping) running load, then A, B, C, F and D, each in a process of its own, so each opens
 //! and maps the database afresh; and RocksDB's `db_bench` (Debian
-//! rocksdb-tools) fillrandom, readrandom and readwhilewriting with `--mmap_read=1`, each its
+//! rocksdb-tools) fillrandom, readrandom and readwhilewriting with `--mmap_read=1`, then
+//! readrandom again with `--mmap_read=0` (RocksDB's default: tables read with pread), each its
 //! own process run under `app_run.c`, which reports its page faults (wait4). Ratios are printed
 //! against the targets: preload/tmpfs ≥ 0.9, preload/FUSE ≥ 3 on read-heavy workloads, aged/clean
 //! ops ≥ 0.95 and aged/clean page faults ≤ 1.2.
@@ -29,10 +30,16 @@ use std::process::{Command, Stdio};
 
 /// The LMDB phases, in the order they run, one driver process each (D inserts, so it runs last).
 pub const LMDB_PHASES: &str = "LABCFD";
-/// The db_bench benchmarks, one process each, in order.
-pub const ROCKSDB_BENCHES: [&str; 3] = ["fillrandom", "readrandom", "readwhilewriting"];
+/// The db_bench runs, one process each, in order: (workload name, benchmark, `--mmap_read`).
+pub const ROCKSDB_BENCHES: [(&str, &str, u8); 4] = [
+    ("fillrandom", "fillrandom", 1),
+    ("readrandom", "readrandom", 1),
+    ("readwhilewriting", "readwhilewriting", 1),
+    ("readrandom pread", "readrandom", 0),
+];
 /// Workloads held to preload/FUSE ≥ 3 (read-heavy).
-pub const READ_HEAVY: [&str; 4] = ["lmdb B", "lmdb C", "lmdb D", "rocksdb readrandom"];
+pub const READ_HEAVY: [&str; 5] =
+    ["lmdb B", "lmdb C", "lmdb D", "rocksdb readrandom", "rocksdb readrandom pread"];
 /// The preload library's file name, looked for beside the `winefs` executable.
 pub const PRELOAD_LIB: &str = "libwinefs_preload.so";
 
@@ -435,8 +442,8 @@ impl Run<'_> {
     fn rocksdb(&self) -> Result<Vec<Measurement>> {
         let db = self.dir.join("rocksdb");
         let mut ms = Vec::new();
-        for (i, bench) in ROCKSDB_BENCHES.iter().enumerate() {
-            eprintln!("bench app: {} rocksdb {bench}...", self.tag());
+        for (i, &(name, bench, mmap_read)) in ROCKSDB_BENCHES.iter().enumerate() {
+            eprintln!("bench app: {} rocksdb {name}...", self.tag());
             let ru = self.scratch.join("rusage.txt");
             let _ = std::fs::remove_file(&ru);
             let preload = match self.setup {
@@ -451,7 +458,8 @@ impl Run<'_> {
                 .arg(format!("--use_existing_db={}", u8::from(i > 0)))
                 .args([format!("--num={n}"), format!("--reads={n}")])
                 .arg(format!("--seed={}", self.cfg.seed + i as u64))
-                .args(["--mmap_read=1", "--compression_type=none", "--threads=1"])
+                .arg(format!("--mmap_read={mmap_read}"))
+                .args(["--compression_type=none", "--threads=1"])
                 .args(["--progress_reports=0", "--statistics=0"])
                 .stdin(Stdio::null())
                 .env_remove("LD_PRELOAD");
@@ -466,12 +474,12 @@ impl Run<'_> {
             let Some((ops_per_s, ops, secs)) = parsed.filter(|_| status == 0) else {
                 let err = String::from_utf8_lossy(&out.stderr);
                 return Err(Error::Invalid(format!(
-                    "{} db_bench {bench}: exit {status}, no result line ({})",
+                    "{} db_bench {name}: exit {status}, no result line ({})",
                     self.tag(),
                     err.lines().last().unwrap_or("")
                 )));
             };
-            let mut m = self.measurement(format!("rocksdb {bench}"), ops, secs, ops_per_s);
+            let mut m = self.measurement(format!("rocksdb {name}"), ops, secs, ops_per_s);
             m.minflt = minflt;
             m.majflt = majflt;
             ms.push(m);
