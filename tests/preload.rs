@@ -154,9 +154,10 @@ impl Mount {
         assert!(out.contains("clean"), "fsck: {out}");
     }
 
+    /// Free blocks of the mounted file system (`stat -f`).
     fn free_blocks(&self) -> u64 {
-        let st = nix_statvfs(&self.mnt);
-        st.0
+        let out = ok(Command::new("stat").args(["-f", "-c", "%f"]).arg(&self.mnt));
+        out.trim().parse().unwrap()
     }
 }
 
@@ -169,13 +170,6 @@ impl Drop for Mount {
         let _ = run(Command::new("umount").arg("-l").arg(&self.mnt));
         let _ = run(Command::new("umount").arg("-l").arg(&self.huge));
     }
-}
-
-/// (free blocks, block size) of the file system at `p`.
-fn nix_statvfs(p: &Path) -> (u64, u64) {
-    let out = ok(Command::new("stat").args(["-f", "-c", "%f %S"]).arg(p));
-    let v: Vec<u64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
-    (v[0], v[1])
 }
 
 /// Run the test program (with the preload library unless `plain`), returning its output and

@@ -67,7 +67,8 @@ impl Drop for LeaseSet {
     }
 }
 
-/// One direct mapping (or what a partial munmap left of one).
+/// One direct mapping (or what a partial munmap left of one). A clone shares the lease set.
+#[derive(Clone)]
 struct DirectMap {
     len: usize,
     /// File offset of the start.
@@ -311,18 +312,8 @@ fn establish(
     if fill {
         // This process's own hidden leases would pin the file and keep the daemon from moving
         // a fragmented unit onto an aligned extent for the mapping; they come back on demand.
-        let mut m = maps();
-        let gone: Vec<(usize, usize, Option<c_int>)> = m
-            .iter()
-            .filter(|(_, d)| d.dev == dev && d.ino == ino && d.hidden.is_some())
-            .map(|(&b, d)| (b, d.len, d.hidden))
-            .collect();
-        for (b, l, owner) in gone {
-            let _ = sys::sys_munmap(b, l);
-            forget_range(&mut m, b, l);
-            if let Some(fd) = owner {
-                reset_fallbacks(fd);
-            }
+        for owner in drop_hidden_where(|d| d.dev == dev && d.ino == ino) {
+            reset_fallbacks(owner);
         }
     }
     let leased = match client.map(ino, off, len as u64, fill) {
@@ -428,32 +419,15 @@ fn forget_range(m: &mut BTreeMap<usize, DirectMap>, addr: usize, len: usize) {
         let Some(d) = m.remove(&b) else { continue };
         if b < addr {
             let keep = addr - b;
-            m.insert(b, DirectMap { len: keep, direct_end: d.direct_end.min(d.off + keep as u64), leases: d.leases.clone(), ..copy(&d) });
+            m.insert(b, DirectMap { len: keep, direct_end: d.direct_end.min(d.off + keep as u64), ..d.clone() });
         }
         if b + d.len > end {
             let cut = (end - b) as u64;
             let off = d.off + cut;
-            m.insert(end, DirectMap { len: b + d.len - end, off, direct_end: d.direct_end.max(off), leases: d.leases.clone(), ..copy(&d) });
+            m.insert(end, DirectMap { len: b + d.len - end, off, direct_end: d.direct_end.max(off), ..d.clone() });
         }
     }
     LIVE.store(m.len(), Ordering::Release);
-}
-
-/// The plain fields of `d` (the lease set is shared by the caller).
-fn copy(d: &DirectMap) -> DirectMap {
-    DirectMap {
-        len: d.len,
-        off: d.off,
-        dev: d.dev,
-        ino: d.ino,
-        prot: d.prot,
-        direct_end: d.direct_end,
-        generation: d.generation,
-        revoked: d.revoked,
-        hidden: d.hidden,
-        leased_to: d.leased_to,
-        leases: d.leases.clone(),
-    }
 }
 
 /// After the application's `munmap` of [addr, addr+len) succeeded.
@@ -547,16 +521,22 @@ pub fn drop_hidden(fd: c_int) {
     if !live() {
         return;
     }
+    drop_hidden_where(|d| d.hidden == Some(fd));
+}
+
+/// Unmap and forget the hidden mappings `which` picks (their leases go with the last part);
+/// returns the descriptors they were made for.
+fn drop_hidden_where(which: impl Fn(&DirectMap) -> bool) -> Vec<c_int> {
     let mut m = maps();
-    let gone: Vec<(usize, usize)> = m
+    let gone: Vec<(usize, usize, c_int)> = m
         .iter()
-        .filter(|(_, d)| d.hidden == Some(fd))
-        .map(|(&b, d)| (b, d.len))
+        .filter_map(|(&b, d)| Some((b, d.len, d.hidden.filter(|_| which(d))?)))
         .collect();
-    for (b, len) in gone {
+    for &(b, len, _) in &gone {
         let _ = sys::sys_munmap(b, len);
         forget_range(&mut m, b, len);
     }
+    gone.into_iter().map(|g| g.2).collect()
 }
 
 /// Before `fsync`/`fdatasync` of `fd`: write back the cache lines of this process's direct
@@ -644,7 +624,8 @@ fn pool_backed_everywhere(dev: u64, ino: u64, a: u64, b: u64) -> bool {
 
 /// `pread` served from a direct mapping. None: go through FUSE.
 pub fn pread(fd: c_int, buf: *mut libc::c_void, n: usize, pos: i64) -> Option<Result<usize, Errno>> {
-    match classify(fd) {
+    let class = classify(fd);
+    match class {
         Class::ReadOnly | Class::ReadWrite | Class::Append => {}
         Class::WriteOnly => {
             stats::count(Counter::ReadFuse);
@@ -652,7 +633,6 @@ pub fn pread(fd: c_int, buf: *mut libc::c_void, n: usize, pos: i64) -> Option<Re
         }
         _ => return None,
     }
-    let class = classify(fd);
     let r = (pos >= 0).then(|| locate(fd, class, pos as u64, n, false)).flatten();
     match r {
         Some(Ok((addr, got))) => {
@@ -672,7 +652,8 @@ pub fn pread(fd: c_int, buf: *mut libc::c_void, n: usize, pos: i64) -> Option<Re
 /// `pwrite` stored into a direct mapping (and written back: durable when it returns). None:
 /// go through FUSE (then [`grown`]).
 pub fn pwrite(fd: c_int, buf: *const libc::c_void, n: usize, pos: i64) -> Option<Result<usize, Errno>> {
-    match classify(fd) {
+    let class = classify(fd);
+    match class {
         Class::WriteOnly | Class::ReadWrite => {}
         Class::ReadOnly | Class::Append => {
             stats::count(Counter::WriteFuse);
@@ -680,7 +661,6 @@ pub fn pwrite(fd: c_int, buf: *const libc::c_void, n: usize, pos: i64) -> Option
         }
         _ => return None,
     }
-    let class = classify(fd);
     // The kernel's word on the access mode, not the table's: a descriptor number closed behind
     // this library's back (a raw system call) and reused read-only must not write directly.
     let writable = sys::status_flags(fd)
