@@ -163,3 +163,26 @@ fn compaction_moves_no_block_of_a_leased_file() {
     assert!(r.is_clean(), "{r:?}");
     fs.unmount().unwrap();
 }
+
+#[test]
+fn a_lease_that_finds_no_space_to_fill_is_refused_whole_and_a_no_fill_lease_still_works() {
+    let (_d, p) = fresh_pool(32 * MIB, Some(1));
+    let fs = mount(&p);
+    let big = fs.create_file("/big").unwrap();
+    let chunk = vec![1u8; MIB as usize];
+    let mut off = 0;
+    while big.write_at(off, &chunk).is_ok_and(|n| n == chunk.len()) {
+        off += MIB;
+    }
+    let f = fs.create_file("/sparse").unwrap();
+    f.set_len(16 * MIB).unwrap();
+    assert!(matches!(fs.lease(f.ino(), 0, 16 * MIB, true), Err(Error::NoSpace(_))));
+    assert_eq!(fs.leases_held(), 0, "a refused lease is held");
+    let l = fs.lease(f.ino(), 0, 16 * MIB, false).unwrap();
+    assert_eq!(l.size, 16 * MIB);
+    fs.unlease(f.ino()).unwrap();
+    drop((big, f));
+    let r = fs.check();
+    assert!(r.is_clean(), "{r:?}");
+    fs.unmount().unwrap();
+}
