@@ -60,6 +60,12 @@ pub mod proto;
 /// How long the kernel may cache attributes and directory entries.
 pub(crate) const TTL: Duration = Duration::from_secs(1);
 
+/// How long the kernel may cache the attributes of `ino`: `TTL`, or not at all while a
+/// direct-path client appends to it (its size then changes without a request).
+fn ttl(fs: &Fs, ino: u64) -> Duration {
+    if fs.appended_directly(ino) { Duration::ZERO } else { TTL }
+}
+
 /// Largest write the kernel may send in one request (it needs `FUSE_MAX_PAGES`).
 pub(crate) const MAX_WRITE: u32 = 1 << 20;
 
@@ -205,9 +211,9 @@ pub(crate) fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
-fn reply_entry(reply: ReplyEntry, r: crate::Result<Attr>) {
+fn reply_entry(reply: ReplyEntry, r: crate::Result<Attr>, fs: &Fs) {
     match r {
-        Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(a.generation as u64)),
+        Ok(a) => reply.entry(&ttl(fs, a.ino), &file_attr(&a), Generation(a.generation as u64)),
         Err(e) => reply.error(errno(&e)),
     }
 }
@@ -273,12 +279,12 @@ impl Filesystem for WinefsFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        reply_entry(reply, self.fs.lookup(parent.0, name.as_bytes()));
+        reply_entry(reply, self.fs.lookup(parent.0, name.as_bytes()), &self.fs);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.fs.getattr(ino.0) {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Ok(a) => reply.attr(&ttl(&self.fs, ino.0), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -329,7 +335,7 @@ impl Filesystem for WinefsFuse {
             privs::drop_privileges(&self.fs, ino.0, kill);
         }
         match self.fs.getattr(ino.0) {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Ok(a) => reply.attr(&ttl(&self.fs, ino.0), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -364,7 +370,7 @@ impl Filesystem for WinefsFuse {
                 .fs
                 .mknod(parent.0, name.as_bytes(), kind, perm, uid, gid, rdev),
         };
-        reply_entry(reply, r);
+        reply_entry(reply, r, &self.fs);
     }
 
     fn mkdir(
@@ -380,6 +386,7 @@ impl Filesystem for WinefsFuse {
         reply_entry(
             reply,
             self.fs.mkdir(parent.0, name.as_bytes(), perm, uid, gid),
+            &self.fs,
         );
     }
 
@@ -409,6 +416,7 @@ impl Filesystem for WinefsFuse {
                 uid,
                 gid,
             ),
+            &self.fs,
         );
     }
 
@@ -450,7 +458,7 @@ impl Filesystem for WinefsFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        reply_entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()));
+        reply_entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()), &self.fs);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -490,13 +498,19 @@ impl Filesystem for WinefsFuse {
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        // O_APPEND needs nothing here: without a writeback cache the kernel serialises writers
-        // on the inode and passes the end of file as `offset`.
-        match self.fs.write(ino.0, offset, data) {
+        // O_APPEND: the kernel passes the end of file it knows as `offset`, which lags behind
+        // while a direct-path client appends (its size is on the size board); the end is found
+        // here, atomically with the write.
+        let written = if flags.0 & libc::O_APPEND != 0 {
+            self.fs.append(ino.0, data).map(|(n, _)| n)
+        } else {
+            self.fs.write(ino.0, offset, data)
+        };
+        match written {
             Ok(n) => {
                 // The kernel sets the flag for callers without CAP_FSETID.
                 let kill = write_flags
@@ -602,7 +616,7 @@ impl Filesystem for WinefsFuse {
                 INodeNo(e.ino),
                 e.offset,
                 OsStr::from_bytes(&e.name),
-                &TTL,
+                &ttl(&self.fs, e.ino),
                 &file_attr(&a),
                 Generation(a.generation as u64),
             )

@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::{fresh_pool, mount};
+use common::{fresh_pool, mount, pattern};
+use std::os::unix::fs::FileExt;
+use winefs::state::size_word;
 use winefs::{Error, Fs, MountOptions};
 
 const MIB: u64 = 1 << 20;
@@ -182,6 +184,141 @@ fn a_lease_that_finds_no_space_to_fill_is_refused_whole_and_a_no_fill_lease_stil
     assert_eq!(l.size, 16 * MIB);
     fs.unlease(f.ino()).unwrap();
     drop((big, f));
+    let r = fs.check();
+    assert!(r.is_clean(), "{r:?}");
+    fs.unmount().unwrap();
+}
+
+/// The size board through `/proc/self/fd` (as a client maps it): one word per inode.
+struct Board(std::fs::File);
+
+impl Board {
+    fn open(fs: &Fs) -> Board {
+        let (fd, _) = fs.size_board().unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/self/fd/{fd}"))
+            .unwrap();
+        Board(f)
+    }
+    fn word(&self, ino: u64) -> u64 {
+        let mut b = [0u8; 8];
+        self.0.read_exact_at(&mut b, ino * 16).unwrap();
+        u64::from_le_bytes(b)
+    }
+    /// What a client's swap does (single-threaded here, so a plain store).
+    fn set(&self, ino: u64, w: u64) {
+        self.0.write_all_at(&w.to_le_bytes(), ino * 16).unwrap();
+    }
+}
+
+/// Store `data` at file offset `off` into the leased blocks `extents`, as a client does.
+fn store(pool: &std::fs::File, extents: &[(u64, u64, u64)], off: u64, data: &[u8]) {
+    for (i, &b) in data.iter().enumerate() {
+        let at = off + i as u64;
+        let blk = at / 4096;
+        let &(fb, pb, _) = extents
+            .iter()
+            .find(|e| e.0 <= blk && blk < e.0 + e.2)
+            .unwrap_or_else(|| panic!("offset {at} is not leased: {extents:?}"));
+        pool.write_all_at(&[b], (pb + blk - fb) * 4096 + at % 4096).unwrap();
+    }
+}
+
+#[test]
+fn a_direct_append_is_pulled_in_by_any_look_at_the_file_survives_a_crash_once_synced_and_never_shows_stray_bytes() {
+    let (_d, p) = fresh_pool(64 * MIB, Some(1));
+    let fs = mount(&p);
+    let f = fs.create_file("/wal").unwrap();
+    f.write_at(0, &[1u8; 100]).unwrap();
+    let ino = f.ino();
+    let board = Board::open(&fs); // made at a client's hello, before its first lease
+    let l = fs.lease_append(ino, 0, 2 * MIB).unwrap();
+    assert_eq!(l.size, 100);
+    let blocks: u64 = l.extents.iter().map(|e| e.2).sum();
+    assert_eq!(blocks, 512, "the whole range is reserved, past the end too: {:?}", l.extents);
+    assert!(fs.appended_directly(ino));
+    let w = board.word(ino);
+    assert!(!size_word::frozen(w) && size_word::size(w) == 100, "word {w:#x}");
+    let pool = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    // The client stores 5000 bytes after the end, then grows the size with one swap.
+    store(&pool, &l.extents, 100, &pattern(5000, 3));
+    board.set(ino, size_word::grown(w, 5100).unwrap());
+    // Any look at the file takes the size from the board (and makes it durable).
+    assert_eq!(fs.getattr(ino).unwrap().size, 5100);
+    let mut back = vec![0u8; 6000];
+    assert_eq!(fs.read(ino, 0, &mut back).unwrap(), 5100);
+    assert_eq!(&back[100..5100], &pattern(5000, 3)[..]);
+    // The daemon republished the word: a client still holding the old one cannot swap.
+    let w2 = board.word(ino);
+    assert!(!size_word::same_epoch(w, w2) && !size_word::frozen(w2), "{w:#x} then {w2:#x}");
+    // More appends, synced; then bytes past the end whose swap never happened.
+    store(&pool, &l.extents, 5100, &pattern(3000, 4));
+    board.set(ino, size_word::grown(w2, 8100).unwrap());
+    fs.fsync(ino).unwrap();
+    store(&pool, &l.extents, 8100, &[0xEE; 4000]);
+    drop(f);
+    fs.simulate_crash();
+
+    let fs = mount(&p);
+    let f = fs.open_file("/wal").unwrap();
+    let ino = f.ino();
+    assert_eq!(fs.getattr(ino).unwrap().size, 8100, "the synced appends survive the crash");
+    let mut back = vec![0u8; 8100];
+    fs.read(ino, 0, &mut back).unwrap();
+    assert_eq!(&back[5100..8100], &pattern(3000, 4)[..]);
+    // Growing the file exposes zeros, never the bytes a client left past the end.
+    fs.truncate(ino, 20_000).unwrap();
+    let mut tail = vec![1u8; 20_000 - 8100];
+    fs.read(ino, 8100, &mut tail).unwrap();
+    assert!(tail.iter().all(|&b| b == 0), "stray bytes exposed by truncate");
+    f.write_at(30_000, b"x").unwrap();
+    let mut gap = vec![1u8; 10_000];
+    fs.read(ino, 20_000, &mut gap).unwrap();
+    assert!(gap.iter().all(|&b| b == 0), "stray bytes exposed by a write past the end");
+    drop(f);
+    let r = fs.check();
+    assert!(r.is_clean(), "{r:?}");
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn a_change_by_the_daemon_freezes_out_appenders_and_a_given_back_append_lease_cannot_grow_the_file() {
+    let (_d, p) = fresh_pool(64 * MIB, Some(1));
+    let fs = mount(&p);
+    let f = fs.create_file("/log").unwrap();
+    f.write_at(0, &[2u8; 3 * 4096]).unwrap();
+    let ino = f.ino();
+    let board = Board::open(&fs);
+    let owned = |fs: &Fs| fs.getattr(ino).unwrap().blocks / 8; // 512-byte units
+    let before = free(&fs) + owned(&fs);
+    let l = fs.lease_append(ino, 0, 4 * MIB).unwrap();
+    let w = board.word(ino);
+    // Another process truncates: the word moves on (an appender's swap from `w` fails) and the
+    // blocks the file gave up wait in quarantine, since the client may still store into them.
+    fs.truncate(ino, 100).unwrap();
+    let w2 = board.word(ino);
+    assert_eq!(size_word::size(w2), 100);
+    assert!(!size_word::same_epoch(w, w2));
+    assert!(fs.quarantined_blocks() > 0);
+    assert!(fs.collapse_range(ino, 0, 4096).is_err(), "collapse under a lease");
+    // A write through the daemon by another process (O_APPEND) lands at the true end.
+    board.set(ino, size_word::grown(w2, 300).unwrap());
+    let (_, at) = fs.append(ino, b"tail").unwrap();
+    assert_eq!(at, 300, "appended at the size the client published");
+    fs.unlease_append(ino).unwrap();
+    assert!(!fs.appended_directly(ino));
+    let w3 = board.word(ino);
+    assert!(size_word::frozen(w3), "a file with no appender keeps its word frozen: {w3:#x}");
+    assert_eq!(size_word::grown(w3, 1 << 20), None);
+    assert!(fs.unlease_append(ino).is_err(), "an append lease given back twice");
+    assert_eq!(fs.quarantined_blocks(), 0);
+    // The reservation left is speculative: the last close of the small file gives it back.
+    let _ = l;
+    drop(f);
+    assert_eq!(fs.extents(ino).unwrap().iter().map(|e| e.2).sum::<u64>(), 1, "the reservation stayed");
+    assert_eq!(free(&fs) + owned(&fs), before, "blocks leaked");
     let r = fs.check();
     assert!(r.is_clean(), "{r:?}");
     fs.unmount().unwrap();

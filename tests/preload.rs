@@ -458,6 +458,70 @@ fn truncate_and_unlink_by_another_process_never_hand_a_mapped_block_to_another_f
 }
 
 #[test]
+fn appends_by_write_go_direct_with_every_size_seen_at_once_and_o_append_writers_land_at_the_true_end() {
+    let mut m = Mount::new(&[]);
+    let stats = m.dir.path().join("stats");
+    let f = m.path("wal");
+    let (out, st) = client_run(&["append", f.to_str().unwrap(), "30000", "5"], false, &stats);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{said}");
+    // All but the first (which makes the file) and the O_APPEND one went direct.
+    assert!(counter(&st, "append_direct") >= 29_990, "stats: {st}");
+    assert!(counter(&st, "write_fuse") <= 5, "stats: {st}");
+    // The same bytes as the program's run without the library.
+    let g = m.path("wal-plain");
+    let (out, _) = client_run(&["append", g.to_str().unwrap(), "30000", "5"], true, &stats);
+    assert!(out.status.success(), "{out:?}");
+    assert!(fs::read(&f).unwrap() == fs::read(&g).unwrap(), "direct and FUSE runs differ");
+    m.stop_and_fsck();
+}
+
+#[test]
+fn a_client_killed_mid_append_keeps_every_write_that_returned_and_leaves_no_stray_bytes() {
+    let mut m = Mount::new(&[]);
+    let f = m.path("killed-wal");
+    let mut child = Command::new(client(false))
+        .args(["append", f.to_str().unwrap(), "100000000", "9", "every"])
+        .env("LD_PRELOAD", preload_lib())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut reported = 0u64;
+    let mut line = String::new();
+    while reported < 4 << 20 {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the appender stopped");
+        reported = line.trim().strip_prefix("progress ").and_then(|n| n.parse().ok()).unwrap_or(reported);
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The daemon took the size the client published when its channel closed: every write
+    // that returned is there, with its bytes (the last ones were never looked at before).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let size = loop {
+        let size = fs::metadata(&f).unwrap().len();
+        if size >= reported || Instant::now() > deadline {
+            break size;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(size >= reported, "size {size} after writes up to {reported} returned");
+    let bytes = fs::read(&f).unwrap();
+    for (i, &b) in bytes.iter().enumerate() {
+        let want = ((i / 4096) * 7 + (i % 4096) * 13 + 9) as u8;
+        assert_eq!(b, want, "byte {i} of {size}");
+    }
+    // Bytes the client stored past the end without growing the size never show.
+    let h = fs::OpenOptions::new().write(true).open(&f).unwrap();
+    h.set_len(size + (1 << 20)).unwrap();
+    drop(h);
+    let grown = fs::read(&f).unwrap();
+    assert!(grown[size as usize..].iter().all(|&b| b == 0), "stray bytes after the end");
+    m.stop_and_fsck();
+}
+
+#[test]
 fn a_client_killed_mid_store_gives_its_leases_back() {
     let mut m = Mount::new(&[]);
     let f = m.path("killed");

@@ -13,8 +13,9 @@
 //! With `WINEFS_PRELOAD_STATS` set, the library appends one JSON line per process at exit; each
 //! run on the mount must leave such lines (proof that the library was loaded and saw the
 //! program's files; it writes none for a process that made no counted call on a winefs file)
-//! and prints which share of its calls went direct. Only the LMDB writemap run asserts a share:
-//! its mappings of the mount must have gone direct.
+//! and prints which share of its calls went direct. Two runs assert a share: the LMDB writemap
+//! run's mappings of the mount must have gone direct, and at least 90% of db_bench's writes
+//! (its appends).
 //!
 //! Runs as root, like the other FUSE tests: the pools live on a `huge=always` tmpfs each test
 //! mounts for itself (without root, or without hugepage tmpfs, in the temporary directory). A
@@ -1120,6 +1121,14 @@ fn rocksdb(name: &str, mmap_read: bool) {
     assert!(
         !found.starts_with("0 "),
         "db_bench readrandom found nothing: {found}"
+    );
+    // Its log and table files grow by write(2): appends go direct (all but the first write of
+    // each file, and what a truncate at close sends back through FUSE).
+    let w_ = m.stats.write;
+    assert!(
+        w_.direct > 0 && w_.direct >= 9 * w_.fuse,
+        "db_bench: its appends did not go direct (writes {w_}); stderr:\n{}",
+        m.stderr_text()
     );
     let scan = w.both_same("ldb scan", |r| {
         let mut c = cmd("ldb");

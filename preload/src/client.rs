@@ -3,6 +3,7 @@
 //! mapping of the mount the moment the daemon goes away.
 
 use crate::proto::{self, MapReply};
+use crate::size_word;
 use crate::sys::{self, Errno};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +18,7 @@ pub struct Client {
     /// The pool, shared with the daemon (and its lock: the pool cannot be mounted again while
     /// this process maps it).
     pub pool_fd: i32,
-    /// The size board, mapped read-only.
+    /// The size board, mapped shared (its size words grow by this client's direct appends).
     board: usize,
     board_len: usize,
     /// The process that connected (a forked child makes its own connection).
@@ -51,7 +52,7 @@ impl Client {
             return fail(if status != 0 { status as Errno } else { libc::EPROTO });
         }
         let board_len = proto::u64_at(&body, 1).unwrap_or(0) as usize;
-        let board = match sys::sys_mmap(0, board_len, libc::PROT_READ, libc::MAP_SHARED, fds[1], 0) {
+        let board = match sys::sys_mmap(0, board_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fds[1], 0) {
             Ok(a) => a,
             Err(e) => {
                 for fd in fds {
@@ -105,6 +106,13 @@ impl Client {
         proto::decode_map_reply(&body).ok_or(libc::EPROTO)
     }
 
+    /// An append lease of [off, off+len) of inode `ino`: every block allocated, past the end
+    /// of the file too; this client may grow the size ([`Client::grow`]) until it gives it back.
+    pub fn map_append(&self, ino: u64, off: u64, len: u64) -> Result<MapReply, Errno> {
+        let body = self.request(proto::OP_MAP, &proto::encode_map(ino, off, len, proto::MAP_APPEND))?;
+        proto::decode_map_reply(&body).ok_or(libc::EPROTO)
+    }
+
     /// Give lease `lease` back.
     pub fn unmap(&self, lease: u64) {
         let _ = self.request(proto::OP_UNMAP, &lease.to_le_bytes());
@@ -112,9 +120,39 @@ impl Client {
 
     /// (size, layout generation) of leased inode `ino` now.
     pub fn board(&self, ino: u64) -> Option<(u64, u64)> {
+        self.board_word(ino).map(|(w, g)| (size_word::size(w), g))
+    }
+
+    /// (size word, layout generation) of leased inode `ino` now.
+    pub fn board_word(&self, ino: u64) -> Option<(u64, u64)> {
+        let at = self.board_at(ino)?;
+        Some((sys::load_u64(self.board + at), sys::load_u64(self.board + at + 8)))
+    }
+
+    fn board_at(&self, ino: u64) -> Option<usize> {
         let at = usize::try_from(ino).ok()?.checked_mul(16)?;
-        (at + 16 <= self.board_len)
-            .then(|| (sys::load_u64(self.board + at), sys::load_u64(self.board + at + 8)))
+        (at + 16 <= self.board_len).then_some(at)
+    }
+
+    /// After storing bytes up to `end` of inode `ino` (held under an append lease) that the
+    /// size word `seen` (read before the store) did not cover: grow the size to `end`. False
+    /// when the daemon froze or republished the word since `seen` — it may have changed the
+    /// file's size or blocks meanwhile, and the write must go through FUSE instead.
+    pub fn grow(&self, ino: u64, seen: u64, end: u64) -> bool {
+        let Some(at) = self.board_at(ino) else { return false };
+        let mut w = seen;
+        loop {
+            let Some(new) = size_word::grown(w, end) else { return false };
+            if new == w || sys::cas_u64(self.board + at, w, new) {
+                return true;
+            }
+            // Another appender's swap (same sequence number) is no reason to give up.
+            let now = sys::load_u64(self.board + at);
+            if size_word::frozen(now) || !size_word::same_epoch(now, seen) {
+                return false;
+            }
+            w = now;
+        }
     }
 
     /// Block until the daemon hangs up.

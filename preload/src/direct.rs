@@ -1,12 +1,15 @@
 //! The direct path of one process (docs/DESIGN.md §7b): which descriptors are winefs files,
 //! the direct mappings this process made (each one a kernel mapping of the FUSE file with the
-//! leased pool extents placed over it), and the data calls served from them.
+//! leased pool extents placed over it; a hidden one, for a descriptor's data calls, has only
+//! the extents), and the data calls served from them, appends included.
 //!
 //! Every decision falls back to the kernel (FUSE) when anything is off: a file that is not on
 //! winefs, a daemon that refuses or has gone, a private mapping, a range that is not wholly
-//! leased, a write that would change the size, a file whose layout changed since its lease.
+//! leased, a write past a gap or on an `O_APPEND` descriptor, an append the daemon raced with,
+//! a file whose layout changed since its lease.
 
 use crate::client::Client;
+use crate::size_word;
 use crate::stats::{self, Counter};
 use crate::sys::{self, Errno};
 use libc::c_int;
@@ -16,6 +19,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 const PAGE: u64 = 4096;
 const HUGE: usize = 2 << 20;
+/// Address space a writable descriptor's hidden mapping reserves at least, so appends go on
+/// directly to this size (past it, through FUSE).
+const APPEND_SPAN: u64 = 1 << 30;
 /// `FUSE_SUPER_MAGIC`.
 const FUSE_MAGIC: i64 = 0x6573_5546;
 
@@ -87,6 +93,8 @@ struct DirectMap {
     /// The file size at the last lease of its growth (a hole stops `direct_end` short of it:
     /// the same size is not asked about again).
     leased_to: u64,
+    /// Holds an append lease (this process may grow the file: `append_room`).
+    appending: bool,
     leases: Arc<LeaseSet>,
 }
 
@@ -332,16 +340,24 @@ fn establish(
     let leases = Arc::new(LeaseSet {
         client: client.clone(),
         ids: Mutex::new(vec![lease.lease]),
-        anchor: sys::sys_mmap(0, PAGE as usize, libc::PROT_NONE, libc::MAP_PRIVATE, fd, 0).unwrap_or(0),
+        anchor: if hidden.is_some() {
+            0 // dropped when the descriptor closes
+        } else {
+            sys::sys_mmap(0, PAGE as usize, libc::PROT_NONE, libc::MAP_PRIVATE, fd, 0).unwrap_or(0)
+        },
         epoch: FORK_EPOCH.load(Ordering::Acquire),
         pid: sys::pid(),
     });
     let fixed = flags & libc::MAP_FIXED != 0;
     let base = if fixed { addr } else { reserve(len, (off % HUGE as u64) as usize)? };
     // The kernel's mapping of the FUSE file underneath: what lies past the end of the file
-    // behaves as the kernel makes it (SIGBUS until the file grows).
+    // behaves as the kernel makes it (SIGBUS until the file grows). A hidden mapping is
+    // touched only where it is pool-backed and keeps its reservation (which a write-only
+    // descriptor could not map anyway).
     let under = libc::MAP_SHARED | libc::MAP_FIXED;
-    if let Err(e) = sys::sys_mmap(base, len, prot, under, fd, off as i64) {
+    if hidden.is_some() {
+        // nothing underneath
+    } else if let Err(e) = sys::sys_mmap(base, len, prot, under, fd, off as i64) {
         if !fixed {
             let _ = sys::sys_munmap(base, len);
         }
@@ -360,7 +376,7 @@ fn establish(
     };
     m.insert(
         base,
-        DirectMap { len, off, dev, ino, prot, direct_end, generation, revoked: false, hidden, leased_to: lease.size, leases },
+        DirectMap { len, off, dev, ino, prot, direct_end, generation, revoked: false, hidden, leased_to: lease.size, appending: false, leases },
     );
     LIVE.store(m.len(), Ordering::Release);
     stats::log(&format!(
@@ -485,7 +501,7 @@ static FALLBACKS: OnceLock<Box<[AtomicU8]>> = OnceLock::new();
 /// hole filled) and map it for the data calls, so the rest go direct. A file read or written
 /// once costs no lease.
 fn hidden_for(fd: c_int, class: Class, dev: u64, ino: u64) -> bool {
-    if !hidden_allowed() || !matches!(class, Class::ReadOnly | Class::ReadWrite) {
+    if !hidden_allowed() || !matches!(class, Class::ReadOnly | Class::ReadWrite | Class::WriteOnly) {
         return false;
     }
     let counts = FALLBACKS.get_or_init(|| (0..CLASSES).map(|_| AtomicU8::new(0)).collect());
@@ -500,11 +516,13 @@ fn hidden_for(fd: c_int, class: Class, dev: u64, ino: u64) -> bool {
         set_class(fd, Class::Other);
         return false;
     };
-    // Room to grow: the lease covers twice the size the kernel knows (past the end nothing is
-    // mapped from the pool until the file grows into it).
+    // Room to grow: the lease covers twice the size the kernel knows, and a writable
+    // descriptor's at least `APPEND_SPAN` for its appends (past the end nothing is mapped
+    // from the pool until the file grows into it or an append reserves it).
     let known = sys::file_size(fd).unwrap_or(0).max(1);
-    let len = (known * 2).next_multiple_of(HUGE as u64) as usize;
-    let prot = if class == Class::ReadWrite { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+    let writable = class != Class::ReadOnly;
+    let len = (known * 2).max(if writable { APPEND_SPAN } else { 0 }).next_multiple_of(HUGE as u64) as usize;
+    let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
     matches!(establish(fd, dev, ino, &client, 0, len, prot, libc::MAP_SHARED, 0, Some(fd)), Ok(Some(_)))
 }
 
@@ -551,15 +569,26 @@ pub fn sync_file(fd: c_int) {
     };
     let m = maps();
     for (&b, d) in m.iter() {
-        if d.dev == dev && d.ino == ino && !d.revoked && d.prot & libc::PROT_WRITE != 0 {
+        // A hidden mapping is stored into only by direct writes, written back as they return.
+        if d.dev == dev && d.ino == ino && !d.revoked && d.prot & libc::PROT_WRITE != 0 && d.hidden.is_none() {
             sys::persist(b, (d.direct_end - d.off) as usize);
         }
     }
 }
 
-/// Where a direct read or write of [pos, pos+n) of the file behind `fd` can go: the address of
-/// `pos` and the bytes available there (clipped to the file size for reads).
-fn locate(fd: c_int, class: Class, pos: u64, n: usize, write: bool) -> Option<Result<(usize, usize), Errno>> {
+/// Where a direct read or write of part of a file goes.
+struct Spot {
+    /// The address of the first byte.
+    at: usize,
+    /// The bytes available there (clipped to the file size for reads).
+    len: usize,
+    /// A write past the end of the file: the inode, the size word read before the write and
+    /// the client to grow it with (`Client::grow`) once the bytes are stored.
+    grow: Option<(u64, u64, Arc<Client>)>,
+}
+
+/// Where a direct read or write of [pos, pos+n) of the file behind `fd` can go.
+fn locate(fd: c_int, class: Class, pos: u64, n: usize, write: bool) -> Option<Result<Spot, Errno>> {
     let (dev, ino, _) = sys::identity(fd).ok()?;
     let find = || {
         let mut m = maps();
@@ -573,30 +602,37 @@ fn locate(fd: c_int, class: Class, pos: u64, n: usize, write: bool) -> Option<Re
         if hit.is_some() {
             return hit;
         }
-        // The file may have grown into a mapping since it was leased.
+        // The file may have grown into a mapping since it was leased; or this is an append
+        // into the descriptor's own hidden mapping, which reserves blocks below.
         let (b, d) = m
             .iter_mut()
             .find(|(_, d)| usable(d) && d.direct_end <= pos && pos < d.off + d.len as u64)?;
         let b = *b;
-        (extend(b, d) && pos < d.direct_end).then_some(b)
+        ((extend(b, d) && pos < d.direct_end) || (write && d.hidden == Some(fd))).then_some(b)
     };
     let b = match find() {
         Some(b) => b,
         None if hidden_for(fd, class, dev, ino) => find()?,
         None => return None,
     };
-    let m = maps();
-    let d = m.get(&b)?;
-    let (size, generation) = d.leases.client.board(ino)?;
-    if generation != d.generation || d.leases.client.dead.load(Ordering::Acquire) {
+    let mut m = maps();
+    let d = m.get_mut(&b)?;
+    let c = d.leases.client.clone();
+    let (word, generation) = c.board_word(ino)?;
+    let size = size_word::size(word);
+    if generation != d.generation || c.dead.load(Ordering::Acquire) {
         return None;
     }
     if !write && pos >= size {
-        return Some(Ok((0, 0)));
+        return Some(Ok(Spot { at: 0, len: 0, grow: None }));
     }
     let want = if write { n as u64 } else { (n as u64).min(size - pos) };
-    // A write must stay inside the file (the daemon changes sizes) and the leased range.
-    if pos + want > d.direct_end || (write && pos + want > size) {
+    let mut grow = None;
+    if write && pos + want > size {
+        grow = Some((ino, append_room(b, d, fd, class, pos, pos + want, size)?, c));
+    }
+    // The range must be leased (and pool-backed).
+    if pos + want > d.direct_end {
         return None;
     }
     let at = b + (pos - d.off) as usize;
@@ -609,7 +645,52 @@ fn locate(fd: c_int, class: Class, pos: u64, n: usize, write: bool) -> Option<Re
     if want > 0 && !pool_backed_everywhere(dev, ino, pos, pos + want) {
         return None;
     }
-    Some(Ok((at, want as usize)))
+    Some(Ok(Spot { at, len: want as usize, grow }))
+}
+
+/// A write of [pos, end) past the end of the file (`size`) through hidden mapping `d` (at
+/// `b`) of descriptor `fd`: make sure blocks are reserved for it under an append lease of this
+/// process, and return the size word to grow from. None: the write goes through FUSE — it
+/// would leave a gap (which must read as zeros), the descriptor appends (the kernel finds its
+/// offset), the mapping is not this descriptor's or was made before a fork, or the range runs
+/// past the mapping.
+fn append_room(b: usize, d: &mut DirectMap, fd: c_int, class: Class, pos: u64, end: u64, size: u64) -> Option<u64> {
+    let own = d.leases.pid == sys::pid() && d.leases.epoch == FORK_EPOCH.load(Ordering::Acquire);
+    let map_end = d.off + d.len as u64;
+    if pos > size || d.hidden != Some(fd) || class == Class::Append || !own || end > map_end {
+        return None;
+    }
+    // Only past a file with no hole before its last block (an append lease fills every gap).
+    if d.direct_end < size / PAGE * PAGE {
+        return None;
+    }
+    if end > d.direct_end || !d.appending {
+        // One round trip per 2 MiB of appends: up to the next 2 MiB boundary past `end`.
+        let target = (end / HUGE as u64 + 1) * HUGE as u64;
+        let (start, target) = (d.direct_end, target.min(map_end));
+        let c = d.leases.client.clone();
+        let lease = match c.map_append(d.ino, start, target - start) {
+            Ok(l) => l,
+            Err(e) => {
+                stats::log(&format!("inode {}: no room to append (errno {e}): through FUSE", d.ino));
+                return None;
+            }
+        };
+        d.leases.ids.lock().unwrap_or_else(|e| e.into_inner()).push(lease.lease);
+        d.leased_to = d.leased_to.max(lease.size);
+        d.appending = true;
+        match place(&c, b + (start - d.off) as usize, start, target, &lease.extents, d.prot, 0) {
+            Ok(e) if e > start => d.direct_end = e,
+            _ => return None,
+        }
+        if end > d.direct_end {
+            return None;
+        }
+    }
+    // The grant published the word anew: read it after.
+    let (word, generation) = d.leases.client.board_word(d.ino)?;
+    let open = !size_word::frozen(word) && generation == d.generation && size_word::size(word) >= pos;
+    open.then_some(word)
 }
 
 /// Whether every live mapping of (dev, ino) in this process that covers [a, b) of the file is
@@ -617,7 +698,8 @@ fn locate(fd: c_int, class: Class, pos: u64, n: usize, write: bool) -> Option<Re
 fn pool_backed_everywhere(dev: u64, ino: u64, a: u64, b: u64) -> bool {
     let mut m = maps();
     m.iter_mut().all(|(&base, d)| {
-        let covers = d.dev == dev && d.ino == ino && d.off < b && a < d.off + d.len as u64;
+        // A hidden mapping has nothing of the kernel's underneath: no copy to go stale.
+        let covers = d.dev == dev && d.ino == ino && d.off < b && a < d.off + d.len as u64 && d.hidden.is_none();
         !covers || d.revoked || b.min(d.off + d.len as u64) <= d.direct_end || (extend(base, d) && b.min(d.off + d.len as u64) <= d.direct_end)
     })
 }
@@ -635,16 +717,17 @@ pub fn pread(fd: c_int, buf: *mut libc::c_void, n: usize, pos: i64) -> Option<Re
     }
     let r = (pos >= 0).then(|| locate(fd, class, pos as u64, n, false)).flatten();
     match r {
-        Some(Ok((addr, got))) => {
-            if got > 0 {
-                sys::copy_from_map(addr, buf, got);
+        Some(Ok(spot)) => {
+            if spot.len > 0 {
+                sys::copy_from_map(spot.at, buf, spot.len);
             }
             stats::count(Counter::ReadDirect);
-            Some(Ok(got))
+            Some(Ok(spot.len))
         }
-        other => {
+        Some(Err(e)) => Some(Err(e)),
+        None => {
             stats::count(Counter::ReadFuse);
-            other.map(|r| r.map(|(_, got)| got))
+            None
         }
     }
 }
@@ -667,17 +750,40 @@ pub fn pwrite(fd: c_int, buf: *const libc::c_void, n: usize, pos: i64) -> Option
         .is_ok_and(|fl| fl & libc::O_ACCMODE != libc::O_RDONLY && fl & libc::O_APPEND == 0);
     let r = (writable && pos >= 0 && n > 0).then(|| locate(fd, class, pos as u64, n, true)).flatten();
     match r {
-        Some(Ok((addr, got))) => {
-            sys::copy_to_map(buf, addr, got);
-            sys::persist(addr, got);
+        Some(Ok(spot)) => {
+            sys::copy_to_map(buf, spot.at, spot.len);
+            // Bytes inside the file are written back now (durable on return); appended ones
+            // by the daemon when it takes the size in, before it commits it.
+            let inside = match &spot.grow {
+                Some((_, seen, _)) => (size_word::size(*seen).saturating_sub(pos as u64) as usize).min(spot.len),
+                None => spot.len,
+            };
+            if inside > 0 {
+                sys::persist(spot.at, inside);
+            }
+            if let Some((ino, seen, c)) = spot.grow {
+                if !c.grow(ino, seen, pos as u64 + spot.len as u64) {
+                    // The daemon changed the file meanwhile: FUSE writes the bytes again, in
+                    // order after its change.
+                    stats::count(Counter::WriteFuse);
+                    return None;
+                }
+                stats::count(Counter::AppendDirect);
+            }
             stats::count(Counter::WriteDirect);
-            Some(Ok(got))
+            Some(Ok(spot.len))
         }
-        other => {
+        Some(Err(e)) => Some(Err(e)),
+        None => {
             stats::count(Counter::WriteFuse);
-            other.map(|r| r.map(|(_, got)| got))
+            None
         }
     }
+}
+
+/// Whether writes of `fd` may go direct (a winefs file open for writing without O_APPEND).
+pub fn writes_direct(fd: c_int) -> bool {
+    matches!(classify(fd), Class::WriteOnly | Class::ReadWrite)
 }
 
 /// Whether `fd` is a winefs file (for the calls that must look after a write through FUSE).

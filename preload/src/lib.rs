@@ -16,5 +16,9 @@ mod direct;
 #[allow(dead_code)]
 mod proto;
 mod shims;
+// The daemon's half (`published`) is not used here.
+#[path = "../../src/state/size_word.rs"]
+#[allow(dead_code)]
+mod size_word;
 mod stats;
 mod sys;

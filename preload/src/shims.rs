@@ -34,6 +34,7 @@ extern "C" fn before_fork() {
 }
 
 extern "C" fn after_fork() {
+    sys::forget_pid();
     direct::after_fork();
 }
 
@@ -242,6 +243,28 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) ->
     after_write(fd, r)
 }
 
+/// Serve `write` at the descriptor's offset through `io`: the offset is moved past the `n`
+/// bytes first (one system call, and two threads writing one descriptor get distinct ranges),
+/// and back if the write does not go direct or comes up short.
+fn at_offset_write(fd: c_int, n: usize, io: impl FnOnce(i64) -> Option<Result<usize, c_int>>) -> Option<Result<usize, c_int>> {
+    if !direct::writes_direct(fd) {
+        return None;
+    }
+    let len = i64::try_from(n).ok()?;
+    let end = sys::lseek(fd, len, libc::SEEK_CUR).ok()?;
+    let pos = end - n as u64;
+    let r = io(pos as i64);
+    let back = match r {
+        Some(Ok(k)) if k == n => return r,
+        Some(Ok(k)) => pos + k as u64,
+        _ => pos,
+    };
+    if sys::lseek(fd, back as i64, libc::SEEK_SET).is_err() {
+        return Some(Err(libc::EIO));
+    }
+    r
+}
+
 /// Serve `read`/`write` at the descriptor's offset through `io`, moving the offset after.
 fn at_offset(fd: c_int, io: impl FnOnce(i64) -> Option<Result<usize, c_int>>) -> Option<Result<usize, c_int>> {
     if !direct::is_winefs(fd) {
@@ -276,7 +299,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
 /// As libc's `write`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    match guarded(|| at_offset(fd, |pos| direct::pwrite(fd, buf, n, pos))) {
+    match guarded(|| at_offset_write(fd, n, |pos| direct::pwrite(fd, buf, n, pos))) {
         Some(Ok(got)) => got as ssize_t,
         Some(Err(e)) => fail(e, -1),
         None => after_write(fd, sys::next_write(fd, buf, n)),

@@ -14,11 +14,14 @@ pub enum Counter {
     ReadFuse,
     WriteDirect,
     WriteFuse,
+    /// Writes that grew the file directly (also counted in `WriteDirect`).
+    AppendDirect,
 }
 
-const NAMES: [&str; 6] = ["mmap_direct", "mmap_fuse", "read_direct", "read_fuse", "write_direct", "write_fuse"];
+const NAMES: [&str; 7] =
+    ["mmap_direct", "mmap_fuse", "read_direct", "read_fuse", "write_direct", "write_fuse", "append_direct"];
 
-static COUNTS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+static COUNTS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 
 /// Count one call.
 pub fn count(c: Counter) {

@@ -369,6 +369,14 @@ pub fn load_u64(addr: usize) -> u64 {
     unsafe { (*(addr as *const std::sync::atomic::AtomicU64)).load(Ordering::Acquire) }
 }
 
+/// Replace the 8 bytes at `addr` of a mapping by `new` if they hold `old`, atomically; whether
+/// it did.
+pub fn cas_u64(addr: usize, old: u64, new: u64) -> bool {
+    // SAFETY: as for `load_u64`.
+    let w = unsafe { &*(addr as *const std::sync::atomic::AtomicU64) };
+    w.compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire).is_ok()
+}
+
 /// Which cache-line write-back the CPU has.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Flush {
@@ -424,7 +432,22 @@ pub fn persist(addr: usize, len: usize) {
 
 /// This process's id.
 pub fn pid() -> u32 {
-    std::process::id()
+    match PID.load(Ordering::Relaxed) {
+        0 => {
+            let p = std::process::id();
+            PID.store(p, Ordering::Relaxed);
+            p
+        }
+        p => p,
+    }
+}
+
+/// This process's id, once asked (a system call per data call otherwise).
+static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// After `fork`: the process id is asked again.
+pub fn forget_pid() {
+    PID.store(0, Ordering::Relaxed);
 }
 
 /// Run `prepare` before every `fork`, and `after` after it in parent and child.

@@ -353,9 +353,10 @@ fn serve(
     cfg.n_threads = Some(threads);
     cfg.clone_fd = true;
     let mut adapter = WinefsFuse::new(Arc::clone(&fs));
+    let notifier = adapter.notifier_slot();
     // The direct path (docs/DESIGN.md §7b): not on a read-only mount, which writes nothing.
     let channel = if direct && !fs.is_read_only() {
-        match Channel::start(Arc::clone(&fs)) {
+        match Channel::start(Arc::clone(&fs), Arc::clone(&notifier)) {
             Ok(ch) => {
                 adapter = adapter.with_channel(ch.name());
                 Some(ch)
@@ -373,7 +374,6 @@ fn serve(
             ch.stop();
         }
     };
-    let notifier = adapter.notifier_slot();
     let mut session = match Session::new(adapter, mnt, &cfg) {
         Ok(s) => s,
         Err(e) => {

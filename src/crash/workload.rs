@@ -5,6 +5,8 @@
 use crate::error::{Error, Result};
 use crate::fs::Fs;
 use crate::media::layout::{BLOCK_SIZE, HUGE_SIZE};
+use crate::media::pool::Category;
+use crate::state::size_word;
 use crate::types::{Consistency, XattrSet};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -97,6 +99,15 @@ pub enum Op {
         len: u64,
         fill: u8,
     },
+    /// What a direct-path client's append does (docs/DESIGN.md §7b): take an append lease of
+    /// the end of the file, store `len` bytes into the reserved blocks, grow the size word,
+    /// store more bytes past the new end as an append whose swap failed would, then `fsync`
+    /// (the daemon pulls the size in) and give the lease back.
+    DirectAppend {
+        path: String,
+        len: u64,
+        fill: u8,
+    },
 }
 
 /// Byte `x` of data written with `fill`: a function of the file offset, so a write split into
@@ -164,6 +175,9 @@ impl fmt::Display for Op {
                 len,
                 fill,
             } => write!(f, "mmap+store+msync {path} {off}+{len} fill {fill}"),
+            Op::DirectAppend { path, len, fill } => {
+                write!(f, "direct append {path} +{len} fill {fill}")
+            }
         }
     }
 }
@@ -270,6 +284,7 @@ impl Op {
                 )?;
                 m.msync(0, map_len as usize).map(drop)
             }
+            Op::DirectAppend { path, len, fill } => direct_append(fs, path, *len, *fill),
         }
     }
 
@@ -628,7 +643,56 @@ pub fn catalogue() -> Vec<Op> {
         msync("/B", HUGE_SIZE - 4096, 8192, 61), // across the aligned unit's boundary
         msync("/X", 0, 6000, 62),                // a file written (or not) earlier in the workload
     ]);
+    ops.extend([
+        Op::DirectAppend { path: s("/A"), len: 5000, fill: 63 },
+        Op::DirectAppend { path: s("/X"), len: 700, fill: 64 },
+    ]);
     ops
+}
+
+/// [`Op::DirectAppend`]: the client's side written with the pool's recorded writes and left
+/// unflushed, as the preload library leaves appended bytes: the explorer crashes with any of
+/// them on media or not, and the size must never cover one that is not.
+fn direct_append(fs: &Fs, path: &str, len: u64, fill: u8) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let ino = fs.resolve(path, false)?;
+    let (board_fd, _) = fs.size_board()?;
+    let board = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/self/fd/{board_fd}"))
+        .map_err(|e| Error::io("open the size board", e))?;
+    let off = fs.getattr(ino)?.size;
+    let stray = 300;
+    let lease = fs.lease_append(ino, off, len + stray)?;
+    let client = || -> Result<()> {
+        let store = |at: u64, bytes: &[u8]| -> Result<()> {
+            let end = at + bytes.len() as u64;
+            for &(fb, pb, n) in &lease.extents {
+                let (a, b) = ((fb * BLOCK_SIZE).max(at), ((fb + n) * BLOCK_SIZE).min(end));
+                if a < b {
+                    let chunk = &bytes[(a - at) as usize..(b - at) as usize];
+                    // Not written back: the daemon does that when it takes the size in.
+                    fs.pool().write(pb * BLOCK_SIZE + (a - fb * BLOCK_SIZE), chunk, Category::Data)?;
+                }
+            }
+            Ok(())
+        };
+        store(off, &pattern_bytes(fill, off, len))?;
+        let at = ino * 16;
+        let mut w = [0u8; 8];
+        board.read_exact_at(&mut w, at).map_err(|e| Error::io("read the size board", e))?;
+        let grown = size_word::grown(u64::from_le_bytes(w), off + len)
+            .ok_or_else(|| Error::Invalid("the size word is frozen".into()))?;
+        board
+            .write_all_at(&grown.to_le_bytes(), at)
+            .map_err(|e| Error::io("write the size board", e))?;
+        store(off + len, &[0xEE; 300])?;
+        fs.fsync(ino)
+    };
+    let r = client();
+    fs.unlease_append(ino)?;
+    r
 }
 
 /// Which names exist (and their types), to draw only operations whose preconditions hold, as
@@ -684,7 +748,7 @@ impl Model {
             | Op::ZeroRange { path, .. }
             | Op::CollapseRange { path, .. }
             | Op::InsertRange { path, .. } => self.is_file(path) && path != "/S",
-            Op::Msync { path, .. } => self.is_file(path) && path != "/S",
+            Op::Msync { path, .. } | Op::DirectAppend { path, .. } => self.is_file(path) && path != "/S",
             Op::Compact => true,
             Op::Fsync(p) | Op::Unlink(p) => self.is_file(p),
             Op::Link { from, to } => self.is_file(from) && self.absent_in_dir(to),
@@ -761,7 +825,8 @@ impl Model {
             | Op::InsertRange { .. }
             | Op::Fsync(_)
             | Op::Compact
-            | Op::Msync { .. } => {}
+            | Op::Msync { .. }
+            | Op::DirectAppend { .. } => {}
         }
     }
 }

@@ -174,13 +174,19 @@ impl Fs {
 
     /// Look `name` up in directory `parent` ("." and ".." included).
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
-        namespace::lookup(&self.state, parent, name)
+        let a = namespace::lookup(&self.state, parent, name)?;
+        // A file a direct-path client appends to: its size is on the size board.
+        if self.appended_directly(a.ino) {
+            return self.getattr(a.ino);
+        }
+        Ok(a)
     }
 
     /// Attributes of inode `ino`.
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         self.state.check_alive()?;
         let n = self.state.inode(ino)?;
+        crate::state::appends::settle(&self.state, &n)?;
         let g = rlock(&n);
         Ok(self.state.attr(&g))
     }

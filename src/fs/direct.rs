@@ -4,7 +4,7 @@
 
 use crate::error::Result;
 use crate::fs::Fs;
-use crate::ops::lease;
+use crate::ops::lease::{self, Purpose};
 use std::os::fd::RawFd;
 use std::os::unix::fs::MetadataExt;
 
@@ -24,7 +24,22 @@ impl Fs {
     /// units when `len` is 2 MiB or more); until [`Fs::unlease`], the file stays open, its blocks stay where they
     /// are, and blocks it frees are kept from other files. EROFS on a read-only mount.
     pub fn lease(&self, ino: u64, off: u64, len: u64, fill: bool) -> Result<Lease> {
-        let g = lease::grant(&self.state, ino, off, len, fill)?;
+        let purpose = if fill { Purpose::Map } else { Purpose::Existing };
+        let g = lease::grant(&self.state, ino, off, len, purpose)?;
+        Ok(Lease {
+            size: g.size,
+            extents: g.extents,
+        })
+    }
+
+    /// Lease bytes [off, off+len) of regular file `ino` for a client that appends to it
+    /// directly: every block of the range is allocated, past the end of the file too, and
+    /// returned; until [`Fs::unlease_append`] the client grows the file's size itself, with
+    /// one atomic swap of its word on the size board (`state::size_word`), and every operation
+    /// on the file takes the size from there first (making it durable). ENOSPC when the blocks
+    /// cannot be had.
+    pub fn lease_append(&self, ino: u64, off: u64, len: u64) -> Result<Lease> {
+        let g = lease::grant(&self.state, ino, off, len, Purpose::Append)?;
         Ok(Lease {
             size: g.size,
             extents: g.extents,
@@ -33,7 +48,20 @@ impl Fs {
 
     /// Give back one lease of `ino` taken by [`Fs::lease`].
     pub fn unlease(&self, ino: u64) -> Result<()> {
-        lease::release(&self.state, ino)
+        lease::release(&self.state, ino, false)
+    }
+
+    /// Give back one lease of `ino` taken by [`Fs::lease_append`]: the size its client
+    /// published is pulled in first.
+    pub fn unlease_append(&self, ino: u64) -> Result<()> {
+        lease::release(&self.state, ino, true)
+    }
+
+    /// Whether clients append to `ino` directly (its size may change without a request: the
+    /// kernel must not cache its attributes).
+    pub fn appended_directly(&self, ino: u64) -> bool {
+        self.state.leases.appending.load(std::sync::atomic::Ordering::Acquire) > 0
+            && self.state.inode(ino).is_ok_and(|n| crate::state::inode_state::rlock(&n).appenders > 0)
     }
 
     /// The pool's open file (for a client to map; it shares the pool lock, so the pool cannot

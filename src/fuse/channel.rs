@@ -17,7 +17,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use fuser::{INodeNo, Notifier};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 /// Names of channels made by this process (several mounts in one test process).
@@ -35,7 +36,7 @@ pub struct Channel {
 
 impl Channel {
     /// Listen for clients of `fs`.
-    pub fn start(fs: Arc<Fs>) -> io::Result<Arc<Channel>> {
+    pub fn start(fs: Arc<Fs>, notifier: Arc<OnceLock<Notifier>>) -> io::Result<Arc<Channel>> {
         let name = format!(
             "winefs.{}.{}",
             std::process::id(),
@@ -53,7 +54,7 @@ impl Channel {
         let c = Arc::clone(&ch);
         let accept = std::thread::Builder::new()
             .name("winefs-channel".into())
-            .spawn(move || c.accept_loop(&fs, owner))?;
+            .spawn(move || c.accept_loop(&fs, owner, &notifier))?;
         ch.lock_threads().push(accept);
         Ok(ch)
     }
@@ -88,7 +89,7 @@ impl Channel {
         }
     }
 
-    fn accept_loop(self: &Arc<Channel>, fs: &Arc<Fs>, owner: u32) {
+    fn accept_loop(self: &Arc<Channel>, fs: &Arc<Fs>, owner: u32, notifier: &Arc<OnceLock<Notifier>>) {
         let mut id = 0u64;
         for conn in self.listener.incoming() {
             if self.stopping.load(Ordering::Acquire) {
@@ -114,12 +115,13 @@ impl Channel {
             if let Ok(c) = conn.try_clone() {
                 self.lock_conns().insert(id, c);
             }
-            let (ch, fs) = (Arc::clone(self), Arc::clone(fs));
+            let (ch, fs, notifier) = (Arc::clone(self), Arc::clone(fs), Arc::clone(notifier));
             let t = std::thread::Builder::new()
                 .name(format!("winefs-direct-{id}"))
                 .spawn(move || {
                     let mut session = Session {
                         fs: &fs,
+                        notifier: &notifier,
                         leases: HashMap::new(),
                         next_lease: 0,
                     };
@@ -140,8 +142,10 @@ impl Channel {
 /// One client connection and the leases it holds.
 struct Session<'a> {
     fs: &'a Fs,
-    /// Lease number → inode.
-    leases: HashMap<u64, u64>,
+    /// The FUSE session's notifier, once it exists (to drop the kernel's cached attributes).
+    notifier: &'a OnceLock<Notifier>,
+    /// Lease number → (inode, whether an append lease).
+    leases: HashMap<u64, (u64, bool)>,
     next_lease: u64,
 }
 
@@ -166,7 +170,7 @@ impl Session<'_> {
                 proto::OP_MAP => {
                     let reply = match proto::decode_map(&payload) {
                         None => Err(libc::EINVAL),
-                        Some((ino, off, len, flags)) => self.map(ino, off, len, flags & proto::MAP_NO_FILL == 0),
+                        Some((ino, off, len, flags)) => self.map(ino, off, len, flags),
                     };
                     match reply {
                         Ok(r) => conn.write_all(&proto::frame(0, &proto::encode_map_reply(&r)))?,
@@ -176,7 +180,7 @@ impl Session<'_> {
                 proto::OP_UNMAP => {
                     let status = match proto::u64_at(&payload, 0).and_then(|l| self.leases.remove(&l)) {
                         None => libc::EINVAL,
-                        Some(ino) => self.fs.unlease(ino).err().map_or(0, |e| e.errno()),
+                        Some((ino, append)) => self.unlease(ino, append).err().map_or(0, |e| e.errno()),
                     };
                     conn.write_all(&proto::frame(status as u32, &[]))?;
                 }
@@ -208,10 +212,19 @@ impl Session<'_> {
         sys::send_with_fds(conn.as_raw_fd(), &proto::frame(0, &body), &fds)
     }
 
-    fn map(&mut self, ino: u64, off: u64, len: u64, fill: bool) -> Result<MapReply, i32> {
-        let l = self.fs.lease(ino, off, len, fill).map_err(|e| e.errno())?;
+    fn map(&mut self, ino: u64, off: u64, len: u64, flags: u64) -> Result<MapReply, i32> {
+        let append = flags & proto::MAP_APPEND != 0;
+        let l = if append {
+            let l = self.fs.lease_append(ino, off, len);
+            // The size now changes without a request: the kernel's cached attributes go.
+            self.attributes_changed(ino);
+            l
+        } else {
+            self.fs.lease(ino, off, len, flags & proto::MAP_NO_FILL == 0)
+        };
+        let l = l.map_err(|e| e.errno())?;
         self.next_lease += 1;
-        self.leases.insert(self.next_lease, ino);
+        self.leases.insert(self.next_lease, (ino, append));
         Ok(MapReply {
             lease: self.next_lease,
             size: l.size,
@@ -228,9 +241,29 @@ impl Session<'_> {
     }
 
     /// The connection is gone: every lease it still holds goes back.
+    /// Give back a lease; after an append lease the kernel's cached attributes go (the size
+    /// the client reached is the file's now).
+    fn unlease(&self, ino: u64, append: bool) -> crate::Result<()> {
+        if !append {
+            return self.fs.unlease(ino);
+        }
+        let r = self.fs.unlease_append(ino);
+        self.attributes_changed(ino);
+        r
+    }
+
+    fn attributes_changed(&self, ino: u64) {
+        if let Some(n) = self.notifier.get()
+            && let Err(e) = n.inval_inode(INodeNo(ino), -1, 0)
+        {
+            log::debug!("invalidating the attributes of inode {ino}: {e}");
+        }
+    }
+
     fn end(&mut self) {
-        for (_, ino) in self.leases.drain() {
-            if let Err(e) = self.fs.unlease(ino) {
+        let leases: Vec<(u64, bool)> = self.leases.drain().map(|(_, l)| l).collect();
+        for (ino, append) in leases {
+            if let Err(e) = self.unlease(ino, append) {
                 log::warn!("giving back a lease of inode {ino}: {e}");
             }
         }

@@ -12,18 +12,21 @@
 //! | op | request | reply payload (status 0) |
 //! |---|---|---|
 //! | [`OP_HELLO`] | `version: u32` | `pool_len: u64`, `board_len: u64`; the pool and the size board arrive as two descriptors (`SCM_RIGHTS`) with the reply header |
-//! | [`OP_MAP`] | `ino: u64`, `off: u64`, `len: u64`, `flags: u64` ([`MAP_NO_FILL`]) | `lease: u64`, `size: u64`, `count: u32`, then `count` × (`file_block: u64`, `pool_block: u64`, `blocks: u64`) |
+//! | [`OP_MAP`] | `ino: u64`, `off: u64`, `len: u64`, `flags: u64` ([`MAP_NO_FILL`], [`MAP_APPEND`]) | `lease: u64`, `size: u64`, `count: u32`, then `count` × (`file_block: u64`, `pool_block: u64`, `blocks: u64`) |
 //! | [`OP_UNMAP`] | `lease: u64` | empty |
 //!
-//! The size board is a read-only shared array of two `u64`s per inode number, at `16 * ino`:
-//! the current size of every file the client holds a lease on, and its layout generation,
-//! which changes whenever the file gives blocks up (truncate, punch hole) — a client's leased
-//! extents of the file may then be stale, and it stops using them for `read`/`write`.
+//! The size board is a shared array of two `u64`s per inode number, at `16 * ino`: the size
+//! word of every file the client holds a lease on (`state/size_word.rs`: the size, a sequence
+//! number, a frozen bit), and its layout generation, which changes whenever the file gives
+//! blocks up (truncate, punch hole) — a client's leased extents of the file may then be stale,
+//! and it stops using them for `read`/`write`. A client holding a [`MAP_APPEND`] lease of a
+//! file grows its size by swapping the word (never while it is frozen, never across a change
+//! of its sequence number).
 
 /// The extended attribute that names a mount's channel (answered by the daemon, not stored).
 pub const CHANNEL_XATTR: &str = "user.winefs.channel";
 /// Protocol version sent in [`OP_HELLO`]; a daemon refuses any other with `EPROTO`.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Authenticate; receive the pool and the size board.
 pub const OP_HELLO: u32 = 1;
 /// Lease a range of a file: holes inside the file are filled, the extents returned.
@@ -33,6 +36,10 @@ pub const OP_UNMAP: u32 = 3;
 /// [`OP_MAP`] flag: lease only the blocks the range has; fill no hole (a client that reads and
 /// writes a file without mapping it must not make a sparse file dense).
 pub const MAP_NO_FILL: u64 = 1;
+/// [`OP_MAP`] flag: an append lease — every block of the range is allocated, past the end of
+/// the file too, and the client grows the size itself on the size board until it gives the
+/// lease back.
+pub const MAP_APPEND: u64 = 2;
 /// Largest payload either side accepts (a reply to a map of a badly fragmented file).
 pub const MAX_PAYLOAD: u32 = 64 << 20;
 

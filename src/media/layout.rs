@@ -63,6 +63,10 @@ pub const DENTRY_HEADER: usize = dentry::NAME;
 
 /// Inode flag: the slot holds a live inode.
 pub const INODE_IN_USE: u32 = 1;
+/// Inode flag: bytes past the end of the file in its mapped blocks may not be zero (a
+/// direct-path client appended there, docs/DESIGN.md §7b); whatever extends the file zeroes
+/// what it exposes first.
+pub const INODE_TAIL_UNSETTLED: u32 = 2;
 /// Root directory inode number.
 pub const ROOT_INO: u64 = 1;
 
@@ -136,7 +140,8 @@ pub mod sb {
 
 /// Inode field offsets.
 pub mod ino {
-    /// u32: flags; bit 0 is [`INODE_IN_USE`](super::INODE_IN_USE).
+    /// u32: flags; bit 0 is [`INODE_IN_USE`](super::INODE_IN_USE), bit 1
+    /// [`INODE_TAIL_UNSETTLED`](super::INODE_TAIL_UNSETTLED).
     pub const FLAGS: usize = 0;
     /// u32: file type (`S_IFMT` bits) and permission bits.
     pub const MODE: usize = 4;
@@ -703,7 +708,8 @@ impl FileKind {
 /// The scalar part of an inode (bytes 0..128); extent slots are handled by `inode::FileMap`.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct InodeHeader {
-    /// Flags; bit 0 ([`INODE_IN_USE`]) marks a live inode.
+    /// Flags; bit 0 ([`INODE_IN_USE`]) marks a live inode, bit 1 ([`INODE_TAIL_UNSETTLED`])
+    /// one whose bytes past its end may not be zero.
     pub flags: u32,
     /// File type (`S_IFMT` bits) and permission bits.
     pub mode: u32,

@@ -23,7 +23,8 @@ use crate::media::layout::{BLOCK_SIZE, BLOCKS_PER_HUGE, InodeHeader, MAX_FILE_SI
 use crate::media::pool::Category;
 use crate::meta::inode::{FileMap, MapUpdate};
 use crate::ops::file::{commit_header, file_kind_check, mark_if_aligned};
-use crate::state::inode_state::{InodeState, wlock};
+use crate::state::appends;
+use crate::state::inode_state::InodeState;
 use crate::state::map_hooks;
 use crate::state::mount_state::MountState;
 use crate::state::tx::Reserved;
@@ -194,7 +195,7 @@ pub(crate) fn zero_range(
     state.check_alive()?;
     let end = check_range(off, len, "zero range")?;
     let n = state.inode(ino)?;
-    let mut g = wlock(&n);
+    let mut g = appends::lock(state, &n)?;
     file_kind_check(&g)?;
     check_no_atomic_mapping(&g, "zero range")?;
     let (lb0, lb1) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
@@ -258,6 +259,9 @@ pub(crate) fn zero_range(
     let now = now_ns();
     let old_size = g.hdr.size;
     let grows = !keep_size && end > old_size;
+    if grows {
+        appends::zero_exposed(state, &g, off)?;
+    }
     let change = plan(state, &g, map, upd, tx, |h| {
         if grows {
             h.size = end;
@@ -296,7 +300,7 @@ pub(crate) fn collapse_range(state: &MountState, ino: u64, off: u64, len: u64) -
     let end = check_range(off, len, "collapse range")?;
     check_aligned(off, len, "collapse range")?;
     let n = state.inode(ino)?;
-    let mut g = wlock(&n);
+    let mut g = appends::lock(state, &n)?;
     file_kind_check(&g)?;
     let size = g.hdr.size;
     if end >= size {
@@ -340,7 +344,7 @@ pub(crate) fn insert_range(state: &MountState, ino: u64, off: u64, len: u64) -> 
     check_range(off, len, "insert range")?;
     check_aligned(off, len, "insert range")?;
     let n = state.inode(ino)?;
-    let mut g = wlock(&n);
+    let mut g = appends::lock(state, &n)?;
     file_kind_check(&g)?;
     let size = g.hdr.size;
     let (a, nb) = (off / BLOCK_SIZE, len / BLOCK_SIZE);

@@ -13,13 +13,15 @@
 use crate::error::{Error, Result};
 use crate::media::alloc::BlockRun;
 use crate::media::journal::Tx;
-use crate::media::layout::{self, BLOCK_SIZE, FileKind, HUGE_SIZE, InodeHeader, MAX_FILE_SIZE};
+use crate::media::layout::{BLOCK_SIZE, FileKind, HUGE_SIZE, InodeHeader, MAX_FILE_SIZE};
 use crate::media::pool::Category;
 use crate::meta::inode::MapUpdate;
 use crate::ops::xattr;
-use crate::state::inode_state::{InodeState, rlock, wlock};
+use crate::state::appends;
+use crate::state::inode_state::{InodeState, rlock};
 use crate::state::map_hooks;
 use crate::state::mount_state::MountState;
+pub(crate) use crate::state::tx::commit_header;
 use crate::state::tx::Reserved;
 use crate::sys::now_ns;
 use crate::types::{Attr, Consistency, SetAttr, TimeSet};
@@ -78,6 +80,7 @@ pub(crate) fn read_locked(
 pub(crate) fn read(state: &MountState, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
     state.check_alive()?;
     let n = state.inode(ino)?;
+    appends::settle(state, &n)?;
     let g = rlock(&n);
     file_kind_check(&g)?;
     read_locked(state, &g, off, buf)
@@ -87,32 +90,6 @@ pub(crate) fn read(state: &MountState, ino: u64, off: u64, buf: &mut [u8]) -> Re
 /// DRAM may have moved ahead of media.
 pub(crate) fn guarded<T>(state: &MountState, f: impl FnOnce() -> Result<T>) -> Result<T> {
     f().inspect_err(|_| state.poison())
-}
-
-/// Commit `tx` plus the header change `old → new`. The timestamp group (bytes 64..96: atime,
-/// mtime, ctime, crtime, each an aligned 8-byte store) is written in place without the journal:
-/// a crash can leave new times on rolled-back content, never an invalid time, and it saves a
-/// journal entry on every data write.
-pub(crate) fn commit_header(
-    state: &MountState,
-    ino: u64,
-    old: &InodeHeader,
-    new: &InodeHeader,
-    mut tx: Tx<'_>,
-) -> Result<()> {
-    let times = state.inode_off(ino) + layout::ino::ATIME as u64;
-    for (off, b) in layout::header_diff(state.inode_off(ino), old, new) {
-        if off == times {
-            state.pool.write_flush(off, &b, Category::Metadata)?;
-        } else {
-            tx.write(off, b, Category::Metadata);
-        }
-    }
-    if tx.is_empty() {
-        state.pool.fence();
-        return Ok(());
-    }
-    state.commit(tx)
 }
 
 /// The last steps of every change to a file's block map: apply `edit` to a copy of the
@@ -142,7 +119,7 @@ pub(crate) fn write(
 ) -> Result<(usize, u64)> {
     state.check_alive()?;
     let n = state.inode(ino)?;
-    let mut g = wlock(&n);
+    let mut g = appends::lock(state, &n)?;
     file_kind_check(&g)?;
     let off = off.unwrap_or(g.hdr.size);
     if data.is_empty() {
@@ -155,6 +132,7 @@ pub(crate) fn write(
         return Err(Error::FileTooBig);
     }
     let old_size = g.hdr.size;
+    appends::zero_exposed(state, &g, off)?;
     if end > old_size {
         map_hooks::before_grow(state, &g)?;
     }
@@ -375,7 +353,7 @@ pub(crate) fn truncate(state: &MountState, ino: u64, size: u64) -> Result<()> {
         return Err(Error::FileTooBig);
     }
     let n = state.inode(ino)?;
-    let mut g = wlock(&n);
+    let mut g = appends::lock(state, &n)?;
     file_kind_check(&g)?;
     truncate_locked(state, &mut g, size)
 }
@@ -385,6 +363,7 @@ fn truncate_locked(state: &MountState, g: &mut InodeState, size: u64) -> Result<
     if size < old_size {
         map_hooks::before_shrink(state, g, size)?;
     } else if size > old_size {
+        appends::zero_exposed(state, g, size)?;
         map_hooks::before_grow(state, g)?;
     }
     let now = now_ns();
@@ -465,11 +444,12 @@ pub(crate) fn fallocate(
         return Err(Error::FileTooBig);
     }
     let n = state.inode(ino)?;
-    let mut g = wlock(&n);
+    let mut g = appends::lock(state, &n)?;
     file_kind_check(&g)?;
     let (lb0, lb1) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
     let grows = !keep_size && end > g.hdr.size;
     if grows {
+        appends::zero_exposed(state, &g, end)?;
         map_hooks::before_grow(state, &g)?;
     }
     let old_size = g.hdr.size;
@@ -618,7 +598,7 @@ pub(crate) fn punch_hole(state: &MountState, ino: u64, off: u64, len: u64) -> Re
         return Err(Error::Invalid("punch length must be positive".into()));
     }
     let n = state.inode(ino)?;
-    let mut g = wlock(&n);
+    let mut g = appends::lock(state, &n)?;
     file_kind_check(&g)?;
     let end = off.saturating_add(len).min(g.hdr.map_end * BLOCK_SIZE);
     if off >= end {
@@ -689,6 +669,7 @@ pub(crate) fn punch_hole(state: &MountState, ino: u64, off: u64, len: u64) -> Re
 pub(crate) fn seek_data_hole(state: &MountState, ino: u64, off: u64, data: bool) -> Result<u64> {
     state.check_alive()?;
     let n = state.inode(ino)?;
+    appends::settle(state, &n)?;
     let g = rlock(&n);
     let size = g.hdr.size;
     if off >= size {
@@ -711,7 +692,7 @@ pub(crate) fn seek_data_hole(state: &MountState, ino: u64, off: u64, data: bool)
 pub(crate) fn setattr(state: &MountState, ino: u64, set: &SetAttr) -> Result<Attr> {
     state.check_alive()?;
     let n = state.inode(ino)?;
-    let mut g = wlock(&n);
+    let mut g = appends::lock(state, &n)?;
     if let Some(size) = set.size {
         file_kind_check(&g)?;
         if size > MAX_FILE_SIZE {
@@ -758,6 +739,7 @@ pub(crate) fn setattr(state: &MountState, ino: u64, set: &SetAttr) -> Result<Att
 pub(crate) fn fsync(state: &MountState, ino: u64) -> Result<()> {
     state.check_alive()?;
     let n = state.inode(ino)?;
+    appends::settle(state, &n)?;
     map_hooks::flush_mapped(state, &rlock(&n));
     state.pool.fence();
     Ok(())

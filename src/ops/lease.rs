@@ -11,7 +11,8 @@ use crate::media::layout::{BLOCK_SIZE, FileKind, MAX_FILE_SIZE};
 use crate::ops::file::{fill_gaps, fill_unit_aligned, unit_fragmented};
 use crate::ops::relocate::rewrite_unit;
 use crate::ops::namespace;
-use crate::state::inode_state::{rlock, wlock};
+use crate::state::appends::{self, FileLock};
+use crate::state::inode_state::{InodeState, rlock};
 use crate::state::mappings::UNIT_BLOCKS;
 use crate::state::mount_state::MountState;
 use crate::sys::vm::HUGE;
@@ -24,18 +25,33 @@ pub(crate) struct Grant {
     pub extents: Vec<(u64, u64, u64)>,
 }
 
-/// Lease bytes [off, off+len) of file `ino`; with `fill`, the holes of the part inside the
-/// file are filled first.
-pub(crate) fn grant(state: &MountState, ino: u64, off: u64, len: u64, fill: bool) -> Result<Grant> {
+/// What a lease is for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Purpose {
+    /// Reads and writes of the blocks the file has: no hole filled.
+    Existing,
+    /// A mapping: the holes inside the file are filled first.
+    Map,
+    /// Appends: every block of the range is allocated, past the end of the file too, and the
+    /// client grows the size itself (`state::appends`).
+    Append,
+}
+
+/// Lease bytes [off, off+len) of file `ino` for `purpose`.
+pub(crate) fn grant(state: &MountState, ino: u64, off: u64, len: u64, purpose: Purpose) -> Result<Grant> {
     state.check_writable()?;
+    let fill = purpose == Purpose::Map;
     let end = off
         .checked_add(len)
         .filter(|&e| e <= MAX_FILE_SIZE && len > 0)
         .ok_or_else(|| Error::Invalid(format!("lease range {off}+{len}")))?;
     let n = state.inode(ino)?;
-    let mut g = wlock(&n);
+    let mut g = appends::lock(state, &n)?;
     if g.kind() != FileKind::File {
         return Err(Error::NoDevice("only regular files can be mapped".into()));
+    }
+    if purpose == Purpose::Append {
+        return grant_append(state, &mut g, off, end);
     }
     let (a, b) = (off / BLOCK_SIZE, end.min(g.hdr.size).div_ceil(BLOCK_SIZE));
     let big = len >= HUGE as u64;
@@ -59,24 +75,80 @@ pub(crate) fn grant(state: &MountState, ino: u64, off: u64, len: u64, fill: bool
         }
         unit += 1;
     }
-    g.open += 1;
-    g.leases += 1;
-    state.leases.held.fetch_add(1, Ordering::AcqRel);
-    state.leases.publish(ino, g.hdr.size);
+    hold(state, &mut g);
     Ok(Grant {
         size: g.hdr.size,
         extents: g.map.segments(a, b),
     })
 }
 
-/// Give back one lease of `ino`: the last one returns the quarantined blocks to the allocator;
-/// then the open it held is released (which frees an unlinked file).
-pub(crate) fn release(state: &MountState, ino: u64) -> Result<()> {
+/// Count one more lease of the locked file and publish its size.
+fn hold(state: &MountState, g: &mut InodeState) {
+    g.open += 1;
+    g.leases += 1;
+    state.leases.held.fetch_add(1, Ordering::AcqRel);
+    if g.appenders == 0 {
+        state.leases.publish(g.ino, g.hdr.size, false); // else the lock publishes when it drops
+    }
+}
+
+/// An append lease of bytes [off, end): every block allocated (whole aligned units for the
+/// empty ones, since an appended file is written from start to end), none speculative, the
+/// file marked as one whose bytes past its end may not be zero, and the client counted as one
+/// that grows the size itself.
+fn grant_append(state: &MountState, g: &mut FileLock<'_>, off: u64, end: u64) -> Result<Grant> {
+    let (a, b) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
+    let mut unit = a / UNIT_BLOCKS;
+    while unit * UNIT_BLOCKS < b {
+        let (u0, u1) = (unit * UNIT_BLOCKS, (unit + 1) * UNIT_BLOCKS);
+        let filled = match g.map.segments(u0, u1).is_empty() && fill_unit_aligned(state, g, u0)? {
+            true => Ok(true),
+            false => fill_gaps(state, g, a.max(u0), b.min(u1)),
+        };
+        if let Err(e) = filled {
+            // Short of space: what was reserved past the end goes back under pressure.
+            g.spec_prealloc = true;
+            state.note_prealloc(g);
+            return Err(e);
+        }
+        unit += 1;
+    }
+    state.forget_prealloc(g);
+    appends::mark_unsettled(state, g)?;
+    if g.appenders == 0 {
+        // From now on every size of the file is published by its lock (frozen meanwhile).
+        state.leases.freeze(g.ino);
+        g.arm_publish();
+    }
+    g.appenders += 1;
+    state.leases.appending.fetch_add(1, Ordering::AcqRel);
+    hold(state, g);
+    Ok(Grant {
+        size: g.hdr.size,
+        extents: g.map.segments(a, b),
+    })
+}
+
+/// Give back one lease of `ino` (an append lease: `append`; the sizes its client published
+/// are pulled in first): the last one returns the quarantined blocks to the allocator; then the
+/// open it held is released (which frees an unlinked file).
+pub(crate) fn release(state: &MountState, ino: u64, append: bool) -> Result<()> {
     let n = state.inode(ino)?;
     {
-        let mut g = wlock(&n);
-        if g.leases == 0 {
-            return Err(Error::Invalid(format!("inode {ino} holds no lease")));
+        let mut g = appends::lock(state, &n)?;
+        if g.leases == 0 || (append && g.appenders == 0) {
+            return Err(Error::Invalid(format!("inode {ino} holds no such lease")));
+        }
+        if append {
+            g.appenders -= 1;
+            state.leases.appending.fetch_sub(1, Ordering::AcqRel);
+            if g.appenders == 0 {
+                // What it reserved past the end stays with the file as speculative
+                // preallocation (given back at the last close of a small file, or under
+                // space pressure).
+                g.spec_prealloc = true;
+                state.note_prealloc(&mut g);
+            }
         }
         g.leases -= 1;
         state.leases.held.fetch_sub(1, Ordering::AcqRel);
@@ -96,8 +168,9 @@ pub(crate) fn size_changed(state: &MountState, ino: u64) {
     }
     if let Ok(n) = state.inode(ino) {
         let g = rlock(&n);
-        if g.leases > 0 {
-            state.leases.publish(ino, g.hdr.size);
+        // A file clients append to publishes its size from its lock, with the word frozen.
+        if g.leases > 0 && g.appenders == 0 {
+            state.leases.publish(ino, g.hdr.size, false);
         }
     }
 }

@@ -17,7 +17,8 @@ use std::sync::{Arc, TryLockError, Weak};
 
 /// Give back the file's speculative blocks past its end; returns how many went back.
 pub(crate) fn trim(state: &MountState, g: &mut InodeState) -> Result<u64> {
-    if !g.spec_prealloc {
+    // Blocks a client appends into are never speculative.
+    if !g.spec_prealloc || g.appenders > 0 {
         return Ok(0);
     }
     let keep = g.eof_block();

@@ -30,6 +30,8 @@ pub(crate) struct InodeState {
     /// Direct-path leases held on this file by clients of the mount's channel (`ops::lease`):
     /// while any is held its blocks never move and blocks it frees wait in `quarantine`.
     pub leases: u32,
+    /// Of those, append leases (`state::appends`): clients that grow the file themselves.
+    pub appenders: u32,
     /// Blocks the file stopped using while leased: free on media, kept from the allocator
     /// until the last lease goes, so a client's stale mapping never reaches another file.
     pub quarantine: Vec<BlockRun>,
@@ -48,6 +50,7 @@ impl InodeState {
             hugepage_hint: None,
             spec_prealloc: false,
             leases: 0,
+            appenders: 0,
             quarantine: Vec::new(),
         }
     }

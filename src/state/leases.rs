@@ -4,14 +4,16 @@
 //! blocks live in `InodeState`; `ops::lease` grants and releases.
 
 use crate::error::{Error, Result};
+use crate::state::size_word;
 use crate::sys::{self, vm};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-/// The size board: two little-endian `u64`s per inode number (at `16 * ino`: the size, then
-/// the layout generation, bumped whenever a leased file gives blocks up), in a memory file the
-/// daemon maps read-write and hands to clients, who map it read-only.
+/// The size board: two little-endian `u64`s per inode number (at `16 * ino`: the size word of
+/// `size_word`, then the layout generation, bumped whenever a leased file gives blocks up), in
+/// a memory file the daemon maps read-write and hands to clients, who read it and, for the
+/// files they append to directly, grow the size in it.
 pub(crate) struct SizeBoard {
     fd: OwnedFd,
     addr: usize,
@@ -30,11 +32,31 @@ impl SizeBoard {
         Ok(SizeBoard { fd, addr, len })
     }
 
-    /// Publish the size of `ino` (one atomic store: a client never reads half of it).
-    pub fn publish(&self, ino: u64, size: u64) {
+    /// Publish the size of `ino` with a new sequence number (one atomic store: a client never
+    /// reads half of it), open for clients' swaps only if `open` (the file has appenders; a
+    /// word stays frozen otherwise, so a client that lost its append lease cannot grow the
+    /// file). While clients append, only under the inode lock with the word frozen
+    /// ([`SizeBoard::freeze`]), so no client's swap is overwritten.
+    pub fn publish(&self, ino: u64, size: u64, open: bool) {
         let at = ino as usize * 16;
         if at + 16 <= self.len {
-            vm::store_u64(self.addr + at, size);
+            let w = size_word::published(vm::load_u64(self.addr + at), size);
+            vm::store_u64(self.addr + at, if open { w } else { w | size_word::FROZEN });
+        }
+    }
+
+    /// Freeze the size word of `ino` so no client grows the file until the next
+    /// [`SizeBoard::publish`]; returns the size it held.
+    pub fn freeze(&self, ino: u64) -> u64 {
+        let at = ino as usize * 16;
+        if at + 16 > self.len {
+            return 0;
+        }
+        loop {
+            let w = vm::load_u64(self.addr + at);
+            if size_word::frozen(w) || vm::cas_u64(self.addr + at, w, w | size_word::FROZEN) {
+                return size_word::size(w);
+            }
         }
     }
 
@@ -63,6 +85,8 @@ impl Drop for SizeBoard {
 pub(crate) struct Leases {
     /// Leases held on all files (a cheap test before any per-file work).
     pub held: AtomicU64,
+    /// Append leases held on all files (`state::appends`).
+    pub appending: AtomicU64,
     /// Made by the first client.
     board: OnceLock<SizeBoard>,
     /// Serialises making the board.
@@ -83,11 +107,16 @@ impl Leases {
         Ok(self.board.get_or_init(|| b))
     }
 
-    /// Publish `size` for `ino` if a board exists.
-    pub fn publish(&self, ino: u64, size: u64) {
+    /// Publish `size` for `ino` if a board exists (`open`: see [`SizeBoard::publish`]).
+    pub fn publish(&self, ino: u64, size: u64, open: bool) {
         if let Some(b) = self.board.get() {
-            b.publish(ino, size);
+            b.publish(ino, size, open);
         }
+    }
+
+    /// Freeze the size word of `ino` if a board exists; the size it held (None: no board).
+    pub fn freeze(&self, ino: u64) -> Option<u64> {
+        self.board.get().map(|b| b.freeze(ino))
     }
 
     /// Note that leased file `ino` gave blocks up (into its quarantine).

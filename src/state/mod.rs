@@ -3,6 +3,7 @@
 //! the transaction helpers every operation builds on and fsck's invariant checks.
 
 pub(crate) mod alloc_snapshot;
+pub(crate) mod appends;
 pub(crate) mod background;
 pub(crate) mod claims;
 pub mod damage;
@@ -16,5 +17,6 @@ pub mod mkfs;
 pub mod mount;
 pub(crate) mod mount_state;
 pub(crate) mod prealloc;
+pub mod size_word;
 pub(crate) mod tx;
 pub(crate) mod validate;

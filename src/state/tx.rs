@@ -197,3 +197,29 @@ impl MountState {
         Ok(())
     }
 }
+
+/// Commit `tx` plus the header change `old → new`. The timestamp group (bytes 64..96: atime,
+/// mtime, ctime, crtime, each an aligned 8-byte store) is written in place without the journal:
+/// a crash can leave new times on rolled-back content, never an invalid time, and it saves a
+/// journal entry on every data write.
+pub(crate) fn commit_header(
+    state: &MountState,
+    ino: u64,
+    old: &InodeHeader,
+    new: &InodeHeader,
+    mut tx: Tx<'_>,
+) -> Result<()> {
+    let times = state.inode_off(ino) + layout::ino::ATIME as u64;
+    for (off, b) in layout::header_diff(state.inode_off(ino), old, new) {
+        if off == times {
+            state.pool.write_flush(off, &b, Category::Metadata)?;
+        } else {
+            tx.write(off, b, Category::Metadata);
+        }
+    }
+    if tx.is_empty() {
+        state.pool.fence();
+        return Ok(());
+    }
+    state.commit(tx)
+}

@@ -164,6 +164,23 @@ pub fn store_u64(addr: usize, v: u64) {
     unsafe { (*(addr as *const std::sync::atomic::AtomicU64)).store(v, std::sync::atomic::Ordering::Release) };
 }
 
+/// Load the 8 bytes at `addr` with one atomic 8-byte load (same contract as [`store_u64`]).
+pub fn load_u64(addr: usize) -> u64 {
+    debug_assert!(addr.is_multiple_of(8));
+    // SAFETY: as for `store_u64`.
+    unsafe { (*(addr as *const std::sync::atomic::AtomicU64)).load(std::sync::atomic::Ordering::Acquire) }
+}
+
+/// Replace the 8 bytes at `addr` by `new` if they hold `old`, atomically (same contract as
+/// [`store_u64`]); whether it did.
+pub fn cas_u64(addr: usize, old: u64, new: u64) -> bool {
+    debug_assert!(addr.is_multiple_of(8));
+    // SAFETY: as for `store_u64`.
+    let w = unsafe { &*(addr as *const std::sync::atomic::AtomicU64) };
+    w.compare_exchange(old, new, std::sync::atomic::Ordering::AcqRel, std::sync::atomic::Ordering::Acquire)
+        .is_ok()
+}
+
 /// Send SIGBUS to thread `tid` of this process (a fault that cannot be served).
 pub fn sigbus_thread(tid: u32) {
     // SAFETY: tgkill only sends a signal; a stale tid makes it fail harmlessly with ESRCH.

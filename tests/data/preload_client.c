@@ -13,6 +13,14 @@
  *   grow FILE               LMDB's pattern: a read-only map past the end, the file grown
  *                           with pwritev, pages read through the map, then overwritten with
  *                           pwrite: the map must show the new bytes
+ *   append FILE N SEED      RocksDB's WAL pattern: N records of 1..300 bytes appended with
+ *                           write(2) to a write-only descriptor (the library appends them
+ *                           directly); every 1000 records fstat and stat must show the size
+ *                           and "progress BYTES" is printed (after every record with a 5th
+ *                           argument "every"); then another descriptor with
+ *                           O_APPEND (through FUSE) adds "TAIL" at the true end; fdatasync,
+ *                           close, read everything back with read(2) and compare; prints
+ *                           "appended BYTES"
  *   hold FILE MIB           map shared (read-write) and serve stdin: "r OFF" prints the byte,
  *                           "w OFF BYTE" stores it, "s OFF LEN" prints the sum of a range,
  *                           "q" exits; prints "ready" once mapped
@@ -203,6 +211,52 @@ static int grow(const char *path) {
     return 0;
 }
 
+static int append(const char *path, long n, unsigned seed, int every) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) { perror(path); return 2; }
+    unsigned char rec[300];
+    size_t total = 0;
+    unsigned r = seed;
+    for (long k = 0; k < n; k++) {
+        r = r * 1103515245 + 12345;
+        size_t len = 1 + (r >> 8) % sizeof rec;
+        for (size_t i = 0; i < len; i++) rec[i] = pat(total + i, seed);
+        if (write(fd, rec, len) != (ssize_t)len) { perror("write"); return 2; }
+        total += len;
+        if (k % 1000 == 999) {
+            struct stat a, b;
+            if (fstat(fd, &a) || stat(path, &b)) { perror("stat"); return 2; }
+            if ((size_t)a.st_size != total || (size_t)b.st_size != total) {
+                printf("after %zu bytes fstat says %ld and stat %ld\n", total, (long)a.st_size, (long)b.st_size);
+                return 1;
+            }
+        }
+        if (every || k % 1000 == 999) {
+            printf("progress %zu\n", total);
+            fflush(stdout);
+        }
+    }
+    int fa = open(path, O_WRONLY | O_APPEND);
+    if (fa < 0 || write(fa, "TAIL", 4) != 4) { perror("append"); return 2; }
+    close(fa);
+    if (fdatasync(fd)) { perror("fdatasync"); return 2; }
+    close(fd);
+    fd = open(path, O_RDONLY);
+    unsigned char *back = malloc(total + 4096);
+    size_t got = 0;
+    ssize_t k;
+    while ((k = read(fd, back + got, 4096)) > 0) got += (size_t)k;
+    close(fd);
+    if (got != total + 4 || memcmp(back + total, "TAIL", 4)) {
+        printf("read back %zu bytes, wanted %zu and TAIL\n", got, total + 4);
+        return 1;
+    }
+    for (size_t i = 0; i < total; i++)
+        if (back[i] != pat(i, seed)) { printf("byte %zu differs\n", i); return 1; }
+    printf("appended %zu\n", total);
+    return 0;
+}
+
 static int hold(const char *path, size_t mib) {
     size_t len = mib << 20;
     int fd = open(path, O_RDWR | O_CREAT, 0644);
@@ -240,6 +294,7 @@ int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "fork")) return forked(argv[2]);
     if (argc >= 3 && !strcmp(argv[1], "grow")) return grow(argv[2]);
     if (argc >= 4 && !strcmp(argv[1], "rw")) return rw(argv[2], strtoul(argv[3], 0, 10));
+    if (argc >= 5 && !strcmp(argv[1], "append")) return append(argv[2], strtol(argv[3], 0, 10), strtoul(argv[4], 0, 10), argc >= 6);
     if (argc >= 4 && !strcmp(argv[1], "hold")) return hold(argv[2], strtoul(argv[3], 0, 10));
     fprintf(stderr, "usage: see the comment at the top of preload_client.c\n");
     return 2;

@@ -1,0 +1,137 @@
+//! Direct appends (docs/DESIGN.md §7b): a client of the mount's channel holding an append
+//! lease stores bytes past the end of a file into blocks reserved for it and grows the size in
+//! the size board itself (`size_word`), with no round trip. The daemon pulls such sizes in,
+//! durably, before anything reads or changes the file's size or blocks, and freezes the word
+//! while it changes the file, so a client's size never overwrites the daemon's or the reverse.
+//!
+//! A client's bytes may lie past the end of the file (a write whose swap failed and went
+//! through FUSE, a client killed between its copy and its swap, a crash before the size was
+//! pulled in): such a file carries [`INODE_TAIL_UNSETTLED`] on media, and whatever extends it
+//! zeroes what it exposes first ([`zero_exposed`]).
+
+use crate::error::Result;
+use crate::media::journal::Tx;
+use crate::media::layout::{BLOCK_SIZE, INODE_TAIL_UNSETTLED, MAX_FILE_SIZE};
+use crate::media::pool::Category;
+use crate::state::inode_state::{InodeRef, InodeState, rlock, wlock};
+use crate::state::map_hooks;
+use crate::state::mount_state::MountState;
+use crate::state::tx::commit_header;
+use crate::sys::now_ns;
+use std::ops::{Deref, DerefMut};
+use std::sync::RwLockWriteGuard;
+use std::sync::atomic::Ordering;
+
+/// A regular file locked for a change: if clients append to it, their sizes were pulled in and
+/// the size word is frozen until the lock drops, which publishes the size the file has then.
+pub(crate) struct FileLock<'a> {
+    state: &'a MountState,
+    g: RwLockWriteGuard<'a, InodeState>,
+    frozen: bool,
+}
+
+/// Write-lock `n` for an operation that may read or change its size or blocks.
+pub(crate) fn lock<'a>(state: &'a MountState, n: &'a InodeRef) -> Result<FileLock<'a>> {
+    let g = wlock(n);
+    let frozen = g.appenders > 0;
+    let mut l = FileLock { state, g, frozen };
+    if frozen && let Some(size) = state.leases.freeze(l.g.ino) {
+        pull(state, &mut l.g, size)?;
+    }
+    Ok(l)
+}
+
+impl FileLock<'_> {
+    /// The file has its first appender now (its word was frozen): publish when the lock drops.
+    pub(crate) fn arm_publish(&mut self) {
+        self.frozen = true;
+    }
+}
+
+impl Drop for FileLock<'_> {
+    fn drop(&mut self) {
+        if self.frozen {
+            let open = self.g.appenders > 0;
+            self.state.leases.publish(self.g.ino, self.g.hdr.size, open);
+        }
+    }
+}
+
+impl Deref for FileLock<'_> {
+    type Target = InodeState;
+    fn deref(&self) -> &InodeState {
+        &self.g
+    }
+}
+
+impl DerefMut for FileLock<'_> {
+    fn deref_mut(&mut self) -> &mut InodeState {
+        &mut self.g
+    }
+}
+
+/// Before a read-only look at `n` (attributes, reads, seeks, fsync): pull in the size clients
+/// appending to it published, so the look and everything durable after it include their bytes.
+pub(crate) fn settle(state: &MountState, n: &InodeRef) -> Result<()> {
+    if state.leases.appending.load(Ordering::Acquire) == 0 || rlock(n).appenders == 0 {
+        return Ok(());
+    }
+    lock(state, n).map(drop)
+}
+
+/// Make `size`, which clients appended up to, the file's size on media (with new times), its
+/// bytes written back first.
+fn pull(state: &MountState, g: &mut InodeState, size: u64) -> Result<()> {
+    let size = size.min(MAX_FILE_SIZE);
+    if size <= g.hdr.size {
+        return Ok(());
+    }
+    let (old_size, now) = (g.hdr.size, now_ns());
+    // Clients do not write their appended bytes back (a size not yet taken in keeps them out
+    // of the file anyway): that is done here, before the size that covers them commits.
+    for (l, phys, len) in g.map.segments(old_size / BLOCK_SIZE, size.div_ceil(BLOCK_SIZE)) {
+        let (a, b) = ((l * BLOCK_SIZE).max(old_size), ((l + len) * BLOCK_SIZE).min(size));
+        if a < b {
+            state.pool.flush(phys * BLOCK_SIZE + (a - l * BLOCK_SIZE), b - a, Category::Data);
+        }
+    }
+    state.pool.fence();
+    let mut hdr = g.hdr.clone();
+    hdr.size = size;
+    hdr.mtime = now;
+    hdr.ctime = now;
+    commit_header(state, g.ino, &g.hdr, &hdr, Tx::new())?;
+    g.hdr = hdr;
+    map_hooks::after_grow(state, g, old_size)
+}
+
+/// Mark the file as one whose bytes past its end may not be zero (before its first append
+/// lease: the mark is durable before any client can store there).
+pub(crate) fn mark_unsettled(state: &MountState, g: &mut InodeState) -> Result<()> {
+    if g.hdr.flags & INODE_TAIL_UNSETTLED != 0 {
+        return Ok(());
+    }
+    let mut hdr = g.hdr.clone();
+    hdr.flags |= INODE_TAIL_UNSETTLED;
+    commit_header(state, g.ino, &g.hdr, &hdr, Tx::new())?;
+    g.hdr = hdr;
+    Ok(())
+}
+
+/// Before the file's size grows to `to` other than by a client's append: zero the bytes of its
+/// mapped blocks between the end and `to` if clients may have left some there. No journal: the
+/// bytes lie past the end until the size change commits, and zeros there are always right.
+pub(crate) fn zero_exposed(state: &MountState, g: &InodeState, to: u64) -> Result<()> {
+    let from = g.hdr.size;
+    if g.hdr.flags & INODE_TAIL_UNSETTLED == 0 || to <= from {
+        return Ok(());
+    }
+    for (l, phys, len) in g.map.segments(from / BLOCK_SIZE, to.div_ceil(BLOCK_SIZE)) {
+        let (a, b) = ((l * BLOCK_SIZE).max(from), ((l + len) * BLOCK_SIZE).min(to));
+        if a < b {
+            state.pool.zero_flush(phys * BLOCK_SIZE + (a - l * BLOCK_SIZE), b - a, Category::Data)?;
+        }
+    }
+    state.pool.fence();
+    Ok(())
+}
