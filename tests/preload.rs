@@ -509,8 +509,7 @@ fn a_client_killed_mid_append_keeps_every_write_that_returned_and_leaves_no_stra
     assert!(size >= reported, "size {size} after writes up to {reported} returned");
     let bytes = fs::read(&f).unwrap();
     for (i, &b) in bytes.iter().enumerate() {
-        let want = ((i / 4096) * 7 + (i % 4096) * 13 + 9) as u8;
-        assert_eq!(b, want, "byte {i} of {size}");
+        assert_eq!(b, append_pattern(i, 9), "byte {i} of {size}");
     }
     // Bytes the client stored past the end without growing the size never show.
     let h = fs::OpenOptions::new().write(true).open(&f).unwrap();
@@ -518,6 +517,45 @@ fn a_client_killed_mid_append_keeps_every_write_that_returned_and_leaves_no_stra
     drop(h);
     let grown = fs::read(&f).unwrap();
     assert!(grown[size as usize..].iter().all(|&b| b == 0), "stray bytes after the end");
+    m.stop_and_fsck();
+}
+
+/// Byte `i` of what the `append` command writes with `seed`.
+fn append_pattern(i: usize, seed: usize) -> u8 {
+    ((i / 4096) * 7 + (i % 4096) * 13 + seed) as u8
+}
+
+#[test]
+fn appends_that_fill_the_pool_fail_with_enospc_and_keep_what_was_written() {
+    let mut m = Mount::new(&[]);
+    // Leave about 3 MiB free.
+    let filler = m.path("filler");
+    let free = m.free_blocks() * 4096;
+    let f = fs::File::create(&filler).unwrap();
+    f.set_len(free - (3 << 20)).unwrap();
+    let mut left = free - (3 << 20);
+    let chunk = vec![1u8; 1 << 20];
+    let mut w = std::io::BufWriter::new(&f);
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        w.write_all(&chunk[..n]).unwrap();
+        left -= n as u64;
+    }
+    drop(w);
+    drop(f);
+    let g = m.path("full-wal");
+    let out = run(Command::new(client(false))
+        .args(["append", g.to_str().unwrap(), "1000000", "4"])
+        .env("LD_PRELOAD", preload_lib()));
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("write: No space left on device"), "{said}");
+    // Everything written before the pool filled is there.
+    let bytes = fs::read(&g).unwrap();
+    assert!(bytes.len() > 1 << 20, "only {} bytes", bytes.len());
+    for (i, &b) in bytes.iter().enumerate() {
+        assert_eq!(b, append_pattern(i, 4), "byte {i} of {}", bytes.len());
+    }
     m.stop_and_fsck();
 }
 

@@ -221,8 +221,12 @@ static int append(const char *path, long n, unsigned seed, int every) {
         r = r * 1103515245 + 12345;
         size_t len = 1 + (r >> 8) % sizeof rec;
         for (size_t i = 0; i < len; i++) rec[i] = pat(total + i, seed);
-        if (write(fd, rec, len) != (ssize_t)len) { perror("write"); return 2; }
-        total += len;
+        for (size_t done = 0; done < len;) { /* a full pool may take part of a write first */
+            ssize_t k = write(fd, rec + done, len - done);
+            if (k <= 0) { perror("write"); return 2; }
+            done += (size_t)k;
+            total += (size_t)k;
+        }
         if (k % 1000 == 999) {
             struct stat a, b;
             if (fstat(fd, &a) || stat(path, &b)) { perror("stat"); return 2; }
