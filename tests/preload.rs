@@ -520,6 +520,19 @@ fn a_client_killed_mid_append_keeps_every_write_that_returned_and_leaves_no_stra
     m.stop_and_fsck();
 }
 
+#[test]
+fn threads_writing_one_descriptor_get_distinct_ranges_and_every_record_lands_once() {
+    let mut m = Mount::new(&[]);
+    let stats = m.dir.path().join("stats");
+    let f = m.path("shared-fd");
+    let (out, st) = client_run(&["tappend", f.to_str().unwrap()], false, &stats);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{said}");
+    assert_eq!(said.trim(), "records 80000");
+    assert!(counter(&st, "append_direct") > 40_000, "stats: {st}");
+    m.stop_and_fsck();
+}
+
 /// Byte `i` of what the `append` command writes with `seed`.
 fn append_pattern(i: usize, seed: usize) -> u8 {
     ((i / 4096) * 7 + (i % 4096) * 13 + seed) as u8

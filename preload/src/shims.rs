@@ -243,26 +243,27 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) ->
     after_write(fd, r)
 }
 
-/// Serve `write` at the descriptor's offset through `io`: the offset is moved past the `n`
-/// bytes first (one system call, and two threads writing one descriptor get distinct ranges),
-/// and back if the write does not go direct or comes up short.
-fn at_offset_write(fd: c_int, n: usize, io: impl FnOnce(i64) -> Option<Result<usize, c_int>>) -> Option<Result<usize, c_int>> {
-    if !direct::writes_direct(fd) {
+/// Claim [pos, pos+n) of the offset of `fd` for a write that may go direct: one `lseek` moves
+/// the offset past it, so writers sharing the descriptor get distinct ranges, as the kernel
+/// gives them. None: not such a write (it goes to the kernel whole).
+fn claim(fd: c_int, n: usize) -> Option<u64> {
+    if n == 0 || !direct::writes_direct(fd) {
         return None;
     }
-    let len = i64::try_from(n).ok()?;
-    let end = sys::lseek(fd, len, libc::SEEK_CUR).ok()?;
-    let pos = end - n as u64;
-    let r = io(pos as i64);
-    let back = match r {
-        Some(Ok(k)) if k == n => return r,
-        Some(Ok(k)) => pos + k as u64,
-        _ => pos,
-    };
-    if sys::lseek(fd, back as i64, libc::SEEK_SET).is_err() {
-        return Some(Err(libc::EIO));
+    let end = sys::lseek(fd, i64::try_from(n).ok()?, libc::SEEK_CUR).ok()?;
+    Some(end - n as u64)
+}
+
+/// A claimed write of `n` bytes at `pos` wrote only `done`: give the rest of the range back,
+/// unless another writer claimed past it meanwhile (then the offset stays where it is).
+fn unclaim(fd: c_int, pos: u64, n: usize, done: usize) {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    let saved = unsafe { *libc::__errno_location() };
+    if sys::lseek(fd, 0, libc::SEEK_CUR) == Ok(pos + n as u64) {
+        let _ = sys::lseek(fd, (pos + done as u64) as i64, libc::SEEK_SET);
     }
-    r
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = saved };
 }
 
 /// Serve `read`/`write` at the descriptor's offset through `io`, moving the offset after.
@@ -299,11 +300,22 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
 /// As libc's `write`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    match guarded(|| at_offset_write(fd, n, |pos| direct::pwrite(fd, buf, n, pos))) {
+    let Some(pos) = guarded(|| claim(fd, n)) else {
+        return after_write(fd, sys::next_write(fd, buf, n));
+    };
+    // The range is claimed: the bytes go there, directly or through FUSE.
+    let r = match guarded(|| direct::pwrite(fd, buf, n, pos as i64)) {
         Some(Ok(got)) => got as ssize_t,
         Some(Err(e)) => fail(e, -1),
-        None => after_write(fd, sys::next_write(fd, buf, n)),
+        None => after_write(fd, sys::next_pwrite(fd, buf, n, pos as off_t)),
+    };
+    if r < n as ssize_t {
+        guarded(|| {
+            unclaim(fd, pos, n, r.max(0) as usize);
+            Some(())
+        });
     }
+    r
 }
 
 /// `ftruncate64`: through FUSE; a direct mapping then covers what the file grew into.

@@ -21,11 +21,15 @@
  *                           O_APPEND (through FUSE) adds "TAIL" at the true end; fdatasync,
  *                           close, read everything back with read(2) and compare; prints
  *                           "appended BYTES"
+ *   tappend FILE            4 threads write(2) 20000 records of 64 bytes each to one shared
+ *                           descriptor (each write claims its own range of the offset); the
+ *                           file must hold every record exactly once; prints "records N"
  *   hold FILE MIB           map shared (read-write) and serve stdin: "r OFF" prints the byte,
  *                           "w OFF BYTE" stores it, "s OFF LEN" prints the sum of a range,
  *                           "q" exits; prints "ready" once mapped
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -261,6 +265,54 @@ static int append(const char *path, long n, unsigned seed, int every) {
     return 0;
 }
 
+#define TA_THREADS 4
+#define TA_RECORDS 20000
+static int ta_fd;
+
+static void *ta_writer(void *arg) {
+    unsigned t = (unsigned)(uintptr_t)arg;
+    unsigned char rec[64];
+    for (unsigned k = 0; k < TA_RECORDS; k++) {
+        memset(rec, (int)(t * 31 + k), sizeof rec);
+        memcpy(rec, &t, 4);
+        memcpy(rec + 4, &k, 4);
+        if (write(ta_fd, rec, sizeof rec) != (ssize_t)sizeof rec) { perror("write"); exit(2); }
+    }
+    return NULL;
+}
+
+static int tappend(const char *path) {
+    ta_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (ta_fd < 0) { perror(path); return 2; }
+    pthread_t th[TA_THREADS];
+    for (uintptr_t t = 0; t < TA_THREADS; t++) pthread_create(&th[t], NULL, ta_writer, (void *)t);
+    for (int t = 0; t < TA_THREADS; t++) pthread_join(th[t], NULL);
+    if (fdatasync(ta_fd)) { perror("fdatasync"); return 2; }
+    close(ta_fd);
+    size_t want = (size_t)TA_THREADS * TA_RECORDS * 64;
+    unsigned char *back = malloc(want + 64);
+    int fd = open(path, O_RDONLY);
+    size_t got = 0;
+    ssize_t k;
+    while ((k = read(fd, back + got, want + 64 - got)) > 0) got += (size_t)k;
+    close(fd);
+    if (got != want) { printf("the file holds %zu bytes, wanted %zu\n", got, want); return 1; }
+    unsigned char *seen = calloc((size_t)TA_THREADS * TA_RECORDS, 1);
+    for (size_t at = 0; at < got; at += 64) {
+        unsigned t, r;
+        memcpy(&t, back + at, 4);
+        memcpy(&r, back + at + 4, 4);
+        if (t >= TA_THREADS || r >= TA_RECORDS || seen[t * TA_RECORDS + r]++) {
+            printf("a torn or repeated record at %zu\n", at);
+            return 1;
+        }
+        for (int i = 8; i < 64; i++)
+            if (back[at + i] != (unsigned char)(t * 31 + r)) { printf("record at %zu is torn\n", at); return 1; }
+    }
+    printf("records %d\n", TA_THREADS * TA_RECORDS);
+    return 0;
+}
+
 static int hold(const char *path, size_t mib) {
     size_t len = mib << 20;
     int fd = open(path, O_RDWR | O_CREAT, 0644);
@@ -299,6 +351,7 @@ int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "grow")) return grow(argv[2]);
     if (argc >= 4 && !strcmp(argv[1], "rw")) return rw(argv[2], strtoul(argv[3], 0, 10));
     if (argc >= 5 && !strcmp(argv[1], "append")) return append(argv[2], strtol(argv[3], 0, 10), strtoul(argv[4], 0, 10), argc >= 6);
+    if (argc >= 3 && !strcmp(argv[1], "tappend")) return tappend(argv[2]);
     if (argc >= 4 && !strcmp(argv[1], "hold")) return hold(argv[2], strtoul(argv[3], 0, 10));
     fprintf(stderr, "usage: see the comment at the top of preload_client.c\n");
     return 2;
