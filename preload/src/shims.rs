@@ -6,6 +6,7 @@
 use crate::{direct, stats, sys};
 use libc::{c_int, c_void, off_t, size_t, ssize_t};
 use std::cell::Cell;
+use std::sync::{Mutex, MutexGuard};
 
 thread_local! {
     /// Set while this library works on a call: calls it makes itself pass straight through.
@@ -30,10 +31,14 @@ fn fail<T>(e: c_int, v: T) -> T {
 }
 
 extern "C" fn before_fork() {
+    // Offset locks first: a `read` holds one while it takes the mappings' lock.
+    let held: Vec<_> = OFFSET_LOCKS.iter().map(|l| l.lock().unwrap_or_else(|e| e.into_inner())).collect();
+    FORK_OFFSET_LOCKS.with(|f| *f.borrow_mut() = held);
     direct::before_fork();
 }
 
 extern "C" fn after_fork() {
+    FORK_OFFSET_LOCKS.with(|f| f.borrow_mut().clear());
     sys::forget_pid();
     direct::after_fork();
 }
@@ -250,8 +255,25 @@ fn claim(fd: c_int, n: usize) -> Option<u64> {
     if n == 0 || !direct::writes_direct(fd) {
         return None;
     }
+    let _g = offset_lock(fd);
     let end = sys::lseek(fd, i64::try_from(n).ok()?, libc::SEEK_CUR).ok()?;
     Some(end - n as u64)
+}
+
+/// Locks, by descriptor number, that make a direct `read`'s look at the offset and its move
+/// past the bytes read one step against this process's other reads and writes' claims.
+static OFFSET_LOCKS: [Mutex<()>; 64] = [const { Mutex::new(()) }; 64];
+
+fn offset_lock(fd: c_int) -> MutexGuard<'static, ()> {
+    OFFSET_LOCKS[fd.unsigned_abs() as usize % OFFSET_LOCKS.len()]
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+thread_local! {
+    /// The offset locks the forking thread holds across `fork`, so a child never inherits one
+    /// held by a thread it does not have.
+    static FORK_OFFSET_LOCKS: std::cell::RefCell<Vec<MutexGuard<'static, ()>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// A claimed write of `n` bytes at `pos` wrote only `done`: give the rest of the range back,
@@ -271,6 +293,7 @@ fn at_offset(fd: c_int, io: impl FnOnce(i64) -> Option<Result<usize, c_int>>) ->
     if !direct::is_winefs(fd) {
         return None;
     }
+    let _g = offset_lock(fd);
     let pos = sys::lseek(fd, 0, libc::SEEK_CUR).ok()?;
     let r = io(pos as i64)?;
     if let Ok(n) = r

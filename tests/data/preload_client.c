@@ -22,8 +22,9 @@
  *                           close, read everything back with read(2) and compare; prints
  *                           "appended BYTES"
  *   tappend FILE            4 threads write(2) 20000 records of 64 bytes each to one shared
- *                           descriptor (each write claims its own range of the offset); the
- *                           file must hold every record exactly once; prints "records N"
+ *                           descriptor (each write claims its own range of the offset) while
+ *                           a fifth reads at its offset; the file must hold every record
+ *                           exactly once; prints "records N"
  *   hold FILE MIB           map shared (read-write) and serve stdin: "r OFF" prints the byte,
  *                           "w OFF BYTE" stores it, "s OFF LEN" prints the sum of a range,
  *                           "q" exits; prints "ready" once mapped
@@ -281,12 +282,27 @@ static void *ta_writer(void *arg) {
     return NULL;
 }
 
+static volatile int ta_done;
+
+/* Reads at the shared offset while the writers append: at the end of the file each read finds
+ * nothing and must leave the offset where the writers put it. */
+static void *ta_reader(void *arg) {
+    (void)arg;
+    unsigned char buf[64];
+    while (!ta_done)
+        if (read(ta_fd, buf, sizeof buf) < 0) { perror("read"); exit(2); }
+    return NULL;
+}
+
 static int tappend(const char *path) {
-    ta_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ta_fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
     if (ta_fd < 0) { perror(path); return 2; }
-    pthread_t th[TA_THREADS];
+    pthread_t th[TA_THREADS], rd;
+    pthread_create(&rd, NULL, ta_reader, NULL);
     for (uintptr_t t = 0; t < TA_THREADS; t++) pthread_create(&th[t], NULL, ta_writer, (void *)t);
     for (int t = 0; t < TA_THREADS; t++) pthread_join(th[t], NULL);
+    ta_done = 1;
+    pthread_join(rd, NULL);
     if (fdatasync(ta_fd)) { perror("fdatasync"); return 2; }
     close(ta_fd);
     size_t want = (size_t)TA_THREADS * TA_RECORDS * 64;
