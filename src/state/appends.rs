@@ -16,6 +16,7 @@ use crate::media::pool::Category;
 use crate::state::inode_state::{InodeRef, InodeState, rlock, wlock};
 use crate::state::map_hooks;
 use crate::state::mount_state::MountState;
+use crate::state::size_word;
 use crate::state::tx::commit_header;
 use crate::sys::now_ns;
 use std::ops::{Deref, DerefMut};
@@ -28,15 +29,21 @@ pub(crate) struct FileLock<'a> {
     state: &'a MountState,
     g: RwLockWriteGuard<'a, InodeState>,
     frozen: bool,
+    /// The size word before the freeze.
+    before: u64,
+    /// The holder only looked (`settle`): the word goes back as it was if the size is still
+    /// its size, so appenders that read it before are not sent through FUSE for nothing.
+    looked_only: bool,
 }
 
 /// Write-lock `n` for an operation that may read or change its size or blocks.
 pub(crate) fn lock<'a>(state: &'a MountState, n: &'a InodeRef) -> Result<FileLock<'a>> {
     let g = wlock(n);
     let frozen = g.appenders > 0;
-    let mut l = FileLock { state, g, frozen };
-    if frozen && let Some(size) = state.leases.freeze(l.g.ino) {
-        pull(state, &mut l.g, size)?;
+    let mut l = FileLock { state, g, frozen, before: 0, looked_only: false };
+    if frozen && let Some(w) = state.leases.freeze(l.g.ino) {
+        l.before = w;
+        pull(state, &mut l.g, size_word::size(w))?;
     }
     Ok(l)
 }
@@ -50,9 +57,15 @@ impl FileLock<'_> {
 
 impl Drop for FileLock<'_> {
     fn drop(&mut self) {
-        if self.frozen {
-            let open = self.g.appenders > 0;
-            self.state.leases.publish(self.g.ino, self.g.hdr.size, open);
+        if !self.frozen {
+            return;
+        }
+        let (ino, size, open) = (self.g.ino, self.g.hdr.size, self.g.appenders > 0);
+        let unchanged = self.looked_only && size == size_word::size(self.before);
+        if unchanged && open && !size_word::frozen(self.before) {
+            self.state.leases.thaw(ino, self.before);
+        } else {
+            self.state.leases.publish(ino, size, open);
         }
     }
 }
@@ -76,7 +89,9 @@ pub(crate) fn settle(state: &MountState, n: &InodeRef) -> Result<()> {
     if state.leases.appending.load(Ordering::Acquire) == 0 || rlock(n).appenders == 0 {
         return Ok(());
     }
-    lock(state, n).map(drop)
+    let mut l = lock(state, n)?;
+    l.looked_only = true;
+    Ok(())
 }
 
 /// Make `size`, which clients appended up to, the file's size on media (with new times), its

@@ -46,7 +46,7 @@ impl SizeBoard {
     }
 
     /// Freeze the size word of `ino` so no client grows the file until the next
-    /// [`SizeBoard::publish`]; returns the size it held.
+    /// [`SizeBoard::publish`] or [`SizeBoard::thaw`]; returns the word it held.
     pub fn freeze(&self, ino: u64) -> u64 {
         let at = ino as usize * 16;
         if at + 16 > self.len {
@@ -55,8 +55,17 @@ impl SizeBoard {
         loop {
             let w = vm::load_u64(self.addr + at);
             if size_word::frozen(w) || vm::cas_u64(self.addr + at, w, w | size_word::FROZEN) {
-                return size_word::size(w);
+                return w;
             }
+        }
+    }
+
+    /// Put back word `w` that [`SizeBoard::freeze`] returned, sequence number and all: the
+    /// daemon only looked, so a client's swap from `w` is still right.
+    pub fn thaw(&self, ino: u64, w: u64) {
+        let at = ino as usize * 16;
+        if at + 16 <= self.len {
+            vm::store_u64(self.addr + at, w);
         }
     }
 
@@ -114,9 +123,16 @@ impl Leases {
         }
     }
 
-    /// Freeze the size word of `ino` if a board exists; the size it held (None: no board).
+    /// Freeze the size word of `ino` if a board exists; the word it held (None: no board).
     pub fn freeze(&self, ino: u64) -> Option<u64> {
         self.board.get().map(|b| b.freeze(ino))
+    }
+
+    /// Put back a word [`Leases::freeze`] returned.
+    pub fn thaw(&self, ino: u64, w: u64) {
+        if let Some(b) = self.board.get() {
+            b.thaw(ino, w);
+        }
     }
 
     /// Note that leased file `ino` gave blocks up (into its quarantine).
