@@ -244,3 +244,35 @@ fn completed_operations_survive_a_crash_and_the_allocator_is_rebuilt() {
     );
     assert_eq!(fs.statfs().free_aligned_extents, aligned);
 }
+
+#[test]
+fn an_append_cut_before_its_commit_leaves_no_bytes_a_later_extension_shows() {
+    // Stored in place past the end with no undo image (docs/DESIGN.md §5): after the crash they
+    // lie past the end, and growing the file must show zeros there, in both modes.
+    for mode in [Consistency::Strict, Consistency::Relaxed] {
+        let (_d, p) = common::fresh_pool(64 << 20, Some(1));
+        {
+            let fs = mount_with(&p, mode);
+            let f = fs.create_file("/log").unwrap();
+            f.write_at(0, &[1u8; 100]).unwrap();
+            fs.fallocate(f.ino(), 0, 1 << 20, true).unwrap(); // blocks past the end
+            f.write_at(100, &[2u8; 5000]).unwrap(); // the first such store marks the file
+            // The next append's transaction stops before its COMMIT.
+            fs.inject_crash_before_commit(1);
+            assert!(f.write_at(5100, &[0xEE; 9000]).is_err(), "{mode:?}");
+            drop(f);
+            drop(fs); // the crash: no clean unmount
+        }
+        let fs = mount_with(&p, mode);
+        let f = fs.open_file("/log").unwrap();
+        assert_eq!(fs.getattr(f.ino()).unwrap().size, 5100, "{mode:?}");
+        f.set_len(40_000).unwrap();
+        let all = f.read_all().unwrap();
+        assert!(all[100..5100].iter().all(|&b| b == 2), "{mode:?}: the committed append");
+        assert!(all[5100..].iter().all(|&b| b == 0), "{mode:?}: the cut append shows after truncate");
+        drop(f);
+        let r = fs.check();
+        assert!(r.is_clean(), "{mode:?}: {r:?}");
+        fs.unmount().unwrap();
+    }
+}

@@ -64,8 +64,8 @@ pub const DENTRY_HEADER: usize = dentry::NAME;
 /// Inode flag: the slot holds a live inode.
 pub const INODE_IN_USE: u32 = 1;
 /// Inode flag: bytes past the end of the file in its mapped blocks may not be zero (a
-/// direct-path client appended there, docs/DESIGN.md §7b); whatever extends the file zeroes
-/// what it exposes first.
+/// direct-path client appended there, or a write stored there in place before its size
+/// committed: docs/DESIGN.md §5, §7b); whatever extends the file zeroes what it exposes first.
 pub const INODE_TAIL_UNSETTLED: u32 = 2;
 /// Root directory inode number.
 pub const ROOT_INO: u64 = 1;

@@ -230,8 +230,12 @@ fn write_piece(
     let strict = state.consistency == Consistency::Strict;
     // A mapped file is never copied on write: its mappings point at the blocks in place.
     let aligned = !cow || g.map.in_aligned_unit(lb0) || g.is_mapped();
+    // Bytes at or past the old end hold nothing of the file: blocks wholly past it are written
+    // in place, and those bytes need no undo image (docs/DESIGN.md §5).
+    let old_size = g.hdr.size;
+    let eof_block = old_size.div_ceil(BLOCK_SIZE);
     // Targets that need new blocks: gaps (None) and, in strict mode outside aligned extents,
-    // mapped blocks rewritten copy-on-write (Some(old phys)).
+    // mapped blocks holding bytes of the file rewritten copy-on-write (Some(old phys)).
     let mut targets: Vec<(u64, u64, Option<u64>)> = Vec::new();
     let mut in_place: Vec<(u64, u64, u64)> = Vec::new();
     let mut cur = lb0;
@@ -240,11 +244,23 @@ fn write_piece(
             targets.push((cur, l - cur, None));
         }
         if strict && !aligned {
-            targets.push((l, len, Some(phys)));
+            let split = eof_block.clamp(l, l + len);
+            if split > l {
+                targets.push((l, split - l, Some(phys)));
+            }
+            if l + len > split {
+                in_place.push((split, phys + (split - l), l + len - split));
+            }
         } else {
             in_place.push((l, phys, len));
         }
         cur = l + len;
+    }
+    // Stored in place past the end, those bytes reach media before the size that covers them
+    // commits: a crash in between leaves them past the end, which the file's mark allows
+    // (whatever extends it later zeroes what it exposes). Marked once per file.
+    if in_place.iter().any(|&(l, _, len)| (l + len) * BLOCK_SIZE > old_size && end > old_size) {
+        appends::mark_unsettled(state, g)?;
     }
     if cur < lb1 {
         targets.push((cur, lb1 - cur, None));
@@ -305,11 +321,15 @@ fn write_piece(
             let ws = pos.max(l * BLOCK_SIZE);
             let we = end.min((l + len) * BLOCK_SIZE);
             let dst = phys * BLOCK_SIZE + (ws - l * BLOCK_SIZE);
-            let src = &buf[(ws - pos) as usize..(we - pos) as usize];
-            if strict {
-                tx.write_ref(dst, src, Category::Data);
-            } else {
-                pool.write_flush(dst, src, Category::Data)?;
+            // In strict mode the bytes inside the old size are undo-journaled; those past it are
+            // not (nothing of the file is there to restore).
+            let keep = if strict { old_size.clamp(ws, we) } else { ws };
+            if keep > ws {
+                tx.write_ref(dst, &buf[(ws - pos) as usize..(keep - pos) as usize], Category::Data);
+            }
+            if we > keep {
+                let at = dst + (keep - ws);
+                pool.write_flush(at, &buf[(keep - pos) as usize..(we - pos) as usize], Category::Data)?;
             }
         }
         for (t, pl) in targets.iter().zip(&placements) {

@@ -6,8 +6,10 @@
 //!
 //! A client's bytes may lie past the end of the file (a write whose swap failed and went
 //! through FUSE, a client killed between its copy and its swap, a crash before the size was
-//! pulled in): such a file carries [`INODE_TAIL_UNSETTLED`] on media, and whatever extends it
-//! zeroes what it exposes first ([`zero_exposed`]).
+//! pulled in), and so may a write's that was stored in place past the end with no undo image
+//! and cut by a crash before its size committed (`ops::file`): such a file carries
+//! [`INODE_TAIL_UNSETTLED`] on media, and whatever extends it zeroes what it exposes first
+//! ([`zero_exposed`]).
 
 use crate::error::Result;
 use crate::media::journal::Tx;
@@ -121,7 +123,8 @@ fn pull(state: &MountState, g: &mut InodeState, size: u64) -> Result<()> {
 }
 
 /// Mark the file as one whose bytes past its end may not be zero (before its first append
-/// lease: the mark is durable before any client can store there).
+/// lease, or its first write stored in place past the end: the mark is durable before anything
+/// is stored there).
 pub(crate) fn mark_unsettled(state: &MountState, g: &mut InodeState) -> Result<()> {
     if g.hdr.flags & INODE_TAIL_UNSETTLED != 0 {
         return Ok(());
