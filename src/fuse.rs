@@ -146,14 +146,20 @@ impl WinefsFuse {
         Arc::clone(&self.notifier)
     }
 
-    /// Tell the kernel that its cached attributes of `ino` are stale (offset -1: attributes
-    /// only; the page cache, which a writer may hold locked, is left alone).
+    /// Tell the kernel that its cached attributes of `ino` are stale.
     fn attributes_changed(&self, ino: u64) {
-        if let Some(n) = self.notifier.get()
-            && let Err(e) = n.inval_inode(INodeNo(ino), -1, 0)
-        {
-            log::debug!("invalidating the attributes of inode {ino}: {e}");
-        }
+        invalidate_attributes(&self.notifier, ino);
+    }
+}
+
+/// Tell the kernel, through the session's notifier once it exists, that its cached attributes
+/// of `ino` are stale (offset -1: attributes only; the page cache, which a writer may hold
+/// locked, is left alone).
+pub(crate) fn invalidate_attributes(notifier: &OnceLock<Notifier>, ino: u64) {
+    if let Some(n) = notifier.get()
+        && let Err(e) = n.inval_inode(INodeNo(ino), -1, 0)
+    {
+        log::debug!("invalidating the attributes of inode {ino}: {e}");
     }
 }
 

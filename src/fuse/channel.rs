@@ -17,7 +17,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use fuser::{INodeNo, Notifier};
+use crate::fuse::invalidate_attributes;
+use fuser::Notifier;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
@@ -253,11 +254,7 @@ impl Session<'_> {
     }
 
     fn attributes_changed(&self, ino: u64) {
-        if let Some(n) = self.notifier.get()
-            && let Err(e) = n.inval_inode(INodeNo(ino), -1, 0)
-        {
-            log::debug!("invalidating the attributes of inode {ino}: {e}");
-        }
+        invalidate_attributes(self.notifier, ino);
     }
 
     fn end(&mut self) {

@@ -107,8 +107,7 @@ fn grant_append(state: &MountState, g: &mut FileLock<'_>, off: u64, end: u64) ->
         };
         if let Err(e) = filled {
             // Short of space: what was reserved past the end goes back under pressure.
-            g.spec_prealloc = true;
-            state.note_prealloc(g);
+            state.mark_prealloc(g);
             return Err(e);
         }
         unit += 1;
@@ -146,8 +145,7 @@ pub(crate) fn release(state: &MountState, ino: u64, append: bool) -> Result<()> 
                 // What it reserved past the end stays with the file as speculative
                 // preallocation (given back at the last close of a small file, or under
                 // space pressure).
-                g.spec_prealloc = true;
-                state.note_prealloc(&mut g);
+                state.mark_prealloc(&mut g);
             }
         }
         g.leases -= 1;

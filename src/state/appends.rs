@@ -106,11 +106,8 @@ fn pull(state: &MountState, g: &mut InodeState, size: u64) -> Result<()> {
     let (old_size, now) = (g.hdr.size, now_ns());
     // Clients do not write their appended bytes back (a size not yet taken in keeps them out
     // of the file anyway): that is done here, before the size that covers them commits.
-    for (l, phys, len) in g.map.segments(old_size / BLOCK_SIZE, size.div_ceil(BLOCK_SIZE)) {
-        let (a, b) = ((l * BLOCK_SIZE).max(old_size), ((l + len) * BLOCK_SIZE).min(size));
-        if a < b {
-            state.pool.flush(phys * BLOCK_SIZE + (a - l * BLOCK_SIZE), b - a, Category::Data);
-        }
+    for (at, len) in pool_bytes(g, old_size, size) {
+        state.pool.flush(at, len, Category::Data);
     }
     state.pool.fence();
     let mut hdr = g.hdr.clone();
@@ -144,12 +141,21 @@ pub(crate) fn zero_exposed(state: &MountState, g: &InodeState, to: u64) -> Resul
     if g.hdr.flags & INODE_TAIL_UNSETTLED == 0 || to <= from {
         return Ok(());
     }
-    for (l, phys, len) in g.map.segments(from / BLOCK_SIZE, to.div_ceil(BLOCK_SIZE)) {
-        let (a, b) = ((l * BLOCK_SIZE).max(from), ((l + len) * BLOCK_SIZE).min(to));
-        if a < b {
-            state.pool.zero_flush(phys * BLOCK_SIZE + (a - l * BLOCK_SIZE), b - a, Category::Data)?;
-        }
+    for (at, len) in pool_bytes(g, from, to) {
+        state.pool.zero_flush(at, len, Category::Data)?;
     }
     state.pool.fence();
     Ok(())
+}
+
+/// Where the mapped bytes of file range [from, to) lie in the pool: (pool offset, length) per
+/// extent, holes skipped.
+fn pool_bytes(g: &InodeState, from: u64, to: u64) -> impl Iterator<Item = (u64, u64)> {
+    g.map
+        .segments(from / BLOCK_SIZE, to.div_ceil(BLOCK_SIZE))
+        .into_iter()
+        .filter_map(move |(l, phys, len)| {
+            let (a, b) = ((l * BLOCK_SIZE).max(from), ((l + len) * BLOCK_SIZE).min(to));
+            (a < b).then(|| (phys * BLOCK_SIZE + (a - l * BLOCK_SIZE), b - a))
+        })
 }
