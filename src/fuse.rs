@@ -694,6 +694,10 @@ impl Filesystem for WinefsFuse {
                 Ok(_) => Err(Error::NoAttr),
                 Err(e) => Err(e),
             },
+            // Virtual, on the root only: the mount's write accounting (`winefs stat`).
+            _ if ino.0 == self.fs.root() && name == proto::STATS_XATTR => {
+                serde_json::to_vec(&self.fs.write_stats()).map_err(|e| Error::Invalid(e.to_string()))
+            }
             _ => self.fs.getxattr(ino.0, name.as_bytes()),
         };
         match answer {

@@ -1896,3 +1896,55 @@ fn fallocate_zero_range_through_the_mount() {
     drop(f);
     m.stop(); // fsck clean
 }
+
+/// `winefs stat` of a live mount: the writes made through it are counted (the caller's bytes,
+/// and at least as many stored), by mount point and by pool file; after unmount it refuses with
+/// one line.
+#[test]
+fn stat_reports_the_write_accounting_of_a_live_mount() {
+    use std::os::unix::fs::FileExt;
+    let mut m = Mounted::new();
+    let f = File::create(m.path("acc")).unwrap();
+    let block = pseudo_random(3, 4096);
+    for i in 0..64u64 {
+        f.write_all_at(&block, i * 4096).unwrap();
+    }
+    for i in 0..16u64 {
+        f.write_all_at(&block[..512], i * 8192 + 100).unwrap();
+    }
+    drop(f);
+    fs::write(m.path("other"), b"x").unwrap();
+    let json = ok(Command::new(BIN).args(["stat", "--json"]).arg(&m.pool));
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let op = |name: &str| {
+        v["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["op"] == name)
+            .unwrap_or_else(|| panic!("no {name} row in {json}"))
+            .clone()
+    };
+    let w = op("write");
+    let user = 64 * 4096 + 16 * 512 + 1;
+    assert_eq!(w["user_bytes"], user, "{json}");
+    assert!(w["ops"].as_u64().unwrap() >= 81, "{json}");
+    let stored: u64 = w["bytes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b[0] != "metadata" && b[0] != "journal")
+        .map(|b| b[1].as_u64().unwrap())
+        .sum();
+    assert!(stored >= user, "file bytes stored {stored} < written {user}: {json}");
+    assert!(op("create")["bytes"][1][1].as_u64().unwrap() > 0, "{json}");
+    // The table by mount point names the same rows.
+    let table = ok(Command::new(BIN).arg("stat").arg(&m.mnt));
+    assert!(table.contains("| write ") && table.contains("| pool total |"), "{table}");
+    m.stop();
+    let out = run_timeout(Command::new(BIN).arg("stat").arg(&m.pool), CMD_WAIT);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("only while a pool is mounted"), "{err}");
+}

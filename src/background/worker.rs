@@ -4,6 +4,8 @@
 
 use crate::background::compact;
 use crate::background::rewrite::rewrite_file;
+use crate::media::pool::thread_stats;
+use crate::state::accounting::OpKind;
 use crate::state::background::{Background, Job};
 use crate::state::mount_state::MountState;
 use std::sync::{Arc, Weak};
@@ -26,6 +28,7 @@ pub(crate) fn attach(state: &Arc<MountState>) {
 /// The worker's loop; ends when the mount is gone.
 fn run(state: &Weak<MountState>, mailbox: &Background) {
     while let Some(job) = mailbox.next_job(|| state.strong_count() == 0) {
+        let before = thread_stats();
         match job {
             Job::Rewrite(ino) => match rewrite_file(state, ino, true) {
                 Ok(done) => mailbox.rewrite_done(done),
@@ -46,6 +49,9 @@ fn run(state: &Weak<MountState>, mailbox: &Background) {
                     }
                 }
             }
+        }
+        if let Some(s) = state.upgrade() {
+            s.accounting.record(OpKind::Background, &thread_stats().since(&before));
         }
     }
 }

@@ -6,7 +6,7 @@
 
 use crate::error::{Error, Result};
 use crate::fs::Fs;
-use crate::media::pool::PersistStats;
+use crate::media::pool::{CATEGORIES, PersistStats};
 use crate::types::{Consistency, MkfsOptions, MountOptions};
 use std::fmt;
 use std::os::unix::fs::FileExt;
@@ -46,10 +46,12 @@ impl Default for SyscallBenchConfig {
 /// Persistence traffic per operation (averaged over the timed runs).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PersistPerOp {
-    /// Bytes written per op: data, metadata, journal.
-    pub bytes: [f64; 3],
-    /// Cache lines flushed per op: data, metadata, journal.
-    pub lines: [f64; 3],
+    /// Bytes written per op, indexed by `Category as usize`.
+    pub bytes: [f64; CATEGORIES],
+    /// Cache lines flushed per op, indexed by `Category as usize`.
+    pub lines: [f64; CATEGORIES],
+    /// File bytes the caller wrote per op (0 for operations that write none).
+    pub user: f64,
     /// Fences per op.
     pub fences: f64,
 }
@@ -61,11 +63,19 @@ impl PersistPerOp {
             fences: after.fences.saturating_sub(before.fences) as f64 / n,
             ..Default::default()
         };
-        for i in 0..3 {
+        for i in 0..CATEGORIES {
             p.bytes[i] = after.bytes_written[i].saturating_sub(before.bytes_written[i]) as f64 / n;
             p.lines[i] = after.lines_flushed[i].saturating_sub(before.lines_flushed[i]) as f64 / n;
         }
         p
+    }
+
+    /// The same, noting that the caller wrote `n` bytes per op.
+    fn wrote(self, n: usize) -> PersistPerOp {
+        PersistPerOp {
+            user: n as f64,
+            ..self
+        }
     }
 }
 
@@ -128,7 +138,7 @@ impl SyscallBenchReport {
 
 /// Row names, in report order.
 pub(crate) const ROWS: [&str; 6] = [
-    "append 4K",
+    "append 4K strict",
     "overwrite 4K strict",
     "overwrite 4K relaxed",
     "read 4K",
@@ -189,29 +199,42 @@ impl fmt::Display for SyscallBenchReport {
         writeln!(f)?;
         writeln!(
             f,
-            "winefs persistence traffic per op (bytes written / cache lines flushed):"
+            "winefs persistence traffic per op: bytes stored per category (data = the caller's \
+             bytes in place; cow = copied or zero-filled around them; slot = alternate slots; \
+             writeback = slots written back), their sum over the caller's bytes, cache lines \
+             flushed and fences:"
         )?;
         writeln!(f)?;
         writeln!(
             f,
-            "| operation            |   data B | meta B | journal B | data lines | meta lines | journal lines | fences |"
+            "| operation            |   user B |   data B | meta B | journal B |    cow B |   slot B | writeback B |  total B | x user | lines | fences |"
         )?;
         writeln!(
             f,
-            "|----------------------|---------:|-------:|----------:|-----------:|-----------:|--------------:|-------:|"
+            "|----------------------|---------:|---------:|-------:|----------:|---------:|---------:|------------:|---------:|-------:|------:|-------:|"
         )?;
         for r in &self.rows {
             let p = &r.persist;
+            let total: f64 = p.bytes.iter().sum();
+            let amp = if p.user > 0.0 {
+                format!("{:.2}", total / p.user)
+            } else {
+                "-".into()
+            };
             writeln!(
                 f,
-                "| {:<20} | {:>8.0} | {:>6.0} | {:>9.0} | {:>10.1} | {:>10.1} | {:>13.1} | {:>6.2} |",
+                "| {:<20} | {:>8.0} | {:>8.0} | {:>6.0} | {:>9.0} | {:>8.0} | {:>8.0} | {:>11.0} | {:>8.0} | {:>6} | {:>5.1} | {:>6.2} |",
                 r.name,
+                p.user,
                 p.bytes[0],
                 p.bytes[1],
                 p.bytes[2],
-                p.lines[0],
-                p.lines[1],
-                p.lines[2],
+                p.bytes[3],
+                p.bytes[4],
+                p.bytes[5],
+                total,
+                amp,
+                p.lines.iter().sum::<f64>(),
                 p.fences
             )?;
         }
@@ -382,7 +405,7 @@ pub fn syscall_bench(cfg: &SyscallBenchConfig) -> Result<SyscallBenchReport> {
         let mut pc = PersistStats::default();
         let mut pu = PersistStats::default();
         let add = |acc: &mut PersistStats, a: &PersistStats, b: &PersistStats| {
-            for i in 0..3 {
+            for i in 0..CATEGORIES {
                 acc.bytes_written[i] += b.bytes_written[i] - a.bytes_written[i];
                 acc.lines_flushed[i] += b.lines_flushed[i] - a.lines_flushed[i];
             }
@@ -560,9 +583,9 @@ pub fn syscall_bench(cfg: &SyscallBenchConfig) -> Result<SyscallBenchReport> {
         persist,
     };
     let rows = vec![
-        row(ROWS[0], ops, w_append, h_append, None, p_append),
-        row(ROWS[1], ops, w_strict, h_overwrite, Some(1.0), p_strict),
-        row(ROWS[2], ops, w_relaxed, h_overwrite, Some(1.5), p_relaxed),
+        row(ROWS[0], ops, w_append, h_append, Some(1.5), p_append.wrote(IO_SIZE)),
+        row(ROWS[1], ops, w_strict, h_overwrite, Some(1.0), p_strict.wrote(IO_SIZE)),
+        row(ROWS[2], ops, w_relaxed, h_overwrite, Some(1.5), p_relaxed.wrote(IO_SIZE)),
         row(ROWS[3], ops, w_read, h_read, Some(1.5), p_read),
         row(ROWS[4], cops, w_create, h_create, Some(2.0), p_create),
         row(ROWS[5], cops, w_unlink, h_unlink, None, p_unlink),

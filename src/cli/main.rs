@@ -12,6 +12,7 @@ mod demo;
 mod fail;
 mod fresh;
 mod mount;
+mod stat;
 
 use clap::{Parser, Subcommand};
 use fail::{Ctx, Fail, fail};
@@ -120,6 +121,15 @@ enum Cmd {
     },
     /// Show a pool's geometry, state and free space (nothing is written).
     Info { pool: PathBuf },
+    /// A mounted pool's write accounting since mount: bytes stored per kind of operation and
+    /// per category (data, metadata, journal, copy-on-write, alternate slots, write-back).
+    Stat {
+        /// The mount point, or the pool file of a mounted pool.
+        target: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Free space by extent size and free aligned 2 MiB extents per partition (read-only).
     Frag { pool: PathBuf },
     /// A file's extents and the share of its bytes that can be mapped with hugepages
@@ -452,6 +462,7 @@ fn main() -> ExitCode {
         } => mkfs(&pool, size, partitions, inodes, force),
         Cmd::Fsck { pool, repair } => fsck(&pool, repair),
         Cmd::Info { pool } => info(&pool),
+        Cmd::Stat { target, json } => stat::stat(&target, json),
         Cmd::Frag { pool } => frag(&pool),
         Cmd::Filemap { pool, path } => filemap(&pool, &path),
         Cmd::Rewrite { pool, path } => rewrite(&pool, &path),

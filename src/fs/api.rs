@@ -13,6 +13,7 @@ use crate::meta::xattr::HUGEPAGE_HINT;
 use crate::ops::namespace::NewInode;
 use crate::ops::repair::{self, RepairReport};
 use crate::ops::{falloc, file, lease, namespace, prealloc, relocate, xattr};
+use crate::state::accounting::{OpKind, WriteStats};
 use crate::state::inode_state::rlock;
 use crate::state::mount_state::MountState;
 use crate::state::mount::Inconsistent;
@@ -122,6 +123,12 @@ impl Fs {
         self.state.pool.stats()
     }
 
+    /// What each kind of operation has written to the pool since mount, per category of
+    /// traffic (`winefs stat`).
+    pub fn write_stats(&self) -> WriteStats {
+        WriteStats::new(&self.state.accounting, &self.state.pool.stats())
+    }
+
     /// What recovery did at mount.
     pub fn recovery_report(&self) -> RecoveryReport {
         self.state.recovery.clone()
@@ -193,6 +200,7 @@ impl Fs {
 
     /// Create a regular file (EEXIST if the name exists).
     pub fn create(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
+        let _op = self.state.accounting.scope(OpKind::Create);
         self.state.check_writable()?;
         let new = NewInode::plain(FileKind::File, perm, uid, gid);
         namespace::make_inode(&self.state, parent, name, new)
@@ -200,6 +208,7 @@ impl Fs {
 
     /// Create a directory.
     pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
+        let _op = self.state.accounting.scope(OpKind::Mkdir);
         self.state.check_writable()?;
         let new = NewInode::plain(FileKind::Dir, perm, uid, gid);
         namespace::make_inode(&self.state, parent, name, new)
@@ -217,6 +226,7 @@ impl Fs {
         gid: u32,
         rdev: u32,
     ) -> Result<Attr> {
+        let _op = self.state.accounting.scope(OpKind::Create);
         self.state.check_writable()?;
         if matches!(kind, FileKind::Dir | FileKind::Symlink) {
             return Err(Error::Invalid(
@@ -239,6 +249,7 @@ impl Fs {
         uid: u32,
         gid: u32,
     ) -> Result<Attr> {
+        let _op = self.state.accounting.scope(OpKind::Create);
         self.state.check_writable()?;
         if target.is_empty() {
             return Err(Error::NotFound);
@@ -260,18 +271,21 @@ impl Fs {
 
     /// Give inode `ino` another name.
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
+        let _op = self.state.accounting.scope(OpKind::Link);
         self.state.check_writable()?;
         namespace::link(&self.state, ino, newparent, newname)
     }
 
     /// Remove a name (not of a directory).
     pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+        let _op = self.state.accounting.scope(OpKind::Unlink);
         self.state.check_writable()?;
         namespace::unlink(&self.state, parent, name, false)
     }
 
     /// Remove an empty directory.
     pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        let _op = self.state.accounting.scope(OpKind::Unlink);
         self.state.check_writable()?;
         if parent == ROOT_INO && name == b".." {
             return Err(Error::Busy("cannot remove the root".into()));
@@ -288,17 +302,20 @@ impl Fs {
         newname: &[u8],
         flags: RenameFlags,
     ) -> Result<()> {
+        let _op = self.state.accounting.scope(OpKind::Rename);
         self.state.check_writable()?;
         namespace::rename(&self.state, parent, name, newparent, newname, flags)
     }
 
     /// Note an open handle: an unlinked inode lives until its last handle is released.
     pub fn open(&self, ino: u64) -> Result<Attr> {
+        let _op = self.state.accounting.scope(OpKind::Other);
         namespace::open(&self.state, ino)
     }
 
     /// Drop an open handle; frees the inode if it was the last one and no links remain.
     pub fn release(&self, ino: u64) -> Result<()> {
+        let _op = self.state.accounting.scope(OpKind::Other);
         namespace::release(&self.state, ino)
     }
 
@@ -311,35 +328,43 @@ impl Fs {
 
     /// Read from `off` into `buf`; returns the bytes read (short at the end of file).
     pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+        let _op = self.state.accounting.scope(OpKind::Read);
         file::read(&self.state, ino, off, buf)
     }
 
     /// Write `data` at `off`; returns the bytes written (short only when the pool fills).
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize> {
+        let mut op = self.state.accounting.scope(OpKind::Write);
+        op.user_bytes(data.len() as u64);
         self.state.check_writable()?;
         self.sized(ino, file::write(&self.state, ino, Some(off), data).map(|(n, _)| n))
     }
 
     /// Write at the current end of file, atomically with finding it; returns (bytes, offset).
     pub fn append(&self, ino: u64, data: &[u8]) -> Result<(usize, u64)> {
+        let mut op = self.state.accounting.scope(OpKind::Append);
+        op.user_bytes(data.len() as u64);
         self.state.check_writable()?;
         self.sized(ino, file::write(&self.state, ino, None, data))
     }
 
     /// Set the file's size: cut it, or extend it with a hole.
     pub fn truncate(&self, ino: u64, size: u64) -> Result<()> {
+        let _op = self.state.accounting.scope(OpKind::Truncate);
         self.state.check_writable()?;
         self.sized(ino, file::truncate(&self.state, ino, size))
     }
 
     /// Allocate (and zero) the blocks under [off, off+len); extends the size unless `keep_size`.
     pub fn fallocate(&self, ino: u64, off: u64, len: u64, keep_size: bool) -> Result<()> {
+        let _op = self.state.accounting.scope(OpKind::Fallocate);
         self.state.check_writable()?;
         self.sized(ino, file::fallocate(&self.state, ino, off, len, keep_size))
     }
 
     /// Deallocate [off, off+len) (FALLOC_FL_PUNCH_HOLE | KEEP_SIZE): it reads back as zeros.
     pub fn punch_hole(&self, ino: u64, off: u64, len: u64) -> Result<()> {
+        let _op = self.state.accounting.scope(OpKind::Fallocate);
         self.state.check_writable()?;
         file::punch_hole(&self.state, ino, off, len)
     }
@@ -347,6 +372,7 @@ impl Fs {
     /// Zero [off, off+len) (FALLOC_FL_ZERO_RANGE, with `keep_size` | KEEP_SIZE): it reads back
     /// as zeros and is allocated; the size grows to off+len unless `keep_size`. Atomic.
     pub fn zero_range(&self, ino: u64, off: u64, len: u64, keep_size: bool) -> Result<()> {
+        let _op = self.state.accounting.scope(OpKind::Fallocate);
         self.state.check_writable()?;
         self.sized(ino, falloc::zero_range(&self.state, ino, off, len, keep_size))
     }
@@ -355,6 +381,7 @@ impl Fs {
     /// `off` and `len` are multiples of 4096 and the range ends before the end of the file
     /// (else EINVAL). No data is copied. Atomic.
     pub fn collapse_range(&self, ino: u64, off: u64, len: u64) -> Result<()> {
+        let _op = self.state.accounting.scope(OpKind::Fallocate);
         self.state.check_writable()?;
         self.sized(ino, falloc::collapse_range(&self.state, ino, off, len))
     }
@@ -363,6 +390,7 @@ impl Fs {
     /// (FALLOC_FL_INSERT_RANGE): `off` and `len` are multiples of 4096 and `off` lies inside
     /// the file (else EINVAL); EFBIG past the largest file size. No data is copied. Atomic.
     pub fn insert_range(&self, ino: u64, off: u64, len: u64) -> Result<()> {
+        let _op = self.state.accounting.scope(OpKind::Fallocate);
         self.state.check_writable()?;
         self.sized(ino, falloc::insert_range(&self.state, ino, off, len))
     }
@@ -374,6 +402,7 @@ impl Fs {
 
     /// Change attributes (mode, owner, size, times); returns the new attributes.
     pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<Attr> {
+        let _op = self.state.accounting.scope(OpKind::Setattr);
         self.state.check_writable()?;
         self.sized(ino, file::setattr(&self.state, ino, set))
     }
@@ -381,6 +410,7 @@ impl Fs {
     /// Every operation is durable when it returns, so fsync only orders this call after them
     /// (and writes back stores made through the file's mappings).
     pub fn fsync(&self, ino: u64) -> Result<()> {
+        let _op = self.state.accounting.scope(OpKind::Fsync);
         file::fsync(&self.state, ino)
     }
 
@@ -396,6 +426,7 @@ impl Fs {
 
     /// Set an extended attribute.
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
+        let _op = self.state.accounting.scope(OpKind::Xattr);
         self.state.check_writable()?;
         xattr::set(&self.state, ino, name, Some(value), how)?;
         // The hint given to a file that already has data (as `cp --preserve=xattr` and
@@ -456,6 +487,7 @@ impl Fs {
 
     /// Remove extended attribute `name` (ENODATA if absent).
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
+        let _op = self.state.accounting.scope(OpKind::Xattr);
         self.state.check_writable()?;
         xattr::set(&self.state, ino, name, None, XattrSet::Replace)
     }

@@ -2,6 +2,7 @@
 //! a client map a file's pool blocks itself — the pool's descriptor, the size board, and
 //! leases on ranges of files (`ops::lease`).
 
+use crate::state::accounting::OpKind;
 use crate::error::Result;
 use crate::fs::Fs;
 use crate::ops::lease::{self, Purpose};
@@ -24,6 +25,7 @@ impl Fs {
     /// units when `len` is 2 MiB or more); until [`Fs::unlease`], the file stays open, its blocks stay where they
     /// are, and blocks it frees are kept from other files. EROFS on a read-only mount.
     pub fn lease(&self, ino: u64, off: u64, len: u64, fill: bool) -> Result<Lease> {
+        let _op = self.state.accounting.scope(OpKind::Lease);
         let purpose = if fill { Purpose::Map } else { Purpose::Existing };
         let g = lease::grant(&self.state, ino, off, len, purpose)?;
         Ok(Lease {
@@ -39,6 +41,7 @@ impl Fs {
     /// on the file takes the size from there first (making it durable). ENOSPC when the blocks
     /// cannot be had.
     pub fn lease_append(&self, ino: u64, off: u64, len: u64) -> Result<Lease> {
+        let _op = self.state.accounting.scope(OpKind::Lease);
         let g = lease::grant(&self.state, ino, off, len, Purpose::Append)?;
         Ok(Lease {
             size: g.size,
@@ -48,12 +51,14 @@ impl Fs {
 
     /// Give back one lease of `ino` taken by [`Fs::lease`].
     pub fn unlease(&self, ino: u64) -> Result<()> {
+        let _op = self.state.accounting.scope(OpKind::Lease);
         lease::release(&self.state, ino, false)
     }
 
     /// Give back one lease of `ino` taken by [`Fs::lease_append`]: the size its client
     /// published is pulled in first.
     pub fn unlease_append(&self, ino: u64) -> Result<()> {
+        let _op = self.state.accounting.scope(OpKind::Lease);
         lease::release(&self.state, ino, true)
     }
 

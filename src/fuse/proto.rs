@@ -25,6 +25,9 @@
 
 /// The extended attribute that names a mount's channel (answered by the daemon, not stored).
 pub const CHANNEL_XATTR: &str = "user.winefs.channel";
+/// The virtual extended attribute of a mount's root that answers its write accounting as
+/// JSON (`state::accounting::WriteStats`; `winefs stat` reads it).
+pub const STATS_XATTR: &str = "user.winefs.stats";
 /// Protocol version sent in [`OP_HELLO`]; a daemon refuses any other with `EPROTO`.
 pub const VERSION: u32 = 2;
 /// Authenticate; receive the pool and the size board.

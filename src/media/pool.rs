@@ -32,26 +32,101 @@ fn ix(v: u64) -> usize {
     usize::try_from(v).expect("offsets inside the mapping fit a usize")
 }
 
-/// What a write or flush is for, so benchmarks can tell data from metadata from journal traffic.
+/// What a write or flush is for, so write amplification can be measured per kind of traffic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Category {
-    /// File contents.
+    /// File contents written by the caller, at their place in the file.
     Data = 0,
     /// Inodes, extent records, directory, xattr and index blocks, the superblock, the bitmap.
     Metadata = 1,
     /// Journal entries and undo staging.
     Journal = 2,
+    /// Bytes a copy-on-write stores that the caller did not write: old content copied into the
+    /// new blocks, and the zeros that fill new blocks around a write.
+    Cow = 3,
+    /// Alternate slots: file contents stored in a slot, and the slot descriptors.
+    Slot = 4,
+    /// Slot contents written back to their place in the file.
+    WriteBack = 5,
 }
 
-/// Bytes written and cache lines flushed per category, and fences issued, since the pool was opened.
+/// Number of [`Category`] values.
+pub const CATEGORIES: usize = 6;
+
+impl Category {
+    /// Every category, in index order.
+    pub const ALL: [Category; CATEGORIES] = [
+        Category::Data,
+        Category::Metadata,
+        Category::Journal,
+        Category::Cow,
+        Category::Slot,
+        Category::WriteBack,
+    ];
+
+    /// Short name, as reports print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::Data => "data",
+            Category::Metadata => "metadata",
+            Category::Journal => "journal",
+            Category::Cow => "cow",
+            Category::Slot => "slot",
+            Category::WriteBack => "writeback",
+        }
+    }
+}
+
+/// Bytes written and cache lines flushed per category, and fences issued: since the pool was
+/// opened ([`Pool::stats`]) or by the calling thread ([`thread_stats`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PersistStats {
     /// Bytes stored, indexed by `Category as usize`.
-    pub bytes_written: [u64; 3],
+    pub bytes_written: [u64; CATEGORIES],
     /// Cache lines written back (or stored non-temporally), indexed by `Category as usize`.
-    pub lines_flushed: [u64; 3],
+    pub lines_flushed: [u64; CATEGORIES],
     /// Store fences issued.
     pub fences: u64,
+}
+
+impl PersistStats {
+    /// Counters from `earlier` to `self` (both from the same source).
+    pub fn since(&self, earlier: &PersistStats) -> PersistStats {
+        let mut d = PersistStats {
+            fences: self.fences.saturating_sub(earlier.fences),
+            ..Default::default()
+        };
+        for i in 0..CATEGORIES {
+            d.bytes_written[i] = self.bytes_written[i].saturating_sub(earlier.bytes_written[i]);
+            d.lines_flushed[i] = self.lines_flushed[i].saturating_sub(earlier.lines_flushed[i]);
+        }
+        d
+    }
+
+    /// Bytes stored in every category together.
+    pub fn total_bytes(&self) -> u64 {
+        self.bytes_written.iter().sum()
+    }
+}
+
+thread_local! {
+    /// What this thread has written through any pool, so an operation can count its own
+    /// traffic while other threads write concurrently.
+    static THREAD_STATS: std::cell::Cell<PersistStats> =
+        const { std::cell::Cell::new(PersistStats { bytes_written: [0; CATEGORIES], lines_flushed: [0; CATEGORIES], fences: 0 }) };
+}
+
+/// Persistence traffic of the calling thread, through every pool, since it started.
+pub fn thread_stats() -> PersistStats {
+    THREAD_STATS.with(std::cell::Cell::get)
+}
+
+fn thread_count(f: impl FnOnce(&mut PersistStats)) {
+    THREAD_STATS.with(|c| {
+        let mut s = c.get();
+        f(&mut s);
+        c.set(s);
+    });
 }
 
 /// Where `persist_from` takes its bytes.
@@ -105,9 +180,24 @@ pub enum FlushKind {
 
 #[derive(Default)]
 struct Counters {
-    bytes: [AtomicU64; 3],
-    lines: [AtomicU64; 3],
+    bytes: [AtomicU64; CATEGORIES],
+    lines: [AtomicU64; CATEGORIES],
     fences: AtomicU64,
+}
+
+impl Counters {
+    fn bytes(&self, cat: Category, n: u64) {
+        self.bytes[cat as usize].fetch_add(n, Ordering::Relaxed);
+        thread_count(|s| s.bytes_written[cat as usize] += n);
+    }
+    fn lines(&self, cat: Category, n: u64) {
+        self.lines[cat as usize].fetch_add(n, Ordering::Relaxed);
+        thread_count(|s| s.lines_flushed[cat as usize] += n);
+    }
+    fn fence(&self) {
+        self.fences.fetch_add(1, Ordering::Relaxed);
+        thread_count(|s| s.fences += 1);
+    }
 }
 
 /// The crash-recording seam: an observer told about every store range, cache-line write-back and
@@ -499,7 +589,7 @@ impl Pool {
         self.check(off, data.len() as u64)?;
         // SAFETY: bounds-checked range of our writable mapping; `data` is a separate allocation.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(ix(off)), data.len()) };
-        self.counters.bytes[cat as usize].fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.counters.bytes(cat, data.len() as u64);
         self.observe(|o| o.stored(self, off, data.len() as u64));
         Ok(())
     }
@@ -509,7 +599,7 @@ impl Pool {
         self.check(off, len)?;
         // SAFETY: bounds-checked range of our writable mapping.
         unsafe { std::ptr::write_bytes(self.base.add(ix(off)), 0, ix(len)) };
-        self.counters.bytes[cat as usize].fetch_add(len, Ordering::Relaxed);
+        self.counters.bytes(cat, len);
         self.observe(|o| o.stored(self, off, len));
         Ok(())
     }
@@ -527,7 +617,7 @@ impl Pool {
         unsafe {
             std::ptr::copy_nonoverlapping(self.base.add(ix(src)), self.base.add(ix(dst)), ix(len))
         };
-        self.counters.bytes[cat as usize].fetch_add(len, Ordering::Relaxed);
+        self.counters.bytes(cat, len);
         self.observe(|o| o.stored(self, dst, len));
         Ok(())
     }
@@ -540,7 +630,7 @@ impl Pool {
         let first = off & !(CACHE_LINE - 1);
         let end = off + len;
         let lines = (end - first).div_ceil(CACHE_LINE);
-        self.counters.lines[cat as usize].fetch_add(lines, Ordering::Relaxed);
+        self.counters.lines(cat, lines);
         self.observe(|o| o.flushed(self, off, len));
         if self.private {
             return; // nothing reaches media in a private mapping
@@ -583,7 +673,7 @@ impl Pool {
 
     /// Store fence: every flush issued before it is durable before any store after it.
     pub fn fence(&self) {
-        self.counters.fences.fetch_add(1, Ordering::Relaxed);
+        self.counters.fence();
         self.observe(|o| o.fenced(self));
         #[cfg(target_arch = "x86_64")]
         // SAFETY: sfence has no memory operands.
@@ -641,7 +731,7 @@ impl Pool {
 
     fn persist_stores(&self, off: u64, src: PersistSrc<'_>, cat: Category) {
         let len = src.len();
-        self.counters.bytes[cat as usize].fetch_add(len, Ordering::Relaxed);
+        self.counters.bytes(cat, len);
         let end = off + len;
         let a = off.next_multiple_of(CACHE_LINE).min(end);
         let b = (end & !(CACHE_LINE - 1)).max(a);
@@ -660,7 +750,7 @@ impl Pool {
             src.copy_to(self.base, b, b - off, end - b);
             self.flush_uncounted(b, end - b, cat);
         }
-        self.counters.lines[cat as usize].fetch_add((b - a) / CACHE_LINE, Ordering::Relaxed);
+        self.counters.lines(cat, (b - a) / CACHE_LINE);
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{
@@ -696,9 +786,9 @@ impl Pool {
     }
 
     /// Counters since open.
-    pub(crate) fn stats(&self) -> PersistStats {
+    pub fn stats(&self) -> PersistStats {
         let mut s = PersistStats::default();
-        for i in 0..3 {
+        for i in 0..CATEGORIES {
             s.bytes_written[i] = self.counters.bytes[i].load(Ordering::Relaxed);
             s.lines_flushed[i] = self.counters.lines[i].load(Ordering::Relaxed);
         }

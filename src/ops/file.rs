@@ -296,10 +296,10 @@ fn write_piece(
                                     o + (from - fb),
                                     dst + (from - fb),
                                     to - from,
-                                    Category::Data,
+                                    Category::Cow,
                                 ),
                                 None => {
-                                    pool.zero_flush(dst + (from - fb), to - from, Category::Data)
+                                    pool.zero_flush(dst + (from - fb), to - from, Category::Cow)
                                 }
                             }?;
                         }

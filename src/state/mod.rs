@@ -2,6 +2,7 @@
 //! background work) and how it comes to be and ends (mkfs, mount with recovery, unmount), with
 //! the transaction helpers every operation builds on and fsck's invariant checks.
 
+pub mod accounting;
 pub(crate) mod alloc_snapshot;
 pub(crate) mod appends;
 pub(crate) mod background;

@@ -453,6 +453,7 @@ pub(crate) fn mount_checked(
         faults: Mutex::new(None),
         background: Arc::new(background),
         leases: Default::default(),
+        accounting: Default::default(),
         pool,
         geo: g,
         sb: sbk,

@@ -19,6 +19,7 @@ use crate::media::layout::{
 };
 use crate::media::pool::Category;
 use crate::media::pool::Pool;
+use crate::state::accounting::Accounting;
 use crate::state::background::Background;
 use crate::state::inode_state::{InodeRef, InodeState};
 use crate::state::leases::Leases;
@@ -76,6 +77,8 @@ pub(crate) struct MountState {
     pub background: Arc<Background>,
     /// Direct-path leases held by clients of the mount's channel, and their size board.
     pub leases: Leases,
+    /// What each kind of operation wrote (`winefs stat`).
+    pub accounting: Accounting,
 }
 
 impl MountState {

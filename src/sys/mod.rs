@@ -160,6 +160,21 @@ pub fn lazy_unmount(path: &Path) -> io::Result<()> {
     )
 }
 
+/// The value of extended attribute `name` of `path` (following symlinks).
+pub fn get_xattr(path: &Path, name: &str) -> io::Result<Vec<u8>> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    let n = CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "name contains NUL"))?;
+    let mut buf = vec![0u8; 64 << 10];
+    // SAFETY: both strings are NUL-terminated and outlive the call; the kernel writes at most
+    // `buf.len()` bytes into `buf`.
+    let r = unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    let len = usize::try_from(r).map_err(|_| io::Error::last_os_error())?;
+    buf.truncate(len);
+    Ok(buf)
+}
+
 /// The `f_type` magic number of the file system holding `path`.
 pub fn fs_magic(path: &Path) -> Option<i64> {
     let c = CString::new(path.as_os_str().as_bytes()).ok()?;
