@@ -2,7 +2,7 @@
 //! field tables (`### Name (N bytes)` headings followed by `| offset | size | field | meaning |`
 //! rows) and checks every row of every table against the code's named offsets (`layout::sb`,
 //! `ino`, `extent`, `index_block`, `dir_block`, `dentry`, `xattr_block`, `xattr_entry`,
-//! `journal::entry`), and decodes real encoded structures (and a real pool written by mkfs, a
+//! `journal::entry`, `zone::desc`), and decodes real encoded structures (and a real pool written by mkfs, a
 //! journal commit and ordinary operations, read back through `Pool`) at the documented offsets.
 
 use std::collections::BTreeMap;
@@ -15,6 +15,7 @@ use winefs::media::layout::{
     xattr_entry,
 };
 use winefs::media::pool::{Category, Pool};
+use winefs::media::zone;
 use winefs::meta::xattr::XATTR_SPACE;
 use winefs::{Fs, MountOptions, XattrSet};
 
@@ -140,6 +141,7 @@ fn mapping() -> Vec<(&'static str, &'static str, usize, usize)> {
         (SB, "inodes_per_partition", sb::INODES_PER_PARTITION, 4),
         (SB, "journal_entries", sb::JOURNAL_ENTRIES, 4),
         (SB, "staging_blocks", sb::STAGING_BLOCKS, 4),
+        (SB, "zone_slots", sb::ZONE_SLOTS, 4),
         (SB, "journal_start", sb::JOURNAL_START, 8),
         (SB, "inode_table_start", sb::INODE_TABLE_START, 8),
         (SB, "bitmap_start", sb::BITMAP_START, 8),
@@ -219,6 +221,8 @@ fn mapping() -> Vec<(&'static str, &'static str, usize, usize)> {
         (XA, "entries", xattr_block::ENTRIES, XATTR_SPACE),
         (XE, "name_len", xattr_entry::NAME_LEN, 1),
         (XE, "value_len", xattr_entry::VALUE_LEN, 2),
+        ("Slot descriptor", "home", zone::desc::HOME, 8),
+        ("Slot descriptor", "lines", zone::desc::LINES, 8),
     ]
 }
 
@@ -236,6 +240,7 @@ fn documented_sizes_match_the_code() {
         ("Directory entry", dentry::NAME),
         ("Xattr block", BLOCK_SIZE as usize),
         ("Xattr entry", xattr_entry::NAME),
+        ("Slot descriptor", 16),
     ];
     for (name, size) in want {
         let (declared, rows) = t
@@ -348,7 +353,10 @@ fn encoded_structures_decode_at_documented_offsets() {
     assert_eq!(u32_at(&blk, at("Superblock", "block_size")), 4096);
     assert_eq!(u64_at(&blk, at("Superblock", "pool_size")), g.pool_size);
     assert_eq!(u32_at(&blk, at("Superblock", "partitions")), 3);
-    assert_eq!(u32_at(&blk, at("Superblock", "incompat")), 0);
+    // 64 MiB over 3 partitions: 16384 / 64 / 3 = 85 slots each, rounded down to 64.
+    assert_eq!(g.zone_slots, 64);
+    assert_eq!(u32_at(&blk, at("Superblock", "incompat")), layout::INCOMPAT_SLOT_ZONES);
+    assert_eq!(u32_at(&blk, at("Superblock", "zone_slots")), 64);
     assert_eq!(u32_at(&blk, at("Superblock", "inodes_per_partition")), 1024);
     assert_eq!(
         u32_at(&blk, at("Superblock", "journal_entries")),
@@ -824,4 +832,66 @@ fn real_pool_nonzero_links_decode_at_documented_offsets() {
 
 fn fs_root() -> u64 {
     layout::ROOT_INO
+}
+
+/// A strict overwrite inside a block goes to an alternate slot: after a crash (no clean unmount
+/// to write it back) its descriptor and the slot block decode at the documented offsets, and
+/// the next mount writes it home and clears it.
+#[test]
+fn real_slot_descriptors_decode_at_documented_offsets() {
+    let t = parse_doc();
+    let at = |f: &str| field(&t, "Slot descriptor", f).offset;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pool");
+    let fs = fresh_fs(&path, MountOptions::default());
+    let g = fs.geometry();
+    assert!(g.zone_slots >= 64, "{g:?}");
+    let f = fs.create(fs.root(), b"file", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, &[7u8; 8192]).unwrap();
+    fs.write(f, 4096 + 200, &[9u8; 100]).unwrap();
+    let home = fs
+        .extents(f)
+        .unwrap()
+        .iter()
+        .find(|&&(l, _, n)| l <= 1 && 1 < l + n)
+        .map(|&(l, p, _)| p + (1 - l))
+        .unwrap();
+    fs.simulate_crash();
+
+    let m = Media::open(&path, &g);
+    let mut found = Vec::new();
+    for p in 0..g.partitions {
+        for s in 0..g.zone_slots {
+            let d = m.read(g.zone_desc_offset(p, s), 16);
+            if u64_at(&d, at("lines")) != 0 {
+                found.push((p, s, d));
+            }
+        }
+    }
+    assert_eq!(found.len(), 1, "one live slot");
+    let (p, s, d) = &found[0];
+    let word = u64_at(&d, at("home"));
+    assert_eq!(word & ((1 << 40) - 1), home);
+    let mut c = home.to_le_bytes().to_vec();
+    c.extend_from_slice(&p.to_le_bytes());
+    c.extend_from_slice(&s.to_le_bytes());
+    assert_eq!(word >> 40, u64::from(crc32c::crc32c(&c) >> 8));
+    // Bytes 200..300 of the block: lines 3 and 4.
+    assert_eq!(u64_at(&d, at("lines")), 0b11000);
+    let slot = m.read(g.zone_slot_offset(*p, *s), 4096);
+    assert_eq!(&slot[200..300], &[9u8; 100][..]);
+    assert_eq!(&slot[192..200], &[7u8; 8][..], "the rest of the line comes from home");
+    assert_eq!(m.block(home)[200], 7, "home keeps the old bytes until the write-back");
+    drop(m);
+
+    let fs = common::mount(&path);
+    let mut back = vec![0u8; 8192];
+    fs.read(f, 0, &mut back).unwrap();
+    let mut want = vec![7u8; 8192];
+    want[4096 + 200..4096 + 300].fill(9);
+    assert_eq!(back, want);
+    fs.unmount().unwrap();
+    let m = Media::open(&path, &g);
+    assert_eq!(m.block(home)[200], 9, "written home at mount");
+    assert_eq!(u64_at(&m.read(g.zone_desc_offset(*p, *s), 16), at("lines")), 0);
 }

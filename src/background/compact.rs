@@ -17,6 +17,7 @@ use crate::media::alloc::BlockRun;
 use crate::media::layout::{BLOCKS_PER_HUGE, FileKind};
 use crate::ops::relocate::relocate_runs;
 use crate::ops::xattr;
+use crate::state::slots;
 use crate::state::background::MIN_FREE;
 use crate::state::inode_state::{rlock, wlock};
 use crate::state::map_hooks::pinned;
@@ -168,6 +169,8 @@ fn empty_unit(state: &MountState, unit: u64, all: &mut Pieces) -> Result<Option<
         if !state.still_live(ino, &node) {
             continue;
         }
+        // The blocks are copied: their newest bytes must be in them.
+        slots::fold_all(state, &mut g)?;
         // Holes must take the piece: with none left, the allocator would break an aligned
         // extent for it, undoing what compaction is for.
         if state.alloc.hole_blocks() < n {

@@ -9,6 +9,7 @@
 use crate::error::{Error, Result};
 use crate::media::layout::BLOCKS_PER_HUGE;
 use crate::ops::relocate::rewrite_unit;
+use crate::state::slots;
 use crate::state::inode_state::wlock;
 use crate::state::mount_state::MountState;
 use crate::types::RewriteStats;
@@ -47,6 +48,8 @@ pub(crate) fn rewrite_file(
                 break;
             };
             state.check_alive()?;
+            // The unit's blocks are copied: their newest bytes must be in them.
+            slots::fold_all(&state, &mut g)?;
             let unit = first / BLOCKS_PER_HUGE;
             stats.units_seen += 1;
             next = Some((unit + 1) * BLOCKS_PER_HUGE);

@@ -6,6 +6,7 @@ use crate::background::compact;
 use crate::background::rewrite::rewrite_file;
 use crate::media::pool::thread_stats;
 use crate::state::accounting::OpKind;
+use crate::state::slots;
 use crate::state::background::{Background, Job};
 use crate::state::mount_state::MountState;
 use std::sync::{Arc, Weak};
@@ -36,6 +37,13 @@ fn run(state: &Weak<MountState>, mailbox: &Background) {
                     log::error!("background rewrite of inode {ino} stopped: {e}");
                     mailbox.job_failed();
                 }
+            },
+            Job::WriteBack => match state.upgrade().map(|s| slots::write_back_lru(&s)) {
+                Some(Err(e)) => {
+                    log::error!("background write-back of alternate slots stopped: {e}");
+                    mailbox.job_failed();
+                }
+                _ => mailbox.write_back_done(),
             },
             Job::Compact => {
                 match compact::compact(state, compact::GOAL_SHARE, COMPACT_PASS, true) {

@@ -43,6 +43,10 @@ pub(crate) enum CrashCmd {
         /// Self-test: record with the fence after the undo records skipped (must fail).
         #[arg(long)]
         broken_skip_undo_fence: bool,
+        /// Self-test: record with the fence before alternate slots' descriptors skipped (must
+        /// fail).
+        #[arg(long)]
+        broken_skip_slot_fence: bool,
         /// List the workloads and exit.
         #[arg(long)]
         list: bool,
@@ -87,6 +91,7 @@ pub(crate) fn run(cmd: CrashCmd, verbose: bool) -> Result<u8, Fail> {
             mode,
             threads,
             broken_skip_undo_fence,
+            broken_skip_slot_fence,
             list,
         } => {
             let cfg = ExploreConfig {
@@ -104,6 +109,7 @@ pub(crate) fn run(cmd: CrashCmd, verbose: bool) -> Result<u8, Fail> {
                 threads,
                 only,
                 broken_skip_undo_fence,
+                broken_skip_slot_fence,
                 dir: None,
                 progress_every: if only.is_some() { 0 } else { 500 },
             };
@@ -121,10 +127,11 @@ pub(crate) fn run(cmd: CrashCmd, verbose: bool) -> Result<u8, Fail> {
                     mode.as_deref()
                         .map(|m| format!(" --mode {m}"))
                         .unwrap_or_default(),
-                    if broken_skip_undo_fence {
-                        " --broken-skip-undo-fence"
-                    } else {
-                        ""
+                    match (broken_skip_undo_fence, broken_skip_slot_fence) {
+                        (true, true) => " --broken-skip-undo-fence --broken-skip-slot-fence",
+                        (true, false) => " --broken-skip-undo-fence",
+                        (false, true) => " --broken-skip-slot-fence",
+                        (false, false) => "",
                     },
                     f.index
                 );

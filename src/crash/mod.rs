@@ -58,6 +58,9 @@ pub struct ExploreConfig {
     pub only: Option<usize>,
     /// Test the explorer itself: record with the fence after the undo records skipped.
     pub broken_skip_undo_fence: bool,
+    /// Test the explorer itself: record with the fence between an alternate write's stores and
+    /// its descriptor skipped.
+    pub broken_skip_slot_fence: bool,
     /// Directory for pool images (default: /dev/shm, else the temporary directory).
     pub dir: Option<PathBuf>,
     /// Print a progress line to stderr every this many workloads (0: never).
@@ -77,6 +80,7 @@ impl Default for ExploreConfig {
             threads: 0,
             only: None,
             broken_skip_undo_fence: false,
+            broken_skip_slot_fence: false,
             dir: None,
             progress_every: 0,
         }
@@ -301,10 +305,11 @@ fn record(
     work: &Path,
     base: &Path,
     scratch: &Path,
-    broken: bool,
+    broken: (bool, bool),
 ) -> Result<Recording> {
     let fs = Fs::mount(work, mount_opts(wl.consistency, false))?;
-    fs.set_broken_skip_undo_fence(broken);
+    fs.set_broken_skip_undo_fence(broken.0);
+    fs.set_broken_skip_slot_fence(broken.1);
     let image =
         std::fs::read(work).map_err(|e| Error::io(format!("read {}", work.display()), e))?;
     std::fs::write(base, &image).map_err(|e| Error::io(format!("write {}", base.display()), e))?;
@@ -442,7 +447,8 @@ fn explore_one(
     let base = dir.join(format!("w{index}.base"));
     let scratch = dir.join(format!("w{index}.scratch"));
     copy(template, &work)?;
-    let rec = record(wl, &work, &base, &scratch, cfg.broken_skip_undo_fence);
+    let broken = (cfg.broken_skip_undo_fence, cfg.broken_skip_slot_fence);
+    let rec = record(wl, &work, &base, &scratch, broken);
     for p in [&work, &scratch] {
         let _ = std::fs::remove_file(p);
     }

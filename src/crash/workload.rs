@@ -108,6 +108,17 @@ pub enum Op {
         len: u64,
         fill: u8,
     },
+    /// Write `len` bytes at `off` three times (fills `fill`, `fill + 1`, `fill + 2`), then
+    /// truncate the file to its size, which changes nothing but writes alternate slots back
+    /// home: in strict mode the writes alternate (slot, home, slot; docs/DESIGN.md §5), so the
+    /// crash points fall between a slot's stores and its descriptor, between stores at home and
+    /// the descriptor's clear, and inside the write-back.
+    Alternate {
+        path: String,
+        off: u64,
+        len: u64,
+        fill: u8,
+    },
 }
 
 /// Byte `x` of data written with `fill`: a function of the file offset, so a write split into
@@ -178,6 +189,12 @@ impl fmt::Display for Op {
             Op::DirectAppend { path, len, fill } => {
                 write!(f, "direct append {path} +{len} fill {fill}")
             }
+            Op::Alternate {
+                path,
+                off,
+                len,
+                fill,
+            } => write!(f, "alternate {path} {off}+{len} fill {fill} x3, write back"),
         }
     }
 }
@@ -285,6 +302,19 @@ impl Op {
                 m.msync(0, map_len as usize).map(drop)
             }
             Op::DirectAppend { path, len, fill } => direct_append(fs, path, *len, *fill),
+            Op::Alternate {
+                path,
+                off,
+                len,
+                fill,
+            } => {
+                let ino = fs.resolve(path, false)?;
+                for k in 0..3 {
+                    let f = fill.wrapping_add(k);
+                    fs.write(ino, *off, &pattern_bytes(f, *off, *len))?;
+                }
+                fs.truncate(ino, fs.getattr(ino)?.size)
+            }
         }
     }
 
@@ -303,6 +333,20 @@ impl Op {
             Op::Append { path, len, fill } => {
                 let off = fs.getattr(fs.resolve(path, false)?)?.size;
                 (path, off, *len, *fill)
+            }
+            Op::Alternate {
+                path,
+                off,
+                len,
+                fill,
+            } => {
+                let write = |k: u8| Op::Write {
+                    path: path.clone(),
+                    off: *off,
+                    len: *len,
+                    fill: fill.wrapping_add(k),
+                };
+                return Ok(vec![write(0), write(1), write(2)]);
             }
             _ => return Ok(vec![self.clone()]),
         };
@@ -647,6 +691,19 @@ pub fn catalogue() -> Vec<Op> {
         Op::DirectAppend { path: s("/A"), len: 5000, fill: 63 },
         Op::DirectAppend { path: s("/X"), len: 700, fill: 64 },
     ]);
+    // Alternate writing: partial lines of a small file's block, a whole block and one line in
+    // /B's aligned unit.
+    let alternate = |p: &str, off: u64, len: u64, fill: u8| Op::Alternate {
+        path: s(p),
+        off,
+        len,
+        fill,
+    };
+    ops.extend([
+        alternate("/A", 1000, 100, 65),
+        alternate("/B", 4096, 4096, 68),
+        alternate("/B", 8192 + 640, 64, 71),
+    ]);
     ops
 }
 
@@ -748,7 +805,9 @@ impl Model {
             | Op::ZeroRange { path, .. }
             | Op::CollapseRange { path, .. }
             | Op::InsertRange { path, .. } => self.is_file(path) && path != "/S",
-            Op::Msync { path, .. } | Op::DirectAppend { path, .. } => self.is_file(path) && path != "/S",
+            Op::Msync { path, .. } | Op::DirectAppend { path, .. } | Op::Alternate { path, .. } => {
+                self.is_file(path) && path != "/S"
+            }
             Op::Compact => true,
             Op::Fsync(p) | Op::Unlink(p) => self.is_file(p),
             Op::Link { from, to } => self.is_file(from) && self.absent_in_dir(to),
@@ -826,7 +885,8 @@ impl Model {
             | Op::Fsync(_)
             | Op::Compact
             | Op::Msync { .. }
-            | Op::DirectAppend { .. } => {}
+            | Op::DirectAppend { .. }
+            | Op::Alternate { .. } => {}
         }
     }
 }

@@ -154,6 +154,13 @@ impl Fs {
         self.state.unmounted.store(true, Ordering::SeqCst);
     }
 
+    /// Test-only switch for the crash explorer's self-test: alternate writes skip the fence
+    /// between their stores and their descriptor store (a deliberately broken build).
+    #[doc(hidden)]
+    pub fn set_broken_skip_slot_fence(&self, on: bool) {
+        self.state.zones.broken_skip_fence.store(on, Ordering::Relaxed);
+    }
+
     /// Test-only switch for the crash explorer's self-test: commits skip the fence between
     /// their undo records and their in-place writes (a deliberately broken build).
     #[doc(hidden)]

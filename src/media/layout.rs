@@ -9,6 +9,7 @@
 #![deny(clippy::cast_possible_truncation)]
 
 use crate::error::{Error, Result, corrupt};
+pub use crate::media::geometry::Geometry;
 
 /// Block size: the unit of allocation.
 pub const BLOCK_SIZE: u64 = 4096;
@@ -67,6 +68,10 @@ pub const INODE_IN_USE: u32 = 1;
 /// direct-path client appended there, or a write stored there in place before its size
 /// committed: docs/DESIGN.md §5, §7b); whatever extends the file zeroes what it exposes first.
 pub const INODE_TAIL_UNSETTLED: u32 = 2;
+/// Incompatible feature: the pool has alternate-slot zones (after the allocator bitmap), whose
+/// live slots hold the newest bytes of file blocks; a build that does not know them would read
+/// stale data, so it must refuse the pool.
+pub const INCOMPAT_SLOT_ZONES: u32 = 1;
 /// Root directory inode number.
 pub const ROOT_INO: u64 = 1;
 
@@ -96,6 +101,9 @@ pub mod sb {
     pub const INODES_PER_PARTITION: usize = 32;
     /// u32: entries per journal ring.
     pub const JOURNAL_ENTRIES: usize = 36;
+    /// u32: alternate slots per partition's zone; 0 in pools made before slot zones, which
+    /// have none (and leave [`INCOMPAT_SLOT_ZONES`](super::INCOMPAT_SLOT_ZONES) clear).
+    pub const ZONE_SLOTS: usize = 44;
     /// u32: undo staging blocks per journal.
     pub const STAGING_BLOCKS: usize = 40;
     /// u64: first journal block.
@@ -302,143 +310,6 @@ pub(crate) fn bitmap_bit(i: u64) -> Result<(usize, u8)> {
     Ok((byte, 1u8 << (i % 8)))
 }
 
-/// Where everything lives, derived from the pool size and the mkfs parameters. Stored in the
-/// superblock and recomputed at mount: a mismatch means corruption.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Geometry {
-    /// Usable pool size in bytes (a whole number of blocks).
-    pub pool_size: u64,
-    /// Number of partitions P (per-CPU journals, inode tables and allocator ranges).
-    pub partitions: u32,
-    /// Inodes in each partition's inode table.
-    pub inodes_per_partition: u32,
-    /// Entries per journal ring.
-    pub journal_entries: u32,
-    /// Undo staging blocks per journal.
-    pub staging_blocks: u32,
-    /// First journal block.
-    pub journal_start: u64,
-    /// First inode table block.
-    pub inode_table_start: u64,
-    /// First allocator bitmap block.
-    pub bitmap_start: u64,
-    /// Allocator bitmap length in blocks.
-    pub bitmap_blocks: u64,
-    /// First block of the data area (a multiple of 512).
-    pub data_start: u64,
-    /// Blocks in the data area.
-    pub data_blocks: u64,
-}
-
-impl Geometry {
-    /// Lay out a pool. Errors name what does not fit.
-    pub fn compute(pool_size: u64, partitions: u32, inodes_per_partition: u32) -> Result<Geometry> {
-        if partitions == 0 || partitions > 256 {
-            return Err(Error::Invalid(format!(
-                "partitions must be 1..=256, got {partitions}"
-            )));
-        }
-        if inodes_per_partition < 16 || !inodes_per_partition.is_multiple_of(16) {
-            return Err(Error::Invalid(format!(
-                "inodes per partition must be a positive multiple of 16, got {inodes_per_partition}"
-            )));
-        }
-        let blocks = pool_size / BLOCK_SIZE;
-        let journal_blocks = Self::journal_blocks_each(JOURNAL_ENTRIES, STAGING_BLOCKS);
-        let journal_start = 1;
-        let inode_table_start = journal_start + partitions as u64 * journal_blocks;
-        let inode_blocks = inodes_per_partition as u64 * INODE_SIZE / BLOCK_SIZE;
-        let bitmap_start = inode_table_start + partitions as u64 * inode_blocks;
-        let bitmap_blocks = blocks.div_ceil(8 * BLOCK_SIZE).max(1);
-        let data_start = (bitmap_start + bitmap_blocks).next_multiple_of(BLOCKS_PER_HUGE);
-        let min_blocks = data_start + partitions as u64 * BLOCKS_PER_HUGE;
-        if blocks < min_blocks {
-            return Err(Error::PoolTooSmall {
-                size: pool_size,
-                min: min_blocks * BLOCK_SIZE,
-            });
-        }
-        Ok(Geometry {
-            pool_size: blocks * BLOCK_SIZE,
-            partitions,
-            inodes_per_partition,
-            journal_entries: JOURNAL_ENTRIES,
-            staging_blocks: STAGING_BLOCKS,
-            journal_start,
-            inode_table_start,
-            bitmap_start,
-            bitmap_blocks,
-            data_start,
-            data_blocks: blocks - data_start,
-        })
-    }
-
-    /// Blocks taken by one journal (entry ring plus undo staging).
-    pub(crate) fn journal_blocks_each(entries: u32, staging: u32) -> u64 {
-        (entries as u64 * JOURNAL_ENTRY_SIZE).div_ceil(BLOCK_SIZE) + staging as u64
-    }
-
-    /// Byte offset of partition `p`'s journal entry ring.
-    pub fn journal_offset(&self, p: u32) -> u64 {
-        (self.journal_start
-            + p as u64 * Self::journal_blocks_each(self.journal_entries, self.staging_blocks))
-            * BLOCK_SIZE
-    }
-
-    /// Byte offset of partition `p`'s undo staging area.
-    pub fn staging_offset(&self, p: u32) -> u64 {
-        self.journal_offset(p)
-            + (self.journal_entries as u64 * JOURNAL_ENTRY_SIZE).next_multiple_of(BLOCK_SIZE)
-    }
-
-    /// Total inodes.
-    pub fn total_inodes(&self) -> u64 {
-        self.partitions as u64 * self.inodes_per_partition as u64
-    }
-
-    /// Byte offset of inode `ino` (1-based), or an error if out of range.
-    pub fn inode_offset(&self, ino: u64) -> Result<u64> {
-        if ino == 0 || ino > self.total_inodes() {
-            return Err(corrupt!(
-                "inode number {ino} out of range 1..={}",
-                self.total_inodes()
-            ));
-        }
-        Ok(self.inode_table_start * BLOCK_SIZE + (ino - 1) * INODE_SIZE)
-    }
-
-    /// Partition owning inode `ino`, which must be a valid inode number (1..=`total_inodes`,
-    /// as every inode number in DRAM is): the quotient is then below `partitions` (≤ 256).
-    pub(crate) fn inode_partition(&self, ino: u64) -> u32 {
-        let p = (ino - 1) / u64::from(self.inodes_per_partition);
-        u32::try_from(p).expect("a valid inode number lies in one of at most 256 partitions")
-    }
-
-    /// Data-area block range of each partition. All but the last are whole 2 MiB units; the last
-    /// takes the remainder.
-    pub(crate) fn partition_ranges(&self) -> Vec<(u64, u64)> {
-        let units = self.data_blocks / BLOCKS_PER_HUGE;
-        let per = units / self.partitions as u64 * BLOCKS_PER_HUGE;
-        let end = self.data_start + self.data_blocks;
-        (0..self.partitions as u64)
-            .map(|i| {
-                let s = self.data_start + i * per;
-                let e = if i + 1 == self.partitions as u64 {
-                    end
-                } else {
-                    s + per
-                };
-                (s, e)
-            })
-            .collect()
-    }
-
-    /// True if block `b` is in the data area.
-    pub fn is_data_block(&self, b: u64) -> bool {
-        b >= self.data_start && b < self.data_start + self.data_blocks
-    }
-}
-
 /// The superblock: immutable geometry (checksummed) plus a separately checksummed state record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Superblock {
@@ -460,7 +331,9 @@ impl Superblock {
         put_u32(&mut b, sb::BLOCK_SIZE, BLOCK_SIZE_FIELD);
         put_u64(&mut b, sb::POOL_SIZE, g.pool_size);
         put_u32(&mut b, sb::PARTITIONS, g.partitions);
-        put_u32(&mut b, sb::INCOMPAT, 0);
+        let incompat = if g.zone_slots > 0 { INCOMPAT_SLOT_ZONES } else { 0 };
+        put_u32(&mut b, sb::INCOMPAT, incompat);
+        put_u32(&mut b, sb::ZONE_SLOTS, g.zone_slots);
         put_u32(&mut b, sb::INODES_PER_PARTITION, g.inodes_per_partition);
         put_u32(&mut b, sb::JOURNAL_ENTRIES, g.journal_entries);
         put_u32(&mut b, sb::STAGING_BLOCKS, g.staging_blocks);
@@ -510,9 +383,17 @@ impl Superblock {
             ));
         }
         let incompat = get_u32(b, sb::INCOMPAT);
-        if incompat != 0 {
+        if incompat & !INCOMPAT_SLOT_ZONES != 0 {
             return Err(corrupt!(
-                "superblock has unknown incompatible features {incompat:#x}"
+                "superblock has unknown incompatible features {:#x}",
+                incompat & !INCOMPAT_SLOT_ZONES
+            ));
+        }
+        let zone_slots = get_u32(b, sb::ZONE_SLOTS);
+        if (zone_slots > 0) != (incompat & INCOMPAT_SLOT_ZONES != 0) {
+            return Err(corrupt!(
+                "superblock says {zone_slots} slots per zone but its slot-zone feature bit is {}",
+                if incompat & INCOMPAT_SLOT_ZONES != 0 { "set" } else { "clear" }
             ));
         }
         let pool_size = get_u64(b, sb::POOL_SIZE);
@@ -523,7 +404,7 @@ impl Superblock {
         }
         let partitions = get_u32(b, sb::PARTITIONS);
         let ipp = get_u32(b, sb::INODES_PER_PARTITION);
-        let expect = Geometry::compute(pool_size, partitions, ipp)
+        let expect = Geometry::compute_zoned(pool_size, partitions, ipp, zone_slots)
             .map_err(|e| corrupt!("superblock geometry is impossible: {e}"))?;
         let stored_geom = Geometry {
             pool_size,
@@ -537,6 +418,8 @@ impl Superblock {
             bitmap_blocks: get_u64(b, sb::BITMAP_BLOCKS),
             data_start: get_u64(b, sb::DATA_START),
             data_blocks: get_u64(b, sb::DATA_BLOCKS),
+            zone_slots,
+            zone_start: expect.zone_start,
         };
         if stored_geom != expect {
             return Err(corrupt!(

@@ -5,6 +5,8 @@ pub mod alloc;
 pub mod checksum;
 pub(crate) mod free_space;
 pub mod journal;
+pub mod geometry;
 pub mod layout;
 pub mod pool;
 pub mod recovery;
+pub mod zone;

@@ -684,6 +684,24 @@ impl Pool {
         std::sync::atomic::fence(Ordering::SeqCst);
     }
 
+    /// Store the 8-byte word `v` at `off` (a multiple of 8) with one atomic store, so a crash
+    /// leaves the old word or the new one, never a mix; then write its line back (no fence).
+    pub(crate) fn store_u64_flush(&self, off: u64, v: u64, cat: Category) -> Result<()> {
+        self.check(off, 8)?;
+        if !off.is_multiple_of(8) {
+            return Err(Error::Invalid(format!("unaligned atomic store at pool offset {off}")));
+        }
+        // SAFETY: bounds-checked, 8-byte aligned (the mapping is page aligned) and inside our
+        // writable mapping; every access to this word goes through atomics or plain copies
+        // made while the caller holds the locks that own it.
+        let word = unsafe { &*(self.base.add(ix(off)) as *const std::sync::atomic::AtomicU64) };
+        word.store(v.to_le(), Ordering::Release);
+        self.counters.bytes(cat, 8);
+        self.observe(|o| o.stored(self, off, 8));
+        self.flush(off, 8, cat);
+        Ok(())
+    }
+
     /// Store then flush (no fence). Large stores bypass the cache (see `persist_from`).
     pub(crate) fn write_flush(&self, off: u64, data: &[u8], cat: Category) -> Result<()> {
         self.check(off, data.len() as u64)?;

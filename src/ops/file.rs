@@ -20,6 +20,7 @@ use crate::ops::xattr;
 use crate::state::appends;
 use crate::state::inode_state::{InodeState, rlock};
 use crate::state::map_hooks;
+use crate::state::slots;
 use crate::state::mount_state::MountState;
 pub(crate) use crate::state::tx::commit_header;
 use crate::state::tx::Reserved;
@@ -74,6 +75,7 @@ pub(crate) fn read_locked(
             }
         }
     }
+    slots::overlay(state, n, off, &mut buf[..len])?;
     Ok(len)
 }
 
@@ -119,7 +121,7 @@ pub(crate) fn write(
 ) -> Result<(usize, u64)> {
     state.check_alive()?;
     let n = state.inode(ino)?;
-    let mut g = appends::lock(state, &n)?;
+    let mut g = appends::lock_keeping_slots(state, &n)?;
     file_kind_check(&g)?;
     let off = off.unwrap_or(g.hdr.size);
     if data.is_empty() {
@@ -221,6 +223,12 @@ fn write_piece(
 ) -> Result<()> {
     let end = pos + buf.len() as u64;
     let (lb0, lb1) = (pos / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
+    // Strict overwrites inside one block: written once, by alternate writing. Any other write
+    // finds the blocks it touches holding their newest bytes.
+    if slots::try_write(state, g, pos, buf)? {
+        return Ok(());
+    }
+    slots::fold(state, g, lb0, lb1)?;
     // The whole unit as an aligned extent when the file will use it; the write then lands in
     // place. With no aligned extent free, the write takes only the blocks it needs.
     let unit = lb0 / 512 * 512;

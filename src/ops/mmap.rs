@@ -20,6 +20,7 @@ use crate::media::layout::{BLOCK_SIZE, FileKind, MAX_FILE_SIZE};
 use crate::media::pool::Category;
 use crate::ops::file::{fill_gaps, fill_unit_aligned, unit_fragmented};
 use crate::ops::xattr;
+use crate::state::slots;
 use crate::state::inode_state::{InodeState, rlock, wlock};
 use crate::state::locks::lock;
 use crate::state::map_hooks::{flush_blocks, shared_of};
@@ -256,6 +257,9 @@ pub(crate) fn map(
         FileKind::Dir => return Err(Error::IsDir),
         _ => return Err(Error::NoDevice("only regular files can be mapped".into())),
     }
+    // A mapping sees the blocks themselves: their newest bytes go home first, and while it
+    // lives no write takes a slot.
+    slots::fold_all(state, &mut g)?;
     let base = vm::reserve(len, (off % HUGE as u64) as usize)?;
     let st = Arc::new(MapState::new(ino, base, off, len, atomic));
     let eof_blocks = g.hdr.size.div_ceil(BLOCK_SIZE);

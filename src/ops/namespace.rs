@@ -431,7 +431,7 @@ pub(crate) fn unlink(state: &MountState, parent: u64, name: &[u8], want_dir: boo
     ch.ctime = now;
     let free_now = ch.nlink == 0 && (want_dir || child.open == 0);
     if free_now {
-        state.free_inode_tx(child, &mut tx);
+        state.free_inode_tx(child, &mut tx)?;
     } else {
         state.header_tx(&mut tx, loc.ino, &child.hdr, &ch);
     }
@@ -627,7 +627,7 @@ pub(crate) fn rename(
         state.header_tx(&mut tx, i, &g[&i].hdr, h);
     }
     if let Some(v) = victim_freed {
-        state.free_inode_tx(&g[&v], &mut tx);
+        state.free_inode_tx(&g[&v], &mut tx)?;
     }
     edit_tx(&edit, &mut tx);
     state.commit(tx)?;

@@ -13,6 +13,7 @@ use crate::media::pool::Category;
 use crate::meta::inode::MapUpdate;
 use crate::ops::file::{commit_map_change, guarded, unit_fragmented};
 use crate::ops::xattr;
+use crate::state::slots;
 use crate::state::inode_state::{InodeState, wlock};
 use crate::state::map_hooks;
 use crate::state::mount_state::MountState;
@@ -120,6 +121,7 @@ pub(crate) fn scatter_file(state: &MountState, ino: u64) -> Result<u64> {
     if map_hooks::pinned(&g) {
         return Err(Error::Busy(format!("inode {ino} is mapped where it stands")));
     }
+    slots::fold_all(state, &mut g)?;
     let blocks = g.hdr.size.div_ceil(BLOCK_SIZE);
     let cpu = current_cpu();
     // Spacers stay allocated until the end, so no later block lands next to an earlier one.

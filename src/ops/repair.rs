@@ -440,7 +440,7 @@ fn free_keeping_shared(state: &MountState, ino: u64, node: &InodeRef) -> Result<
         .collect();
     let mut g = wlock(node);
     let mut tx = Tx::new();
-    state.free_inode_tx(&g, &mut tx);
+    state.free_inode_tx(&g, &mut tx)?;
     state.commit(tx)?;
     state.forget_inode_keeping(&mut g, &others);
     Ok(())

@@ -19,6 +19,7 @@ use crate::state::inode_state::{InodeRef, InodeState, rlock, wlock};
 use crate::state::map_hooks;
 use crate::state::mount_state::MountState;
 use crate::state::size_word;
+use crate::state::slots;
 use crate::state::tx::commit_header;
 use crate::sys::now_ns;
 use std::ops::{Deref, DerefMut};
@@ -38,8 +39,17 @@ pub(crate) struct FileLock<'a> {
     looked_only: bool,
 }
 
-/// Write-lock `n` for an operation that may read or change its size or blocks.
+/// Write-lock `n` for an operation that may read or change its size or blocks: its alternate
+/// slots are folded home first (`state::slots`), so the operation sees the blocks hold the
+/// file's bytes.
 pub(crate) fn lock<'a>(state: &'a MountState, n: &'a InodeRef) -> Result<FileLock<'a>> {
+    let mut l = lock_keeping_slots(state, n)?;
+    slots::fold_all(state, &mut l.g)?;
+    Ok(l)
+}
+
+/// [`lock`], leaving alternate slots where they are (the write path folds the ones it must).
+pub(crate) fn lock_keeping_slots<'a>(state: &'a MountState, n: &'a InodeRef) -> Result<FileLock<'a>> {
     let g = wlock(n);
     let frozen = g.appenders > 0;
     let mut l = FileLock { state, g, frozen, before: 0, looked_only: false };

@@ -1,4 +1,5 @@
-//! Requests for background work: the reactive rewrite of fragmented files and hole compaction.
+//! Requests for background work: the write-back of alternate slots, the reactive rewrite of
+//! fragmented files and hole compaction.
 //!
 //! This is the mailbox between the foreground and the worker thread. The data path, the
 //! namespace and the allocator's frees post requests here (cheaply, under one mutex); the worker
@@ -30,6 +31,8 @@ pub(crate) enum Job {
     Rewrite(u64),
     /// Run one hole-compaction pass.
     Compact,
+    /// Write the least recently used alternate slots back home until the zones have room.
+    WriteBack,
 }
 
 /// Starts the worker thread for a mount (given the mailbox it drains).
@@ -55,6 +58,8 @@ struct Queue {
     queued: HashSet<u64>,
     /// A job is being done right now.
     busy: bool,
+    /// Slot write-back asked for (a zone ran low on free slots).
+    write_back: bool,
     /// Hole compaction asked for (free space in holes passed the trigger).
     compact: bool,
     /// After a pass that emptied nothing, requests are ignored until this many more blocks
@@ -117,6 +122,21 @@ impl Background {
         }
     }
 
+    /// A zone runs low on free alternate slots: write the oldest back (before any other job).
+    /// Taken with rewrites (not by mounts without background work, which write back when a
+    /// zone is empty).
+    pub fn queue_write_back(self: &Arc<Self>) {
+        if !self.rewrite {
+            return;
+        }
+        let mut q = lock(&self.queue);
+        if q.write_back || !self.ensure_started(&mut q) {
+            return;
+        }
+        q.write_back = true;
+        self.changed.notify_all();
+    }
+
     /// `freed_blocks` went back to `alloc`: ask for compaction once holes pass the trigger.
     /// Cheap when they have not: two counter sums.
     pub fn note_freed(self: &Arc<Self>, alloc: &Allocator, freed_blocks: u64) {
@@ -144,6 +164,11 @@ impl Background {
         loop {
             if mount_gone() {
                 return None;
+            }
+            if q.write_back {
+                q.write_back = false;
+                q.busy = true;
+                return Some(Job::WriteBack);
             }
             if let Some(ino) = q.order.pop_front() {
                 q.queued.remove(&ino);
@@ -188,6 +213,12 @@ impl Background {
         self.changed.notify_all();
     }
 
+    /// A write-back job finished.
+    pub fn write_back_done(&self) {
+        lock(&self.queue).busy = false;
+        self.changed.notify_all();
+    }
+
     /// A job failed; the worker goes on with the next one.
     pub fn job_failed(&self) {
         lock(&self.queue).busy = false;
@@ -202,7 +233,7 @@ impl Background {
         if !q.started {
             return Some(RewriteStats::default());
         }
-        while q.busy || q.compact || !q.order.is_empty() {
+        while q.busy || q.compact || q.write_back || !q.order.is_empty() {
             let left = deadline.checked_duration_since(Instant::now())?;
             q = self
                 .changed

@@ -6,6 +6,7 @@ use crate::media::layout::{BLOCK_SIZE, FileKind, InodeHeader};
 use crate::meta::dir::DirIndex;
 use crate::meta::inode::FileMap;
 use crate::state::mappings::MapState;
+use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// An inode in DRAM. Changed only under its lock, and only after the transaction that changes
@@ -35,6 +36,22 @@ pub(crate) struct InodeState {
     /// Blocks the file stopped using while leased: free on media, kept from the allocator
     /// until the last lease goes, so a client's stale mapping never reaches another file.
     pub quarantine: Vec<BlockRun>,
+    /// Alternate slots holding the newest copy of lines of this file's blocks, by logical
+    /// block (`state::slots`).
+    pub slots: BTreeMap<u64, SlotRef>,
+}
+
+/// A file block's alternate slot (`state::slots`, `media::zone`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SlotRef {
+    /// Zone (partition) number.
+    pub part: u32,
+    /// Slot number in the zone.
+    pub slot: u32,
+    /// Pool block of the home (the file's block).
+    pub home: u64,
+    /// Lines newest in the slot.
+    pub lines: u64,
 }
 
 impl InodeState {
@@ -52,6 +69,7 @@ impl InodeState {
             leases: 0,
             appenders: 0,
             quarantine: Vec::new(),
+            slots: BTreeMap::new(),
         }
     }
     /// Whether something maps the file's blocks where they are: a mapping of this process or a

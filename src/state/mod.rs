@@ -19,5 +19,6 @@ pub mod mount;
 pub(crate) mod mount_state;
 pub(crate) mod prealloc;
 pub mod size_word;
+pub(crate) mod slots;
 pub(crate) mod tx;
 pub(crate) mod validate;

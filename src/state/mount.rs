@@ -6,6 +6,7 @@ use crate::error::{Error, Result, corrupt};
 use crate::media::alloc::{Allocator, BlockRun};
 use crate::media::journal::{Journals, epoch_of};
 use crate::media::recovery;
+use crate::media::zone;
 use crate::media::checksum;
 use crate::media::layout::{
     self, BLOCK_BYTES, BLOCK_SIZE, FileKind, Geometry, INODE_BYTES, INODE_SIZE, InodeHeader,
@@ -18,6 +19,7 @@ use crate::state::alloc_snapshot;
 use crate::state::background::Background;
 use crate::state::claims;
 use crate::state::damage;
+use crate::state::slots::{self, Zones};
 use crate::state::locks::lock;
 use crate::state::inode_state::{InodeState, wlock};
 use crate::state::validate;
@@ -362,6 +364,31 @@ pub(crate) fn mount_checked(
             ));
         }
     }
+    // Alternate slots a crash left live: each must name a block of a regular file's data.
+    let (live, mut bad) = zone::scan(&pool, &g)?;
+    let homeless: Vec<_> = slots::homeless(&live, &loaded.inodes)
+        .into_iter()
+        .map(|(s, why)| (*s, why))
+        .collect();
+    let live: Vec<_> = live
+        .into_iter()
+        .filter(|s| !homeless.iter().any(|(h, _)| h == s))
+        .collect();
+    bad.extend(homeless);
+    if let Some((_, first)) = bad.first() {
+        if inconsistent == Inconsistent::Refuse {
+            return Err(corrupt!(
+                "{first}{}; the pool was not changed; `winefs fsck --repair` clears it",
+                match bad.len() {
+                    1 => String::new(),
+                    n => format!(" (and {} more slots)", n - 1),
+                }
+            ));
+        }
+        for (_, why) in &bad {
+            notes.push(format!("{why}; cleared without writing it back"));
+        }
+    }
     let free = complement(&g, &owned);
     let stale_snapshot = match sb_state.clean {
         true => alloc_snapshot::bitmap_disagreement(&pool, &g, sb_state.bitmap_crc, &free)?,
@@ -376,6 +403,13 @@ pub(crate) fn mount_checked(
     // Everything the mount trusts is validated: from here on the pool is written.
     if !plan.is_empty() && !pool.is_private() {
         plan.apply(&pool)?;
+    }
+    // Slots go home before anything reads the files (a private or read-only mount does this in
+    // its own view of the pool).
+    let bad: Vec<_> = bad.into_iter().map(|(s, _)| s).collect();
+    slots::fold_at_mount(&pool, &g, &live, &bad)?;
+    if !live.is_empty() {
+        notes.push(format!("wrote {} alternate slots back to their files", live.len()));
     }
     let mount_count = sb_state
         .mount_count
@@ -454,6 +488,7 @@ pub(crate) fn mount_checked(
         background: Arc::new(background),
         leases: Default::default(),
         accounting: Default::default(),
+        zones: Zones::new(g.partitions, g.zone_slots),
         pool,
         geo: g,
         sb: sbk,
@@ -485,6 +520,14 @@ pub(crate) fn unmount(state: &MountState) -> Result<()> {
         return Ok(());
     }
     let g = &state.geo;
+    // A clean pool has no live slot: every file's blocks hold its bytes.
+    let nodes: Vec<_> = match state.zones.live() {
+        0 => Vec::new(),
+        _ => state.inodes.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect(),
+    };
+    for n in &nodes {
+        slots::fold_all(state, &mut wlock(n))?;
+    }
     // Every transaction has committed: the rings only describe finished work. Cleared before
     // the pool is marked clean, so no old entry can ever be taken for an unfinished one.
     recovery::clear_rings(&state.pool, g)?;

@@ -21,6 +21,7 @@ use crate::media::pool::Category;
 use crate::media::pool::Pool;
 use crate::state::accounting::Accounting;
 use crate::state::background::Background;
+use crate::state::slots::Zones;
 use crate::state::inode_state::{InodeRef, InodeState};
 use crate::state::leases::Leases;
 use crate::state::locks::lock;
@@ -79,6 +80,8 @@ pub(crate) struct MountState {
     pub leases: Leases,
     /// What each kind of operation wrote (`winefs stat`).
     pub accounting: Accounting,
+    /// The alternate-slot zones' free lists and use order (`state::slots`).
+    pub zones: Zones,
 }
 
 impl MountState {

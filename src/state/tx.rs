@@ -10,6 +10,7 @@ use crate::media::layout::{self, BLOCKS_PER_HUGE, INODE_IN_USE, InodeHeader};
 use crate::media::pool::Category;
 use crate::meta::inode::{self, FileMap, MapUpdate};
 use crate::state::claims;
+use crate::state::slots;
 use crate::state::inode_state::InodeState;
 use crate::state::mount_state::MountState;
 use crate::sys::current_cpu;
@@ -154,8 +155,12 @@ impl MountState {
     /// Add to `tx` the freeing of inode `n` (its last link went away and nobody has it open):
     /// one journaled header change clears its in-use flag and link count. After the commit,
     /// [`MountState::forget_inode`] gives its blocks and number back.
-    pub fn free_inode_tx(&self, n: &InodeState, tx: &mut Tx<'_>) {
+    /// Slots the inode has are written back home first (durably): should the transaction not
+    /// commit, the file keeps its newest bytes; once it commits, no slot names its blocks.
+    pub fn free_inode_tx(&self, n: &InodeState, tx: &mut Tx<'_>) -> Result<()> {
+        slots::write_back(self, n)?;
         self.header_tx(tx, n.ino, &n.hdr, &freed_header(&n.hdr));
+        Ok(())
     }
 
     /// After the transaction of [`MountState::free_inode_tx`] committed: the inode's blocks
@@ -177,6 +182,7 @@ impl MountState {
     /// aligned extents are taken next).
     fn forget_inode_freeing(&self, n: &mut InodeState, runs: &[BlockRun]) {
         self.forget_prealloc(n);
+        slots::forget(self, n);
         n.hdr = freed_header(&n.hdr);
         self.free_runs(runs);
         self.free_runs(&std::mem::take(&mut n.quarantine));
@@ -191,7 +197,7 @@ impl MountState {
     /// found at mount).
     pub fn free_inode(&self, n: &mut InodeState) -> Result<()> {
         let mut tx = Tx::new();
-        self.free_inode_tx(n, &mut tx);
+        self.free_inode_tx(n, &mut tx)?;
         self.commit(tx)?;
         self.forget_inode(n);
         Ok(())

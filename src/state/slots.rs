@@ -1,0 +1,436 @@
+//! Logless alternate writing (after LAWN, docs/DESIGN.md §5): in strict mode, an overwrite
+//! inside one block of a file is written once, either into an alternate slot or at home,
+//! whichever does not hold the newest copy of each 64-byte line, and committed by one atomic
+//! store of the slot's line bitmap (`media::zone`). No undo image, no copy on write: the file
+//! keeps its blocks, so aligned extents stay aligned.
+//!
+//! DRAM side: each zone's free slots and least-recently-used order, and each inode's slots
+//! (`InodeState::slots`, by logical block). A slot's contents and its inode's entry change
+//! only under the inode's write lock; a zone's lists under the zone's lock, taken after inode
+//! locks and never held while waiting for one (an eviction only *tries* its victim's lock).
+//!
+//! Everything that reads a file's blocks other than `read` and this module, moves them or
+//! frees them (truncate, fallocate and its modes, leases and mappings, rewrites, compaction,
+//! freeing the inode) first folds the file's slots home ([`fold`]) or drops them ([`drop_all`]),
+//! durably, so the rest of winefs sees files whose blocks hold their bytes.
+
+use crate::error::Result;
+use crate::media::geometry::Geometry;
+use crate::media::layout::{self, BLOCK_SIZE, FileKind};
+use crate::media::pool::Pool;
+use crate::media::pool::Category;
+use crate::media::zone::{self, LINE, LiveSlot};
+use crate::state::inode_state::{InodeState, SlotRef};
+use crate::state::locks::lock;
+use crate::state::mount_state::MountState;
+use crate::sys::{current_cpu, now_ns};
+use crate::types::Consistency;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+struct Zone {
+    free: Vec<u32>,
+    /// Owner (inode, logical block) and last use of each live slot.
+    owner: Vec<Option<(u64, u64)>>,
+    used: Vec<u64>,
+    /// Last use → slot, oldest first.
+    lru: BTreeMap<u64, u32>,
+    clock: u64,
+}
+
+/// The zones of a mount, in DRAM.
+pub(crate) struct Zones {
+    zones: Vec<Mutex<Zone>>,
+    /// Test-only: skip the fence between a write's stores and its descriptor store (the crash
+    /// explorer's self-test of a deliberately broken build).
+    pub broken_skip_fence: AtomicBool,
+}
+
+impl Zones {
+    /// Every slot free (mount folds the live ones home first).
+    pub fn new(partitions: u32, slots: u32) -> Zones {
+        let n = usize::try_from(slots).unwrap_or(0);
+        Zones {
+            zones: (0..partitions)
+                .map(|_| {
+                    Mutex::new(Zone {
+                        free: (0..slots).rev().collect(),
+                        owner: vec![None; n],
+                        used: vec![0; n],
+                        lru: BTreeMap::new(),
+                        clock: 0,
+                    })
+                })
+                .collect(),
+            broken_skip_fence: AtomicBool::new(false),
+        }
+    }
+
+    fn touch(z: &mut Zone, slot: u32) {
+        let i = slot as usize;
+        z.lru.remove(&z.used[i]);
+        z.clock += 1;
+        z.used[i] = z.clock;
+        z.lru.insert(z.clock, slot);
+    }
+
+    fn release(&self, part: u32, slot: u32) {
+        let mut z = lock(&self.zones[part as usize]);
+        let i = slot as usize;
+        if z.owner[i].take().is_some() {
+            let u = z.used[i];
+            z.lru.remove(&u);
+            z.free.push(slot);
+        }
+    }
+
+    /// Live slots per zone (for tests and reports).
+    pub fn live(&self) -> usize {
+        self.zones
+            .iter()
+            .map(|z| lock(z).owner.iter().filter(|o| o.is_some()).count())
+            .sum()
+    }
+}
+
+/// Whether a write of [pos, end) to `g` may take the alternate path: strict mode, a pool with
+/// zones, inside one block and inside the file, into a block the file has, on a file nothing
+/// maps in place (mappings and leases see the blocks themselves).
+fn eligible(state: &MountState, g: &InodeState, pos: u64, end: u64) -> Option<u64> {
+    if state.consistency != Consistency::Strict
+        || state.geo.zone_slots == 0
+        || end <= pos
+        || pos / BLOCK_SIZE != (end - 1) / BLOCK_SIZE
+        || end > g.hdr.size
+        || g.is_mapped()
+        || g.appenders > 0
+    {
+        return None;
+    }
+    g.map.lookup(pos / BLOCK_SIZE).map(|(phys, _)| phys)
+}
+
+/// Write `buf` at `pos` by alternate writing if the write qualifies (see [`eligible`]) and a
+/// slot can be had; Ok(false) leaves the write to the caller's other paths.
+pub(crate) fn try_write(
+    state: &MountState,
+    g: &mut InodeState,
+    pos: u64,
+    buf: &[u8],
+) -> Result<bool> {
+    let end = pos + buf.len() as u64;
+    let Some(home) = eligible(state, g, pos, end) else {
+        return Ok(false);
+    };
+    let lb = pos / BLOCK_SIZE;
+    let (sref, new) = match g.slots.get(&lb) {
+        Some(s) => (*s, false),
+        None => match take_slot(state, g, lb, home)? {
+            Some(s) => (s, true),
+            None => return Ok(false),
+        },
+    };
+    let r = store(state, g, pos, buf, home, sref, new);
+    if r.is_err() && new {
+        state.zones.release(sref.part, sref.slot);
+    }
+    r.map(|()| true)
+}
+
+/// The stores of [`try_write`] into slot `sref` (`new`: just taken, its `HOME` not yet stored).
+fn store(
+    state: &MountState,
+    g: &mut InodeState,
+    pos: u64,
+    buf: &[u8],
+    home: u64,
+    sref: SlotRef,
+    new: bool,
+) -> Result<()> {
+    let lb = pos / BLOCK_SIZE;
+    let pool = &state.pool;
+    let in_blk = pos % BLOCK_SIZE;
+    let (l0, l1) = (in_blk / LINE, (in_blk + buf.len() as u64 - 1) / LINE);
+    let touched = if l1 - l0 == 63 { !0 } else { ((1u64 << (l1 - l0 + 1)) - 1) << l0 };
+    let home_off = home * BLOCK_SIZE;
+    let slot_off = state.geo.zone_slot_offset(sref.part, sref.slot);
+    // Runs of touched lines with the same destination: at home where the slot is newest, in
+    // the slot where home is.
+    let mut l = l0;
+    while l <= l1 {
+        let to_home = sref.lines >> l & 1 == 1;
+        let mut r = l;
+        while r < l1 && (sref.lines >> (r + 1) & 1 == 1) == to_home {
+            r += 1;
+        }
+        let (dst, src, cat) = match to_home {
+            true => (home_off, slot_off, Category::Data),
+            false => (slot_off, home_off, Category::Slot),
+        };
+        let (a, b) = (l * LINE, (r + 1) * LINE); // the run, in the block
+        let (ws, we) = (in_blk.max(a), (in_blk + buf.len() as u64).min(b));
+        let data = &buf[(ws - in_blk) as usize..(we - in_blk) as usize];
+        if ws == a && we == b {
+            pool.write_flush(dst + a, data, cat)?;
+        } else {
+            // Partial head or tail line: the rest of it comes from the newest copy.
+            let mut run = vec![0u8; (b - a) as usize];
+            pool.read(src + a, &mut run)?;
+            run[(ws - a) as usize..(we - a) as usize].copy_from_slice(data);
+            pool.write_flush(dst + a, &run, cat)?;
+        }
+        l = r + 1;
+    }
+    if new {
+        zone::store_home(pool, &state.geo, sref.part, sref.slot, home)?;
+    }
+    if !state.zones.broken_skip_fence.load(Ordering::Relaxed) {
+        pool.fence();
+    }
+    let lines = sref.lines ^ touched;
+    zone::store_lines(pool, &state.geo, sref.part, sref.slot, lines)?;
+    // The times, in place like every data write's; durable with the commit's fence.
+    let now = now_ns();
+    let mut hdr = g.hdr.clone();
+    hdr.mtime = now;
+    hdr.ctime = now;
+    for (off, b) in layout::header_diff(state.inode_off(g.ino), &g.hdr, &hdr) {
+        pool.write_flush(off, &b, Category::Metadata)?;
+    }
+    pool.fence();
+    g.hdr = hdr;
+    if lines == 0 {
+        g.slots.remove(&lb);
+        state.zones.release(sref.part, sref.slot);
+    } else {
+        g.slots.insert(lb, SlotRef { lines, ..sref });
+        let mut z = lock(&state.zones.zones[sref.part as usize]);
+        Zones::touch(&mut z, sref.slot);
+    }
+    Ok(())
+}
+
+/// A free slot of this CPU's zone for block `lb` of `g` (home `home`). A zone short of free
+/// slots asks the background worker to write the oldest back; an empty one writes back a
+/// batch of the oldest itself (those of `g`, and of files whose lock is free now); None if
+/// none could be freed without waiting.
+fn take_slot(state: &MountState, g: &mut InodeState, lb: u64, home: u64) -> Result<Option<SlotRef>> {
+    let part = u32::try_from(current_cpu() % state.zones.zones.len()).unwrap_or(0);
+    for _ in 0..2 {
+        let victims = {
+            let mut z = lock(&state.zones.zones[part as usize]);
+            if let Some(slot) = z.free.pop() {
+                z.owner[slot as usize] = Some((g.ino, lb));
+                Zones::touch(&mut z, slot);
+                if z.free.len() < z.owner.len() / 4 {
+                    drop(z);
+                    state.background.queue_write_back();
+                }
+                return Ok(Some(SlotRef { part, slot, home, lines: 0 }));
+            }
+            oldest(&z, BATCH)
+        };
+        write_back_victims(state, Some(g), &victims, false)?;
+    }
+    Ok(None)
+}
+
+/// Slots written back together: one fence for their lines, one for their descriptors.
+const BATCH: usize = 64;
+
+/// Owners (inode, logical block) of the `n` least recently used live slots of a zone.
+fn oldest(z: &Zone, n: usize) -> Vec<(u64, u64)> {
+    z.lru.values().take(n).filter_map(|&s| z.owner[s as usize]).collect()
+}
+
+/// Write the slots of `victims` back home, grouped by inode: those of `own` (locked by the
+/// caller) directly, others under their inode's lock, taken only if free now unless `wait`.
+fn write_back_victims(
+    state: &MountState,
+    mut own: Option<&mut InodeState>,
+    victims: &[(u64, u64)],
+    wait: bool,
+) -> Result<usize> {
+    let mut by_ino: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for &(ino, lb) in victims {
+        by_ino.entry(ino).or_default().push(lb);
+    }
+    let mut done = 0;
+    for (ino, lbs) in by_ino {
+        match own.as_deref_mut() {
+            Some(g) if g.ino == ino => done += fold_blocks(state, g, &lbs)?,
+            _ => {
+                let Ok(n) = state.inode(ino) else { continue };
+                if wait {
+                    done += fold_blocks(state, &mut crate::state::inode_state::wlock(&n), &lbs)?;
+                } else if let Ok(mut vg) = n.try_write() {
+                    done += fold_blocks(state, &mut vg, &lbs)?;
+                }
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// The background write-back: in every zone short of free slots, write the oldest back until
+/// half the zone is free.
+pub(crate) fn write_back_lru(state: &MountState) -> Result<()> {
+    for z in &state.zones.zones {
+        loop {
+            let victims = {
+                let z = lock(z);
+                let want = (z.owner.len() / 2).saturating_sub(z.free.len());
+                if want == 0 {
+                    break;
+                }
+                oldest(&z, want.min(BATCH))
+            };
+            if write_back_victims(state, None, &victims, true)? == 0 {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Write the slots of logical blocks `lbs` of `g` back home (those it has) and free them.
+fn fold_blocks(state: &MountState, g: &mut InodeState, lbs: &[u64]) -> Result<usize> {
+    let picked: Vec<(u64, SlotRef)> =
+        lbs.iter().filter_map(|lb| g.slots.get(lb).map(|s| (*lb, *s))).collect();
+    write_home(state, g, &picked)?;
+    Ok(picked.len())
+}
+
+/// Put the newest bytes of [off, off+buf.len()) that live in slots into `buf` (which holds what
+/// the file's blocks say).
+pub(crate) fn overlay(state: &MountState, g: &InodeState, off: u64, buf: &mut [u8]) -> Result<()> {
+    if g.slots.is_empty() || buf.is_empty() {
+        return Ok(());
+    }
+    let end = off + buf.len() as u64;
+    for (&lb, s) in g.slots.range(off / BLOCK_SIZE..end.div_ceil(BLOCK_SIZE)) {
+        let base = lb * BLOCK_SIZE;
+        let slot_off = state.geo.zone_slot_offset(s.part, s.slot);
+        for (a, len) in zone::line_runs(s.lines) {
+            let (ws, we) = ((base + a).max(off), (base + a + len).min(end));
+            if ws < we {
+                let dst = &mut buf[(ws - off) as usize..(we - off) as usize];
+                state.pool.read(slot_off + (ws - base), dst)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Write the slots of logical blocks [lb0, lb1) of `g` back home and free them, durably: the
+/// lines are copied and fenced, then the descriptors cleared and fenced.
+pub(crate) fn fold(state: &MountState, g: &mut InodeState, lb0: u64, lb1: u64) -> Result<()> {
+    let picked: Vec<(u64, SlotRef)> = g.slots.range(lb0..lb1).map(|(l, s)| (*l, *s)).collect();
+    write_home(state, g, &picked)
+}
+
+fn write_home(state: &MountState, g: &mut InodeState, picked: &[(u64, SlotRef)]) -> Result<()> {
+    if picked.is_empty() {
+        return Ok(());
+    }
+    for (_, s) in picked {
+        let live = LiveSlot { part: s.part, slot: s.slot, home: s.home, lines: s.lines };
+        zone::copy_home(&state.pool, &state.geo, &live)?;
+    }
+    state.pool.fence();
+    clear(state, g, picked)
+}
+
+/// Fold every slot of `g` home.
+pub(crate) fn fold_all(state: &MountState, g: &mut InodeState) -> Result<()> {
+    fold(state, g, 0, u64::MAX)
+}
+
+/// Write every slot of `g` back home and clear its descriptor, durably, leaving the DRAM
+/// entries to [`forget`] (the inode is being freed: its lock is held shared).
+pub(crate) fn write_back(state: &MountState, g: &InodeState) -> Result<()> {
+    if g.slots.is_empty() {
+        return Ok(());
+    }
+    for s in g.slots.values() {
+        let live = LiveSlot { part: s.part, slot: s.slot, home: s.home, lines: s.lines };
+        zone::copy_home(&state.pool, &state.geo, &live)?;
+    }
+    state.pool.fence();
+    for s in g.slots.values() {
+        zone::store_lines(&state.pool, &state.geo, s.part, s.slot, 0)?;
+    }
+    state.pool.fence();
+    Ok(())
+}
+
+/// Give the slots of a freed inode back to their zones (their descriptors were cleared by
+/// [`write_back`]).
+pub(crate) fn forget(state: &MountState, g: &mut InodeState) {
+    for s in std::mem::take(&mut g.slots).into_values() {
+        state.zones.release(s.part, s.slot);
+    }
+}
+
+fn clear(state: &MountState, g: &mut InodeState, picked: &[(u64, SlotRef)]) -> Result<()> {
+    if picked.is_empty() {
+        return Ok(());
+    }
+    for (_, s) in picked {
+        zone::store_lines(&state.pool, &state.geo, s.part, s.slot, 0)?;
+    }
+    state.pool.fence();
+    for (lb, s) in picked {
+        g.slots.remove(lb);
+        state.zones.release(s.part, s.slot);
+    }
+    Ok(())
+}
+
+/// Of the live slots a crash left, those whose home is not a block of a regular file's data
+/// (damage: following one would overwrite metadata or free space), each with the line that
+/// says why.
+pub(crate) fn homeless<'a>(
+    live: &'a [LiveSlot],
+    nodes: &HashMap<u64, InodeState>,
+) -> Vec<(&'a LiveSlot, String)> {
+    let mut homes: Vec<u64> = live.iter().map(|s| s.home).collect();
+    homes.sort_unstable();
+    let mut held = HashSet::new();
+    for n in nodes.values().filter(|n| n.kind() == FileKind::File) {
+        for (_, phys, len) in n.map.segments(0, u64::MAX) {
+            let from = homes.partition_point(|&h| h < phys);
+            for &h in homes[from..].iter().take_while(|&&h| h < phys + len) {
+                held.insert(h);
+            }
+        }
+    }
+    live.iter()
+        .filter(|s| !held.contains(&s.home))
+        .map(|s| {
+            let why = format!(
+                "slot zone {} slot {}: home block {} is no regular file's data",
+                s.part, s.slot, s.home
+            );
+            (s, why)
+        })
+        .collect()
+}
+
+/// Mount: fold every live slot home and clear every named descriptor (`bad` too: slots that
+/// failed their checks, which fsck reported), durably.
+pub(crate) fn fold_at_mount(pool: &Pool, g: &Geometry, live: &[LiveSlot], bad: &[LiveSlot]) -> Result<()> {
+    if live.is_empty() && bad.is_empty() {
+        return Ok(());
+    }
+    for s in live {
+        zone::copy_home(pool, g, s)?;
+    }
+    pool.fence();
+    for s in live.iter().chain(bad) {
+        zone::store_lines(pool, g, s.part, s.slot, 0)?;
+    }
+    pool.fence();
+    Ok(())
+}
