@@ -870,14 +870,14 @@ fn real_slot_descriptors_decode_at_documented_offsets() {
     }
     assert_eq!(found.len(), 1, "one live slot");
     let (p, s, d) = &found[0];
-    let word = u64_at(&d, at("home"));
+    let word = u64_at(d, at("home"));
     assert_eq!(word & ((1 << 40) - 1), home);
     let mut c = home.to_le_bytes().to_vec();
     c.extend_from_slice(&p.to_le_bytes());
     c.extend_from_slice(&s.to_le_bytes());
     assert_eq!(word >> 40, u64::from(crc32c::crc32c(&c) >> 8));
     // Bytes 200..300 of the block: lines 3 and 4.
-    assert_eq!(u64_at(&d, at("lines")), 0b11000);
+    assert_eq!(u64_at(d, at("lines")), 0b11000);
     let slot = m.read(g.zone_slot_offset(*p, *s), 4096);
     assert_eq!(&slot[200..300], &[9u8; 100][..]);
     assert_eq!(&slot[192..200], &[7u8; 8][..], "the rest of the line comes from home");

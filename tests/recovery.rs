@@ -144,8 +144,18 @@ fn ops() -> Vec<Op> {
         ("overwrite in aligned extent", |fs| {
             drop(fs.write(ino(fs, "/big"), 4096 * 3 + 100, &[9u8; 5000]))
         }),
+        // Two blocks: a write inside one block goes by alternate writing, with no transaction
+        // (the crash explorer's `alternate` workloads cut it at every persistence point).
         ("overwrite in holes", |fs| {
-            drop(fs.write(ino(fs, "/d/a"), 100, &[9u8; 3000]))
+            drop(fs.write(ino(fs, "/d/a"), 100, &[9u8; 6000]))
+        }),
+        // Across the 2 MiB boundary of /big: two pieces, one transaction in strict mode.
+        ("overwrite across units", |fs| {
+            drop(fs.write(ino(fs, "/big"), (2 << 20) - 5000, &[9u8; 10_000]))
+        }),
+        // A whole 2 MiB unit: swapped for a fresh extent in strict mode.
+        ("overwrite whole unit", |fs| {
+            drop(fs.write(ino(fs, "/big"), 2 << 20, &vec![9u8; 2 << 20]))
         }),
         ("append", |fs| {
             drop(fs.append(ino(fs, "/d/a"), &[7u8; 9000]))
@@ -275,4 +285,65 @@ fn an_append_cut_before_its_commit_leaves_no_bytes_a_later_extension_shows() {
         assert!(r.is_clean(), "{mode:?}: {r:?}");
         fs.unmount().unwrap();
     }
+}
+
+/// A strict write of 64 MiB is one transaction: cut before its commit, every byte of the file
+/// is old; done, every byte is new, its whole units went into fresh aligned extents (no undo
+/// images of them: a few KiB of journal for 64 MiB), and the file is still mapped by aligned
+/// extents. A write to a mapped file that would need more than a transaction's undo space
+/// fails with EINVAL and changes nothing.
+#[test]
+fn a_64_mib_strict_write_is_all_or_nothing() {
+    const MIB: u64 = 1 << 20;
+    let (_d, p) = common::fresh_pool(256 * MIB, Some(2));
+    let fs = mount_with(&p, Consistency::Strict);
+    let f = fs.create_file("/big").unwrap();
+    let ino = f.ino();
+    f.write_at(0, &vec![1u8; 66 * MIB as usize]).unwrap();
+    drop(f);
+    let aligned_units = |fs: &Fs| {
+        fs.extents(ino)
+            .unwrap()
+            .iter()
+            .filter(|&&(l, p, n)| l % 512 == 0 && p % 512 == 0 && n >= 512)
+            .map(|&(_, _, n)| n / 512)
+            .sum::<u64>()
+    };
+    assert_eq!(aligned_units(&fs), 33);
+    // Unaligned at both ends: a partial head unit, 31 whole units, a partial tail unit.
+    let (off, len) = (MIB + 123, 64 * MIB);
+    let new: Vec<u8> = (0..len).map(|i| (i % 251) as u8 + 2).collect();
+
+    fs.inject_crash_before_commit(1);
+    assert!(fs.write(ino, off, &new).is_err());
+    drop(fs); // poisoned: not marked clean, like a crash
+    let fs = mount_with(&p, Consistency::Strict);
+    assert_eq!(fs.recovery_report().rolled_back.len(), 1);
+    let mut back = vec![0u8; 66 * MIB as usize];
+    fs.read(ino, 0, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 1), "a cut 64 MiB write left some new bytes");
+    assert!(fs.check().is_clean());
+
+    let s0 = fs.persist_stats();
+    assert_eq!(fs.write(ino, off, &new).unwrap(), len as usize);
+    let d = fs.persist_stats().since(&s0);
+    let journal = d.bytes_written[winefs::media::pool::Category::Journal as usize];
+    assert!(journal < 4 * MIB, "{journal} journal bytes for a 64 MiB write");
+    fs.read(ino, 0, &mut back).unwrap();
+    assert!(back[..off as usize].iter().all(|&b| b == 1));
+    assert_eq!(&back[off as usize..(off + len) as usize], &new[..]);
+    assert!(back[(off + len) as usize..].iter().all(|&b| b == 1));
+    assert_eq!(aligned_units(&fs), 33, "the whole units stayed aligned");
+
+    // Mapped: written in place, so every byte inside the file needs an undo image.
+    let file = fs.open_inode(ino).unwrap();
+    let m = file.mmap(0, (8 * MIB) as usize).unwrap();
+    let e = fs.write(ino, MIB, &vec![7u8; 6 * MIB as usize]).unwrap_err();
+    assert!(matches!(e, winefs::Error::Invalid(_)), "{e}");
+    assert!(e.to_string().contains("smaller pieces"), "{e}");
+    drop(m);
+    fs.read(ino, 0, &mut back).unwrap();
+    assert_eq!(&back[off as usize..(off + len) as usize], &new[..], "the refused write changed bytes");
+    assert!(fs.check().is_clean());
+    fs.unmount().unwrap();
 }

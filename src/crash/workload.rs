@@ -320,8 +320,9 @@ impl Op {
 
     /// The documented atomic steps of this operation on `fs` (its state just before the
     /// operation): a crash leaves the result of a prefix of them. One step (the operation
-    /// itself) for every operation except data writes, which are atomic per 2 MiB logical
-    /// piece (docs/DESIGN.md §5, "Strict and relaxed data paths").
+    /// itself) for every operation except data writes in relaxed mode, which are atomic per
+    /// 2 MiB logical piece, and [`Op::Alternate`]'s three writes (docs/DESIGN.md §5, "Strict
+    /// and relaxed data paths").
     pub fn steps(&self, fs: &Fs) -> Result<Vec<Op>> {
         let (path, off, len, fill) = match self {
             Op::Write {
@@ -350,6 +351,9 @@ impl Op {
             }
             _ => return Ok(vec![self.clone()]),
         };
+        if fs.consistency() == Consistency::Strict {
+            return Ok(vec![Op::Write { path: path.clone(), off, len, fill }]);
+        }
         let mut out = Vec::new();
         let end = off + len;
         let mut pos = off;
@@ -533,6 +537,10 @@ pub fn catalogue() -> Vec<Op> {
         ops.push(Op::Fsync(s(p)));
     }
     ops.extend([
+        // Several units in one transaction (strict): a partial head, two whole units (fresh
+        // extents swapped in) and a partial tail; and one whole aligned unit of /B plus a block.
+        w("/A", 100, 3 * HUGE_SIZE, 45),
+        w("/B", 0, HUGE_SIZE + 4096, 46),
         w("/A", 12305, 9000, 40),            // unaligned, several blocks, past EOF
         w("/B", 4096, 8192, 41),             // in place in an aligned extent (strict: data journal)
         w("/B", HUGE_SIZE - 4096, 8192, 42), // across the 2 MiB unit boundary: two pieces

@@ -12,7 +12,7 @@ use crate::media::pool::{PersistStats, Pool};
 use crate::meta::xattr::HUGEPAGE_HINT;
 use crate::ops::namespace::NewInode;
 use crate::ops::repair::{self, RepairReport};
-use crate::ops::{falloc, file, lease, namespace, prealloc, relocate, xattr};
+use crate::ops::{falloc, file, lease, namespace, prealloc, relocate, write, xattr};
 use crate::state::accounting::{OpKind, WriteStats};
 use crate::state::inode_state::rlock;
 use crate::state::mount_state::MountState;
@@ -344,7 +344,7 @@ impl Fs {
         let mut op = self.state.accounting.scope(OpKind::Write);
         op.user_bytes(data.len() as u64);
         self.state.check_writable()?;
-        self.sized(ino, file::write(&self.state, ino, Some(off), data).map(|(n, _)| n))
+        self.sized(ino, write::write(&self.state, ino, Some(off), data).map(|(n, _)| n))
     }
 
     /// Write at the current end of file, atomically with finding it; returns (bytes, offset).
@@ -352,7 +352,7 @@ impl Fs {
         let mut op = self.state.accounting.scope(OpKind::Append);
         op.user_bytes(data.len() as u64);
         self.state.check_writable()?;
-        self.sized(ino, file::write(&self.state, ino, None, data))
+        self.sized(ino, write::write(&self.state, ino, None, data))
     }
 
     /// Set the file's size: cut it, or extend it with a hole.

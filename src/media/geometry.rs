@@ -4,9 +4,19 @@
 #![deny(clippy::cast_possible_truncation)]
 
 use crate::error::{Error, Result, corrupt};
-use crate::media::layout::{
-    BLOCK_SIZE, BLOCKS_PER_HUGE, INODE_SIZE, JOURNAL_ENTRIES, JOURNAL_ENTRY_SIZE, STAGING_BLOCKS,
-};
+
+/// Block size: the unit of allocation.
+pub const BLOCK_SIZE: u64 = 4096;
+/// Blocks per 2 MiB hugepage.
+pub const BLOCKS_PER_HUGE: u64 = 512;
+/// Inode size on media.
+pub const INODE_SIZE: u64 = 256;
+/// Journal entries per per-CPU journal ring.
+pub const JOURNAL_ENTRIES: u32 = 1024;
+/// Size of one journal entry (one cache line).
+pub const JOURNAL_ENTRY_SIZE: u64 = 64;
+/// Blocks of undo staging per journal: large undo images (data journaling) live here.
+pub const STAGING_BLOCKS: u32 = 1024;
 
 /// Where everything lives, derived from the pool size and the mkfs parameters. Stored in the
 /// superblock and recomputed at mount: a mismatch means corruption.

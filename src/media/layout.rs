@@ -9,14 +9,13 @@
 #![deny(clippy::cast_possible_truncation)]
 
 use crate::error::{Error, Result, corrupt};
-pub use crate::media::geometry::Geometry;
+pub use crate::media::geometry::{
+    BLOCK_SIZE, BLOCKS_PER_HUGE, Geometry, INODE_SIZE, JOURNAL_ENTRIES, JOURNAL_ENTRY_SIZE,
+    STAGING_BLOCKS,
+};
 
-/// Block size: the unit of allocation.
-pub const BLOCK_SIZE: u64 = 4096;
 /// [`BLOCK_SIZE`] as a `usize`: the length of a block buffer.
 pub(crate) const BLOCK_BYTES: usize = const_usize(BLOCK_SIZE);
-/// Blocks per 2 MiB hugepage.
-pub const BLOCKS_PER_HUGE: u64 = 512;
 /// Bytes per 2 MiB hugepage.
 pub(crate) const HUGE_SIZE: u64 = BLOCK_SIZE * BLOCKS_PER_HUGE;
 /// Format version this build writes and reads.
@@ -30,17 +29,9 @@ pub(crate) const SYMLINK_MAX: usize = 4095;
 /// Largest file: logical block numbers are 32-bit on media.
 pub(crate) const MAX_FILE_SIZE: u64 = u32::MAX as u64 * BLOCK_SIZE;
 
-/// Journal entries per per-CPU journal ring.
-pub const JOURNAL_ENTRIES: u32 = 1024;
-/// Size of one journal entry (one cache line).
-pub const JOURNAL_ENTRY_SIZE: u64 = 64;
 /// [`JOURNAL_ENTRY_SIZE`] as a `usize`: the length of an entry buffer.
 pub(crate) const JOURNAL_ENTRY_BYTES: usize = const_usize(JOURNAL_ENTRY_SIZE);
-/// Blocks of undo staging per journal: large undo images (data journaling) live here.
-pub const STAGING_BLOCKS: u32 = 1024;
 
-/// Inode size on media.
-pub const INODE_SIZE: u64 = 256;
 /// [`INODE_SIZE`] as a `usize`: the length of an inode buffer.
 pub(crate) const INODE_BYTES: usize = const_usize(INODE_SIZE);
 /// Extent slots held in the inode itself.

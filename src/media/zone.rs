@@ -33,7 +33,7 @@ const HOME_BITS: u32 = 40;
 const HOME_MASK: u64 = (1 << HOME_BITS) - 1;
 
 const _: () = assert!(LINES_PER_BLOCK * LINE == crate::media::layout::BLOCK_SIZE);
-const _: () = assert!(desc::LINES + 8 == crate::media::geometry::ZONE_DESC_SIZE as usize);
+const _: () = assert!(desc::LINES as u64 + 8 == crate::media::geometry::ZONE_DESC_SIZE);
 
 fn check(home: u64, part: u32, slot: u32) -> u64 {
     let mut b = [0u8; 16];
@@ -73,10 +73,14 @@ pub(crate) fn store_lines(pool: &Pool, g: &Geometry, part: u32, slot: u32, lines
     pool.store_u64_flush(off, lines, Category::Slot)
 }
 
+/// What [`scan`] found: the live slots that pass their checks, and those that fail, each with
+/// the line that says why.
+pub type Scan = (Vec<LiveSlot>, Vec<(LiveSlot, String)>);
+
 /// Every live slot of the pool's zones, each checked: its `HOME` word must carry the right
 /// check and name a block of the data area. Slots that fail come back apart, with the line
 /// that says why.
-pub fn scan(pool: &Pool, g: &Geometry) -> Result<(Vec<LiveSlot>, Vec<(LiveSlot, String)>)> {
+pub fn scan(pool: &Pool, g: &Geometry) -> Result<Scan> {
     let (mut live, mut bad) = (Vec::new(), Vec::new());
     if g.zone_slots == 0 {
         return Ok((live, bad));

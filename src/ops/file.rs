@@ -1,19 +1,12 @@
-//! The data path: read, write, append, truncate, fallocate, punch hole, seek, setattr, fsync.
+//! The data path: read, truncate, fallocate, punch hole, seek, setattr, fsync.
 //!
-//! Writes are split at 2 MiB logical boundaries (and so that no piece touches more than 128
-//! existing extents); each piece is one transaction, so a write is atomic per piece (and whole
-//! for any write inside one 2 MiB unit of a file that is not badly fragmented). In strict mode a
-//! piece that lands in an aligned 2 MiB extent is data-journaled in place (the layout, and so the
-//! hugepage mapping, is preserved); a piece in hole-backed blocks is written copy-on-write into
-//! newly allocated blocks. In relaxed mode existing blocks are written in place. Newly allocated
-//! blocks are always filled before the transaction that maps them.
-//!
-//! Invariant kept by every path: bytes of a mapped block beyond the file size read as zero.
+//! Writes live in `ops::write`. Invariant kept by every path: bytes of a mapped block beyond the
+//! file size read as zero.
 
 use crate::error::{Error, Result};
 use crate::media::alloc::BlockRun;
 use crate::media::journal::Tx;
-use crate::media::layout::{BLOCK_SIZE, FileKind, HUGE_SIZE, InodeHeader, MAX_FILE_SIZE};
+use crate::media::layout::{BLOCK_SIZE, FileKind, InodeHeader, MAX_FILE_SIZE};
 use crate::media::pool::Category;
 use crate::meta::inode::MapUpdate;
 use crate::ops::xattr;
@@ -25,10 +18,7 @@ use crate::state::mount_state::MountState;
 pub(crate) use crate::state::tx::commit_header;
 use crate::state::tx::Reserved;
 use crate::sys::now_ns;
-use crate::types::{Attr, Consistency, SetAttr, TimeSet};
-
-/// Most existing extents one write transaction may touch (bounds its journal entries).
-const MAX_EXTENTS_PER_TX: usize = 128;
+use crate::types::{Attr, SetAttr, TimeSet};
 
 pub(crate) fn file_kind_check(n: &InodeState) -> Result<()> {
     match n.kind() {
@@ -111,248 +101,6 @@ pub(crate) fn commit_map_change(
     commit_header(state, g.ino, &g.hdr, &hdr, tx)?;
     g.hdr = hdr;
     state.finish_map_update(g, upd)
-}
-
-pub(crate) fn write(
-    state: &MountState,
-    ino: u64,
-    off: Option<u64>,
-    data: &[u8],
-) -> Result<(usize, u64)> {
-    state.check_alive()?;
-    let n = state.inode(ino)?;
-    let mut g = appends::lock_keeping_slots(state, &n)?;
-    file_kind_check(&g)?;
-    let off = off.unwrap_or(g.hdr.size);
-    if data.is_empty() {
-        return Ok((0, off));
-    }
-    let end = off
-        .checked_add(data.len() as u64)
-        .ok_or(Error::FileTooBig)?;
-    if end > MAX_FILE_SIZE {
-        return Err(Error::FileTooBig);
-    }
-    let old_size = g.hdr.size;
-    appends::zero_exposed(state, &g, off)?;
-    if end > old_size {
-        map_hooks::before_grow(state, &g)?;
-    }
-    let r = write_pieces(state, &mut g, off, data);
-    state.note_prealloc(&mut g);
-    if g.hdr.size > old_size {
-        map_hooks::after_grow(state, &g, old_size)?;
-        // The first unit of a file that grew past two units was written while the file was
-        // small (into holes): move it onto an aligned extent in the background.
-        if old_size < 2 * HUGE_SIZE && g.hdr.size >= 2 * HUGE_SIZE && unit_fragmented(&g, 0) {
-            state.background.queue_rewrite(ino);
-        }
-    }
-    Ok((r?, off))
-}
-
-/// Write `data` at `off` piece by piece; returns the bytes written (short only on ENOSPC).
-/// Short of space, a piece is retried in place instead of copied on write, then halved down to
-/// what fits, so a write fails with ENOSPC only when not even its first block can be written.
-fn write_pieces(state: &MountState, g: &mut InodeState, off: u64, data: &[u8]) -> Result<usize> {
-    let end = off + data.len() as u64;
-    let strict = state.consistency == Consistency::Strict;
-    let mut done = 0usize;
-    let mut cap = u64::MAX; // the longest piece to try, lowered when space ran short
-    while done < data.len() {
-        let pos = off + done as u64;
-        let mut piece_end = end
-            .min((pos / HUGE_SIZE + 1) * HUGE_SIZE)
-            .min(pos.saturating_add(cap));
-        let segs = g
-            .map
-            .segments(pos / BLOCK_SIZE, piece_end.div_ceil(BLOCK_SIZE));
-        if segs.len() > MAX_EXTENTS_PER_TX {
-            let s = segs[MAX_EXTENTS_PER_TX - 1];
-            piece_end = piece_end.min((s.0 + s.2) * BLOCK_SIZE).max(pos + 1);
-        }
-        let k = (piece_end - pos) as usize;
-        let piece = &data[done..done + k];
-        let r = match write_piece(state, g, pos, piece, true) {
-            Err(Error::NoSpace(_)) if strict => write_piece(state, g, pos, piece, false),
-            r => r,
-        };
-        match r {
-            Ok(()) => done += k,
-            Err(Error::NoSpace(m)) => {
-                let to_block_end = BLOCK_SIZE - pos % BLOCK_SIZE;
-                if k as u64 > to_block_end {
-                    cap = (k as u64 / 2).max(to_block_end);
-                } else if done > 0 {
-                    break;
-                } else {
-                    return Err(Error::NoSpace(m));
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(done)
-}
-
-/// Whether a write of [pos, end) into an empty 2 MiB unit takes the whole unit as an aligned
-/// extent (when one is free): the file will use it — it is 2 MiB or larger, carries the
-/// alignment hint, or has a mapping of 2 MiB or more — and the write is sequential: it starts
-/// at the unit's first byte, or runs on from inside the file (or its end) past the end. So
-/// appends and sequential writes of large files land on aligned extents (FUSE splits writes
-/// at 1 MiB; applications append 4 KiB at a time), while random writes into sparse ranges and
-/// small files take only the blocks they write.
-fn wants_unit(state: &MountState, g: &mut InodeState, pos: u64, end: u64) -> Result<bool> {
-    let size = g.hdr.size;
-    if !(pos.is_multiple_of(HUGE_SIZE) || (pos <= size && end > size)) {
-        return Ok(false);
-    }
-    Ok(size >= HUGE_SIZE
-        || g.maps.iter().any(|m| m.len as u64 >= HUGE_SIZE)
-        || xattr::hinted(state, g)?)
-}
-
-/// Write `buf` at `pos`; the range lies inside one 2 MiB logical unit. `cow`: in strict mode,
-/// hole-backed blocks are copied on write (false: journaled in place, which needs no space).
-fn write_piece(
-    state: &MountState,
-    g: &mut InodeState,
-    pos: u64,
-    buf: &[u8],
-    cow: bool,
-) -> Result<()> {
-    let end = pos + buf.len() as u64;
-    let (lb0, lb1) = (pos / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
-    // Strict overwrites inside one block: written once, by alternate writing. Any other write
-    // finds the blocks it touches holding their newest bytes.
-    if slots::try_write(state, g, pos, buf)? {
-        return Ok(());
-    }
-    slots::fold(state, g, lb0, lb1)?;
-    // The whole unit as an aligned extent when the file will use it; the write then lands in
-    // place. With no aligned extent free, the write takes only the blocks it needs.
-    let unit = lb0 / 512 * 512;
-    if g.map.segments(unit, unit + 512).is_empty() && wants_unit(state, g, pos, end)? {
-        fill_unit_aligned(state, g, unit)?;
-    }
-    let strict = state.consistency == Consistency::Strict;
-    // A mapped file is never copied on write: its mappings point at the blocks in place.
-    let aligned = !cow || g.map.in_aligned_unit(lb0) || g.is_mapped();
-    // Bytes at or past the old end hold nothing of the file: blocks wholly past it are written
-    // in place, and those bytes need no undo image (docs/DESIGN.md §5).
-    let old_size = g.hdr.size;
-    let eof_block = old_size.div_ceil(BLOCK_SIZE);
-    // Targets that need new blocks: gaps (None) and, in strict mode outside aligned extents,
-    // mapped blocks holding bytes of the file rewritten copy-on-write (Some(old phys)).
-    let mut targets: Vec<(u64, u64, Option<u64>)> = Vec::new();
-    let mut in_place: Vec<(u64, u64, u64)> = Vec::new();
-    let mut cur = lb0;
-    for (l, phys, len) in g.map.segments(lb0, lb1) {
-        if l > cur {
-            targets.push((cur, l - cur, None));
-        }
-        if strict && !aligned {
-            let split = eof_block.clamp(l, l + len);
-            if split > l {
-                targets.push((l, split - l, Some(phys)));
-            }
-            if l + len > split {
-                in_place.push((split, phys + (split - l), l + len - split));
-            }
-        } else {
-            in_place.push((l, phys, len));
-        }
-        cur = l + len;
-    }
-    // Stored in place past the end, those bytes reach media before the size that covers them
-    // commits: a crash in between leaves them past the end, which the file's mark allows
-    // (whatever extends it later zeroes what it exposes). Marked once per file.
-    if in_place.iter().any(|&(l, _, len)| (l + len) * BLOCK_SIZE > old_size && end > old_size) {
-        appends::mark_unsettled(state, g)?;
-    }
-    if cur < lb1 {
-        targets.push((cur, lb1 - cur, None));
-    }
-    let need: u64 = targets.iter().map(|t| t.1).sum();
-    let mut res = Reserved::new(state);
-    let runs = if need > 0 {
-        res.alloc(need)?
-    } else {
-        Vec::new()
-    };
-    let placements = lay_out(&runs, targets.iter().map(|t| t.1));
-    let pieces: usize = placements.iter().map(Vec::len).sum();
-    let mut upd = MapUpdate::default();
-    state.reserve_slots(&mut res, &mut g.map, pieces + targets.len(), &mut upd)?;
-    // From here on DRAM changes before the commit: any failure poisons the mount.
-    guarded(state, || {
-        let pool = &state.pool;
-        // Fill new blocks: written bytes from `buf`, the rest zero (gap) or old content (CoW).
-        for (t, pl) in targets.iter().zip(&placements) {
-            let mut l = t.0;
-            for r in pl {
-                for i in 0..r.len {
-                    let fb = (l + i) * BLOCK_SIZE; // file offset of this block
-                    let dst = (r.start + i) * BLOCK_SIZE;
-                    let ws = pos.max(fb);
-                    let we = end.min(fb + BLOCK_SIZE);
-                    let old = t.2.map(|p| (p + (l + i - t.0)) * BLOCK_SIZE);
-                    let fill = |from: u64, to: u64| -> Result<()> {
-                        if to > from {
-                            match old {
-                                Some(o) => pool.copy_flush(
-                                    o + (from - fb),
-                                    dst + (from - fb),
-                                    to - from,
-                                    Category::Cow,
-                                ),
-                                None => {
-                                    pool.zero_flush(dst + (from - fb), to - from, Category::Cow)
-                                }
-                            }?;
-                        }
-                        Ok(())
-                    };
-                    fill(fb, ws)?;
-                    pool.write_flush(
-                        dst + (ws - fb),
-                        &buf[(ws - pos) as usize..(we - pos) as usize],
-                        Category::Data,
-                    )?;
-                    fill(we, fb + BLOCK_SIZE)?;
-                }
-                l += r.len;
-            }
-        }
-        let mut tx = Tx::new();
-        for &(l, phys, len) in &in_place {
-            let ws = pos.max(l * BLOCK_SIZE);
-            let we = end.min((l + len) * BLOCK_SIZE);
-            let dst = phys * BLOCK_SIZE + (ws - l * BLOCK_SIZE);
-            // In strict mode the bytes inside the old size are undo-journaled; those past it are
-            // not (nothing of the file is there to restore).
-            let keep = if strict { old_size.clamp(ws, we) } else { ws };
-            if keep > ws {
-                tx.write_ref(dst, &buf[(ws - pos) as usize..(keep - pos) as usize], Category::Data);
-            }
-            if we > keep {
-                let at = dst + (keep - ws);
-                pool.write_flush(at, &buf[(keep - pos) as usize..(we - pos) as usize], Category::Data)?;
-            }
-        }
-        for (t, pl) in targets.iter().zip(&placements) {
-            g.map.remap(t.0, t.1, pl, &mut upd);
-        }
-        let now = now_ns();
-        commit_map_change(state, g, &upd, tx, |h| {
-            h.size = h.size.max(end);
-            h.map_end = h.map_end.max(lb1);
-            h.mtime = now;
-            h.ctime = now;
-        })
-    })?;
-    res.keep();
-    mark_if_aligned(state, g, &runs)
 }
 
 /// After `runs` joined the file: if one is a whole aligned 2 MiB extent, record the alignment
@@ -517,7 +265,7 @@ pub(crate) fn fallocate(
 
 /// Cut the allocated `runs` into consecutive pieces of the given lengths (their sum is the
 /// runs' total), in order: the placement of each target range.
-fn lay_out(runs: &[BlockRun], lens: impl Iterator<Item = u64>) -> Vec<Vec<BlockRun>> {
+pub(crate) fn lay_out(runs: &[BlockRun], lens: impl Iterator<Item = u64>) -> Vec<Vec<BlockRun>> {
     let mut ri = runs.iter().copied();
     let mut left: Option<BlockRun> = None;
     lens.map(|len| {

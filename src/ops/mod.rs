@@ -12,4 +12,5 @@ pub(crate) mod relocate;
 pub mod repair;
 pub(crate) mod repair_dirs;
 pub(crate) mod repair_leaf;
+pub(crate) mod write;
 pub(crate) mod xattr;

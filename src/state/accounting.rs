@@ -1,6 +1,6 @@
 //! Write accounting: what each kind of operation wrote to the pool, per category of traffic
 //! (`media::pool::Category`), so write amplification is measured, not guessed. The `Fs` facade
-//! opens one [`OpScope`] per call; the scope takes the calling thread's counters
+//! opens one `OpScope` per call; the scope takes the calling thread's counters
 //! (`pool::thread_stats`) at both ends, so concurrent operations never count each other's
 //! bytes. A scope opened inside another (one facade call making another) counts nothing: the
 //! outer one already covers it.

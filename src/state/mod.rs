@@ -22,3 +22,4 @@ pub mod size_word;
 pub(crate) mod slots;
 pub(crate) mod tx;
 pub(crate) mod validate;
+pub(crate) mod zones;

@@ -21,7 +21,7 @@ use crate::media::pool::Category;
 use crate::media::pool::Pool;
 use crate::state::accounting::Accounting;
 use crate::state::background::Background;
-use crate::state::slots::Zones;
+use crate::state::zones::Zones;
 use crate::state::inode_state::{InodeRef, InodeState};
 use crate::state::leases::Leases;
 use crate::state::locks::lock;
