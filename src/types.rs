@@ -10,8 +10,9 @@ use crate::media::layout::FileKind;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Consistency {
     /// Every metadata operation is atomic and durable when it returns; a data write is
-    /// durable when it returns and atomic per 2 MiB-aligned piece (whole for a write inside
-    /// one piece): overwrites are undo-journaled or copied on write.
+    /// durable when it returns and atomic whatever its size (docs/DESIGN.md §5 gives the two
+    /// bounds, both reported): small overwrites alternate between the file and a slot, whole
+    /// 2 MiB units are swapped for fresh extents, the rest is undo-journaled or copied on write.
     #[default]
     Strict,
     /// Metadata atomic and durable; data written in place (durable on return, but a torn
@@ -32,8 +33,29 @@ pub struct MountOptions {
     /// The one way to mount a pool flagged "needs fsck".
     pub read_only: bool,
     /// Do not rewrite fragmented files or compact holes in the background (`Fs::rewrite` and
-    /// `Fs::compact` still work); for measuring fragmented layouts as they are.
+    /// `Fs::compact` still work), and write alternate slots back only when a zone is empty;
+    /// for measuring layouts as they are, and for the crash explorer's determinism.
     pub no_background_rewrite: bool,
+    /// How strict mode writes overwrites inside one block (for comparing the paths:
+    /// `winefs bench small`); the default is the fastest.
+    pub overwrite_path: OverwritePath,
+    /// Wear-aware allocation: small allocations from holes go next fit (spread over every
+    /// hole) instead of lowest address first; aligned extents are handed out as before.
+    pub wear_aware: bool,
+}
+
+/// How strict mode writes an overwrite inside one block of a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OverwritePath {
+    /// Alternate writing: once, into a slot or at home (docs/DESIGN.md §5); the other paths
+    /// where it does not apply.
+    #[default]
+    Alternate,
+    /// Undo journaling in aligned extents, copy-on-write elsewhere (the paths before slots).
+    Journal,
+    /// Copy-on-write everywhere, aligned extents too (which the file then loses): the NOVA
+    /// way, for comparison only.
+    CopyOnWrite,
 }
 
 /// mkfs options.
@@ -47,6 +69,9 @@ pub struct MkfsOptions {
     pub inodes: Option<u64>,
     /// Format an existing file or device (its contents are lost).
     pub force: bool,
+    /// Keep a write counter per pool block (`winefs wear`): 4 bytes per 4 KiB block, counted in
+    /// DRAM and saved at clean unmount.
+    pub wear_stats: bool,
 }
 
 /// Attributes of an inode. Times are nanoseconds since the Unix epoch.

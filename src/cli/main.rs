@@ -21,8 +21,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use winefs::bench::{
-    AppBenchConfig, FuseBenchConfig, MmapBenchConfig, SpaceBenchConfig, SyscallBenchConfig,
-    app_bench, fuse_bench, mmap_bench, space_bench, syscall_bench,
+    AppBenchConfig, FuseBenchConfig, MmapBenchConfig, SmallBenchConfig, SpaceBenchConfig,
+    SyscallBenchConfig, WearBenchConfig, app_bench, fuse_bench, mmap_bench, small_bench,
+    space_bench, syscall_bench, wear_bench,
 };
 use winefs::media::layout::{BLOCK_SIZE, FORMAT_VERSION};
 use winefs::report::{FileMapReport, FragReport};
@@ -76,6 +77,10 @@ enum Cmd {
         /// (docs/DESIGN.md §7b).
         #[arg(long)]
         no_direct: bool,
+        /// Wear-aware allocation: small allocations spread over every hole (next fit) instead
+        /// of reusing the lowest ones; aligned extents are handed out as before.
+        #[arg(long)]
+        wear_aware: bool,
         /// Size of the default pool when it is created (K/M/G/T suffixes, binary; default 1G);
         /// refused with POOL and MOUNTPOINT or when the default pool exists.
         #[arg(long, value_parser = parse_nonzero_size)]
@@ -109,6 +114,18 @@ enum Cmd {
         /// Format even if POOL exists (its contents are lost).
         #[arg(long)]
         force: bool,
+        /// Keep a write counter per block (`winefs wear`): 4 bytes per 4 KiB block, counted in
+        /// memory and saved at clean unmount.
+        #[arg(long)]
+        wear_stats: bool,
+    },
+    /// Writes per block of a pool made with --wear-stats, as its last clean unmount saved them:
+    /// per region max and mean, the data blocks by writes, the hottest blocks (read-only).
+    Wear {
+        pool: PathBuf,
+        /// Hottest blocks listed.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
     },
     /// Check a pool offline (nothing is written). Exit 0 clean, 1 problems, 2 cannot check.
     /// With --repair: fix what can be fixed without guessing, report every change; exit 0
@@ -252,6 +269,35 @@ enum BenchCmd {
         /// Also run the workload on a FUSE mount of winefs (root or /dev/fuse access).
         #[arg(long)]
         fuse: bool,
+    },
+    /// Block wear under a varmail-like churn on a half-full pool, with the default and with
+    /// wear-aware allocation: most and mean writes per block.
+    Wear {
+        /// Directory for the pool (default: /dev/shm).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Pool size (K/M/G/T suffixes).
+        #[arg(long, default_value = "256M", value_parser = parse_nonzero_size)]
+        pool_size: u64,
+        /// Small files churned.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+        files: u64,
+        /// Churn iterations.
+        #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+        ops: u64,
+    },
+    /// Small strict overwrites (64 B to 4 KiB, and a 70/30 read/write mix) on a large file by
+    /// alternate writing, undo journaling and copy-on-write: ops/s and bytes stored per op.
+    Small {
+        /// Directory for the pools (default: /dev/shm).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Size of the file (K/M/G/T suffixes).
+        #[arg(long, default_value = "1G", value_parser = parse_nonzero_size)]
+        size: u64,
+        /// Operations per case.
+        #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+        ops: u64,
     },
     /// 4 KiB append/overwrite/read and create/unlink: winefs library vs std::fs on tmpfs.
     Syscall {
@@ -434,6 +480,7 @@ fn main() -> ExitCode {
             nonempty,
             read_only,
             no_direct,
+            wear_aware,
             size,
             log,
         } => mount::run(mount::MountArgs {
@@ -449,6 +496,7 @@ fn main() -> ExitCode {
             nonempty,
             read_only,
             no_direct,
+            wear_aware,
             size,
             log,
         }),
@@ -459,7 +507,9 @@ fn main() -> ExitCode {
             partitions,
             inodes,
             force,
-        } => mkfs(&pool, size, partitions, inodes, force),
+            wear_stats,
+        } => mkfs(&pool, size, partitions, inodes, force, wear_stats),
+        Cmd::Wear { pool, top } => wear(&pool, top),
         Cmd::Fsck { pool, repair } => fsck(&pool, repair),
         Cmd::Info { pool } => info(&pool),
         Cmd::Stat { target, json } => stat::stat(&target, json),
@@ -559,6 +609,32 @@ fn main() -> ExitCode {
         }),
         Cmd::Bench {
             which:
+                BenchCmd::Wear {
+                    dir,
+                    pool_size,
+                    files,
+                    ops,
+                },
+        } => {
+            let cfg = WearBenchConfig { dir, pool_size, files, ops };
+            eprintln!("running: {ops} churn iterations under each of two allocation policies...");
+            match wear_bench(&cfg) {
+                Ok(rep) => {
+                    print!("{rep}");
+                    Ok(0)
+                }
+                Err(e) => Err(fail("bench wear", e)),
+            }
+        }
+        Cmd::Bench {
+            which: BenchCmd::Small { dir, size, ops },
+        } => bench_small(SmallBenchConfig {
+            dir,
+            file_size: size,
+            ops,
+        }),
+        Cmd::Bench {
+            which:
                 BenchCmd::Syscall {
                     dir,
                     ops,
@@ -591,6 +667,7 @@ fn mkfs(
     partitions: Option<u32>,
     inodes: Option<u64>,
     force: bool,
+    wear_stats: bool,
 ) -> Result<u8, Fail> {
     let p = pool.display();
     let opts = MkfsOptions {
@@ -598,6 +675,7 @@ fn mkfs(
         partitions,
         inodes,
         force,
+        wear_stats,
     };
     Fs::mkfs(pool, &opts).ctx(|| format!("mkfs {p}"))?;
     let fs = private_mount(pool).ctx(|| format!("mount {p} after mkfs"))?;
@@ -826,6 +904,25 @@ fn bench_app(a: AppArgs) -> Result<u8, Fail> {
         let text = serde_json::to_string_pretty(&rep).map_err(|e| fail("bench app: JSON", e))?;
         std::fs::write(&j, text + "\n").map_err(|e| fail(format!("write {}", j.display()), e))?;
     }
+    Ok(0)
+}
+
+fn wear(pool: &Path, top: usize) -> Result<u8, Fail> {
+    let p = pool.display();
+    let (g, counts) =
+        winefs::state::mount::read_wear(pool).ctx(|| format!("read wear counters of {p}"))?;
+    println!("writes per block of {p} (as of its last clean unmount):\n");
+    print!("{}", winefs::media::wear::WearReport::new(&g, &counts, top));
+    Ok(0)
+}
+
+fn bench_small(cfg: SmallBenchConfig) -> Result<u8, Fail> {
+    eprintln!(
+        "running: {} ops per case, three paths (this takes a little while)...",
+        cfg.ops
+    );
+    let rep = small_bench(&cfg).ctx(|| "bench small".into())?;
+    print!("{rep}");
     Ok(0)
 }
 

@@ -34,6 +34,8 @@ pub struct MountArgs {
     pub read_only: bool,
     /// Start no direct-path channel (the preload library then keeps to FUSE).
     pub no_direct: bool,
+    /// Wear-aware allocation (`MountOptions::wear_aware`).
+    pub wear_aware: bool,
     /// Size of a new default pool (None: [`DEFAULT_SIZE`]).
     pub size: Option<u64>,
     pub log: Option<PathBuf>,
@@ -228,6 +230,7 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
         MountOptions {
             consistency: a.consistency,
             read_only: a.read_only,
+            wear_aware: a.wear_aware,
             ..Default::default()
         },
     )

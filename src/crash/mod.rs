@@ -261,6 +261,8 @@ fn mount_opts(consistency: Consistency, private: bool) -> MountOptions {
         private,
         no_background_rewrite: true,
         read_only: false,
+        overwrite_path: Default::default(),
+        wear_aware: false,
     }
 }
 
@@ -273,6 +275,7 @@ fn make_template(path: &Path, start: Start) -> Result<()> {
             partitions: Some(1),
             inodes: Some(256),
             force: false,
+            wear_stats: false,
         },
     )?;
     let fs = Fs::mount(path, mount_opts(Consistency::Strict, false))?;

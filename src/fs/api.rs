@@ -129,6 +129,12 @@ impl Fs {
         WriteStats::new(&self.state.accounting, &self.state.pool.stats())
     }
 
+    /// Writes per pool block since mkfs (one count per store touching the block), for a pool
+    /// made with `--wear-stats`; None otherwise.
+    pub fn wear_counts(&self) -> Option<Vec<u32>> {
+        self.state.pool.wear().map(|w| w.snapshot())
+    }
+
     /// What recovery did at mount.
     pub fn recovery_report(&self) -> RecoveryReport {
         self.state.recovery.clone()

@@ -274,6 +274,14 @@ impl Allocator {
         Ok(out)
     }
 
+    /// Wear-aware allocation on or off: small allocations from holes go next fit instead of
+    /// lowest address first (free aligned extents are taken as before).
+    pub fn set_wear_aware(&self, on: bool) {
+        for i in 0..self.parts.len() {
+            self.with(i, |p| p.spread_from = on.then_some(p.start));
+        }
+    }
+
     /// One free aligned 2 MiB extent (local first, else from the partition with most); never gathers holes.
     pub fn alloc_aligned_extent(&self, cpu: usize) -> Option<u64> {
         self.local_then_most(cpu % self.parts.len(), ALIGNED, 1, FreeSpace::pop_aligned)

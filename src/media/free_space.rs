@@ -37,6 +37,10 @@ pub(crate) struct FreeSpace {
     /// Unaligned free runs: start -> len.
     pub(crate) holes: BTreeMap<u64, u64>,
     pub(crate) hole_blocks: u64,
+    /// Wear-aware allocation (`MountOptions::wear_aware`): small allocations take the next
+    /// hole at or after this block (next fit, wrapping), so churn spreads over every hole
+    /// instead of wearing the lowest ones; None: lowest address first.
+    pub(crate) spread_from: Option<u64>,
 }
 
 impl FreeSpace {
@@ -95,12 +99,38 @@ impl FreeSpace {
         self.add_hole(u, e - u);
     }
 
-    /// Lowest-address hole with at least `r` blocks; its first `r` blocks are taken.
+    /// A hole with at least `r` blocks, its first `r` blocks taken: the lowest-address one, or
+    /// with wear-aware allocation the next one at or after the last allocation's end.
     pub(crate) fn first_fit(&mut self, r: u64) -> Option<u64> {
-        let (&s, &l) = self.holes.iter().find(|&(_, &l)| l >= r)?;
+        let fits = |(&s, &l): (&u64, &u64)| (l >= r).then_some((s, l));
+        let Some(c) = self.spread_from else {
+            let (s, l) = self.holes.iter().find_map(fits)?;
+            self.remove_hole(s);
+            self.add_hole(s + r, l - r);
+            return Some(s);
+        };
+        // Next fit: from the cursor inside the hole that holds it, else the next hole that
+        // fits, wrapping around.
+        let at = match self.holes.range(..=c).next_back() {
+            Some((&s, &l)) if s + l >= c + r => Some((s, l, c)),
+            _ => None,
+        };
+        let (s, l, at) = match at {
+            Some(x) => x,
+            None => {
+                let (s, l) = self
+                    .holes
+                    .range(c + 1..)
+                    .find_map(fits)
+                    .or_else(|| self.holes.range(..=c).find_map(fits))?;
+                (s, l, s)
+            }
+        };
         self.remove_hole(s);
-        self.add_hole(s + r, l - r);
-        Some(s)
+        self.add_hole(s, at - s);
+        self.add_hole(at + r, s + l - at - r);
+        self.spread_from = Some(at + r);
+        Some(at)
     }
 
     /// Take up to `need` blocks from holes in address order; returns how many were taken.

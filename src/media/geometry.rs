@@ -48,6 +48,10 @@ pub struct Geometry {
     pub zone_slots: u32,
     /// First block of the slot zones (right after the allocator bitmap).
     pub zone_start: u64,
+    /// First block of the wear counters (right after the zones).
+    pub wear_start: u64,
+    /// Blocks of wear counters: 0 (a pool without them), or 4 bytes per pool block.
+    pub wear_blocks: u64,
 }
 
 /// Most alternate slots per partition mkfs gives a pool.
@@ -72,6 +76,17 @@ impl Geometry {
         inodes_per_partition: u32,
         zone_slots: u32,
     ) -> Result<Geometry> {
+        Self::compute_full(pool_size, partitions, inodes_per_partition, zone_slots, false)
+    }
+
+    /// [`Geometry::compute_zoned`], with a wear counter per pool block if `wear`.
+    pub fn compute_full(
+        pool_size: u64,
+        partitions: u32,
+        inodes_per_partition: u32,
+        zone_slots: u32,
+        wear: bool,
+    ) -> Result<Geometry> {
         if !zone_slots.is_multiple_of(64) || zone_slots > MAX_ZONE_SLOTS {
             return Err(Error::Invalid(format!(
                 "slots per zone must be a multiple of 64 up to {MAX_ZONE_SLOTS}, got {zone_slots}"
@@ -95,8 +110,9 @@ impl Geometry {
         let bitmap_start = inode_table_start + partitions as u64 * inode_blocks;
         let bitmap_blocks = blocks.div_ceil(8 * BLOCK_SIZE).max(1);
         let zone_start = bitmap_start + bitmap_blocks;
-        let zones_end = zone_start + u64::from(partitions) * Self::zone_blocks_each(zone_slots);
-        let data_start = zones_end.next_multiple_of(BLOCKS_PER_HUGE);
+        let wear_start = zone_start + u64::from(partitions) * Self::zone_blocks_each(zone_slots);
+        let wear_blocks = if wear { (blocks * 4).div_ceil(BLOCK_SIZE) } else { 0 };
+        let data_start = (wear_start + wear_blocks).next_multiple_of(BLOCKS_PER_HUGE);
         let min_blocks = data_start + partitions as u64 * BLOCKS_PER_HUGE;
         if blocks < min_blocks {
             return Err(Error::PoolTooSmall {
@@ -118,6 +134,8 @@ impl Geometry {
             data_blocks: blocks - data_start,
             zone_slots,
             zone_start,
+            wear_start,
+            wear_blocks,
         })
     }
 

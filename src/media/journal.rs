@@ -162,6 +162,9 @@ impl<'a> Tx<'a> {
 struct JournalState {
     head: u32,
     generation: u32,
+    /// Where the next transaction's undo images start in the staging area, when staging
+    /// rotates (wear-aware: each transaction stages after the last one's images, wrapping).
+    stage_next: u64,
     /// Bounce buffer for staging undo images ([`STAGE_CHUNK`] bytes), kept so a commit does
     /// not zero a fresh one every time.
     scratch: Vec<u8>,
@@ -185,6 +188,10 @@ pub struct Journals {
     dead: std::sync::atomic::AtomicBool,
     /// Test-only switch: skip the fence between undo logging and in-place writes.
     pub(crate) broken_skip_undo_fence: std::sync::atomic::AtomicBool,
+    /// Wear-aware: transactions stage their undo images one after another around the staging
+    /// area instead of all from its start (only one transaction per journal is ever in flight,
+    /// and its images are needed only until its COMMIT).
+    rotate_staging: std::sync::atomic::AtomicBool,
     /// Fault injection: when it counts down to zero, a commit stops after its in-place writes
     /// are durable and before its COMMIT record, as a crash there would.
     pub(crate) crash_countdown: AtomicU64,
@@ -231,6 +238,7 @@ impl Journals {
                     state: Mutex::new(JournalState {
                         head: 0,
                         generation: 1,
+                        stage_next: 0,
                         scratch: vec![0; STAGE_CHUNK],
                     }),
                 })
@@ -241,8 +249,14 @@ impl Journals {
             epoch,
             dead: std::sync::atomic::AtomicBool::new(false),
             broken_skip_undo_fence: std::sync::atomic::AtomicBool::new(false),
+            rotate_staging: std::sync::atomic::AtomicBool::new(false),
             crash_countdown: AtomicU64::new(0),
         }
+    }
+
+    /// Wear-aware staging on or off (`MountOptions::wear_aware`).
+    pub(crate) fn set_wear_aware(&self, on: bool) {
+        self.rotate_staging.store(on, Ordering::Relaxed);
     }
 
     /// Largest undo image one transaction may stage.
@@ -327,7 +341,11 @@ impl Journals {
         // and recovery can tell a damaged image from a good one.
         let mut entries = Vec::with_capacity(need - 1);
         entries.push(entry_of(KIND_START, 0, &[], 0));
-        let mut staged = 0u64;
+        let stage_from = match self.rotate_staging.load(Ordering::Relaxed) {
+            true if st.stage_next + tx.staged_bytes() <= self.staging_len => st.stage_next,
+            _ => 0,
+        };
+        let mut staged = stage_from;
         for w in &tx.writes {
             let len = w.data.len();
             if let Ok(inline_len) = u8::try_from(len)
@@ -347,9 +365,10 @@ impl Journals {
                 entries.push(entry_of(KIND_UNDO_STAGED, w.off, &p, 0));
             }
         }
-        if staged > 0 {
+        if staged > stage_from {
             pool.fence();
         }
+        st.stage_next = staged;
         let mut all = Vec::with_capacity(entries.len() * ENTRY);
         for e in &entries {
             all.extend_from_slice(e);

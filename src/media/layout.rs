@@ -63,6 +63,9 @@ pub const INODE_TAIL_UNSETTLED: u32 = 2;
 /// live slots hold the newest bytes of file blocks; a build that does not know them would read
 /// stale data, so it must refuse the pool.
 pub const INCOMPAT_SLOT_ZONES: u32 = 1;
+/// Incompatible feature: the pool keeps a write counter per block after the slot zones
+/// (`mkfs --wear-stats`); a build that does not know them would lay out the data area wrong.
+pub const INCOMPAT_WEAR_TABLE: u32 = 2;
 /// Root directory inode number.
 pub const ROOT_INO: u64 = 1;
 
@@ -322,7 +325,8 @@ impl Superblock {
         put_u32(&mut b, sb::BLOCK_SIZE, BLOCK_SIZE_FIELD);
         put_u64(&mut b, sb::POOL_SIZE, g.pool_size);
         put_u32(&mut b, sb::PARTITIONS, g.partitions);
-        let incompat = if g.zone_slots > 0 { INCOMPAT_SLOT_ZONES } else { 0 };
+        let incompat = if g.zone_slots > 0 { INCOMPAT_SLOT_ZONES } else { 0 }
+            | if g.wear_blocks > 0 { INCOMPAT_WEAR_TABLE } else { 0 };
         put_u32(&mut b, sb::INCOMPAT, incompat);
         put_u32(&mut b, sb::ZONE_SLOTS, g.zone_slots);
         put_u32(&mut b, sb::INODES_PER_PARTITION, g.inodes_per_partition);
@@ -374,10 +378,11 @@ impl Superblock {
             ));
         }
         let incompat = get_u32(b, sb::INCOMPAT);
-        if incompat & !INCOMPAT_SLOT_ZONES != 0 {
+        let known = INCOMPAT_SLOT_ZONES | INCOMPAT_WEAR_TABLE;
+        if incompat & !known != 0 {
             return Err(corrupt!(
                 "superblock has unknown incompatible features {:#x}",
-                incompat & !INCOMPAT_SLOT_ZONES
+                incompat & !known
             ));
         }
         let zone_slots = get_u32(b, sb::ZONE_SLOTS);
@@ -395,7 +400,8 @@ impl Superblock {
         }
         let partitions = get_u32(b, sb::PARTITIONS);
         let ipp = get_u32(b, sb::INODES_PER_PARTITION);
-        let expect = Geometry::compute_zoned(pool_size, partitions, ipp, zone_slots)
+        let wear = incompat & INCOMPAT_WEAR_TABLE != 0;
+        let expect = Geometry::compute_full(pool_size, partitions, ipp, zone_slots, wear)
             .map_err(|e| corrupt!("superblock geometry is impossible: {e}"))?;
         let stored_geom = Geometry {
             pool_size,
@@ -411,6 +417,8 @@ impl Superblock {
             data_blocks: get_u64(b, sb::DATA_BLOCKS),
             zone_slots,
             zone_start: expect.zone_start,
+            wear_start: expect.wear_start,
+            wear_blocks: expect.wear_blocks,
         };
         if stored_geom != expect {
             return Err(corrupt!(

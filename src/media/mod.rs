@@ -9,4 +9,5 @@ pub mod geometry;
 pub mod layout;
 pub mod pool;
 pub mod recovery;
+pub mod wear;
 pub mod zone;

@@ -7,6 +7,7 @@
 #![allow(unsafe_code)] // one of the few modules allowed `unsafe` (Cargo.toml [lints])
 #![deny(clippy::cast_possible_truncation)]
 
+use crate::media::wear::WearCounters;
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileTypeExt;
@@ -109,24 +110,35 @@ impl PersistStats {
     }
 }
 
+/// One thread's counters: bytes and lines per category, then fences.
+type ThreadCounters = [std::cell::Cell<u64>; 2 * CATEGORIES + 1];
+
 thread_local! {
     /// What this thread has written through any pool, so an operation can count its own
     /// traffic while other threads write concurrently.
-    static THREAD_STATS: std::cell::Cell<PersistStats> =
-        const { std::cell::Cell::new(PersistStats { bytes_written: [0; CATEGORIES], lines_flushed: [0; CATEGORIES], fences: 0 }) };
+    static THREAD_STATS: ThreadCounters = const {
+        [const { std::cell::Cell::new(0) }; 2 * CATEGORIES + 1]
+    };
 }
 
 /// Persistence traffic of the calling thread, through every pool, since it started.
 pub fn thread_stats() -> PersistStats {
-    THREAD_STATS.with(std::cell::Cell::get)
+    THREAD_STATS.with(|c| {
+        let mut s = PersistStats {
+            fences: c[2 * CATEGORIES].get(),
+            ..Default::default()
+        };
+        for i in 0..CATEGORIES {
+            s.bytes_written[i] = c[i].get();
+            s.lines_flushed[i] = c[CATEGORIES + i].get();
+        }
+        s
+    })
 }
 
-fn thread_count(f: impl FnOnce(&mut PersistStats)) {
-    THREAD_STATS.with(|c| {
-        let mut s = c.get();
-        f(&mut s);
-        c.set(s);
-    });
+/// Add `n` to this thread's counter `i` (see [`ThreadCounters`]).
+fn thread_count(i: usize, n: u64) {
+    THREAD_STATS.with(|c| c[i].set(c[i].get() + n));
 }
 
 /// Where `persist_from` takes its bytes.
@@ -188,15 +200,15 @@ struct Counters {
 impl Counters {
     fn bytes(&self, cat: Category, n: u64) {
         self.bytes[cat as usize].fetch_add(n, Ordering::Relaxed);
-        thread_count(|s| s.bytes_written[cat as usize] += n);
+        thread_count(cat as usize, n);
     }
     fn lines(&self, cat: Category, n: u64) {
         self.lines[cat as usize].fetch_add(n, Ordering::Relaxed);
-        thread_count(|s| s.lines_flushed[cat as usize] += n);
+        thread_count(CATEGORIES + cat as usize, n);
     }
     fn fence(&self) {
         self.fences.fetch_add(1, Ordering::Relaxed);
-        thread_count(|s| s.fences += 1);
+        thread_count(2 * CATEGORIES, 1);
     }
 }
 
@@ -226,6 +238,8 @@ pub struct Pool {
     /// Set while an observer is attached; the only cost of the seam on the real path.
     observed: AtomicBool,
     observer: RwLock<Option<Arc<dyn PersistObserver>>>,
+    /// Per-block write counters of a pool made with `--wear-stats`, once mount attached them.
+    wear: std::sync::OnceLock<Arc<WearCounters>>,
 }
 
 // SAFETY: the mapping is process-wide shared memory that lives as long as `Pool`; all access goes
@@ -488,7 +502,24 @@ impl Pool {
             file,
             observed: AtomicBool::new(false),
             observer: RwLock::new(None),
+            wear: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Count every store from now on in `wear` (a pool's counters are attached once).
+    pub(crate) fn set_wear(&self, wear: Arc<WearCounters>) {
+        let _ = self.wear.set(wear);
+    }
+
+    /// The per-block write counters, if attached.
+    pub fn wear(&self) -> Option<&Arc<WearCounters>> {
+        self.wear.get()
+    }
+
+    fn count_wear(&self, off: u64, len: u64) {
+        if let Some(w) = self.wear.get() {
+            w.count(off, len);
+        }
     }
 
     /// Attach (or with `None` detach) the persistence observer of the crash explorer.
@@ -590,6 +621,7 @@ impl Pool {
         // SAFETY: bounds-checked range of our writable mapping; `data` is a separate allocation.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(ix(off)), data.len()) };
         self.counters.bytes(cat, data.len() as u64);
+        self.count_wear(off, data.len() as u64);
         self.observe(|o| o.stored(self, off, data.len() as u64));
         Ok(())
     }
@@ -600,6 +632,7 @@ impl Pool {
         // SAFETY: bounds-checked range of our writable mapping.
         unsafe { std::ptr::write_bytes(self.base.add(ix(off)), 0, ix(len)) };
         self.counters.bytes(cat, len);
+        self.count_wear(off, len);
         self.observe(|o| o.stored(self, off, len));
         Ok(())
     }
@@ -618,6 +651,7 @@ impl Pool {
             std::ptr::copy_nonoverlapping(self.base.add(ix(src)), self.base.add(ix(dst)), ix(len))
         };
         self.counters.bytes(cat, len);
+        self.count_wear(dst, len);
         self.observe(|o| o.stored(self, dst, len));
         Ok(())
     }
@@ -697,6 +731,7 @@ impl Pool {
         let word = unsafe { &*(self.base.add(ix(off)) as *const std::sync::atomic::AtomicU64) };
         word.store(v.to_le(), Ordering::Release);
         self.counters.bytes(cat, 8);
+        self.count_wear(off, 8);
         self.observe(|o| o.stored(self, off, 8));
         self.flush(off, 8, cat);
         Ok(())
@@ -706,6 +741,15 @@ impl Pool {
     pub(crate) fn write_flush(&self, off: u64, data: &[u8], cat: Category) -> Result<()> {
         self.check(off, data.len() as u64)?;
         self.persist_from(off, PersistSrc::Bytes(data), cat);
+        Ok(())
+    }
+
+    /// [`Pool::write_flush`] without counting wear (the wear counters' own save).
+    pub(crate) fn write_flush_uncounted(&self, off: u64, data: &[u8], cat: Category) -> Result<()> {
+        self.check(off, data.len() as u64)?;
+        if !data.is_empty() {
+            self.persist_uncounted(off, PersistSrc::Bytes(data), cat);
+        }
         Ok(())
     }
 
@@ -738,6 +782,13 @@ impl Pool {
         if len == 0 {
             return;
         }
+        self.count_wear(off, len);
+        self.persist_uncounted(off, src, cat);
+    }
+
+    /// [`Pool::persist_from`] without counting wear.
+    fn persist_uncounted(&self, off: u64, src: PersistSrc<'_>, cat: Category) {
+        let len = src.len();
         self.persist_stores(off, src, cat);
         // The whole range is stored, then written back (non-temporal lines count as written
         // back: they too are durable at the next fence).

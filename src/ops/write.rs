@@ -36,7 +36,7 @@ use crate::state::mount_state::MountState;
 use crate::state::slots;
 use crate::state::tx::Reserved;
 use crate::sys::now_ns;
-use crate::types::Consistency;
+use crate::types::{Consistency, OverwritePath};
 
 /// Most existing extents one piece of a piece-by-piece write may touch (bounds its journal
 /// entries).
@@ -145,7 +145,7 @@ fn write_atomic(state: &MountState, g: &mut InodeState, off: u64, data: &[u8]) -
     while pos < end {
         let piece_end = end.min((pos / HUGE_SIZE + 1) * HUGE_SIZE);
         let buf = &data[(pos - off) as usize..(piece_end - off) as usize];
-        plans.push(plan(state, g, pos, buf, true, &mut res)?);
+        plans.push(plan(state, g, pos, buf, true, end, &mut res)?);
         pos = piece_end;
     }
     // From here on the map changes; kept to be put back should the transaction not fit.
@@ -195,18 +195,25 @@ fn write_atomic(state: &MountState, g: &mut InodeState, off: u64, data: &[u8]) -
 }
 
 /// Whether a write of [pos, end) into an empty 2 MiB unit takes the whole unit as an aligned
-/// extent (when one is free): the file will use it — it is 2 MiB or larger, carries the
-/// alignment hint, or has a mapping of 2 MiB or more — and the write is sequential: it starts
+/// extent (when one is free): the file will use it — it is 2 MiB or larger (or will be once
+/// the write that this piece belongs to ends at `write_end`), carries the alignment hint, or
+/// has a mapping of 2 MiB or more — and the write is sequential: it starts
 /// at the unit's first byte, or runs on from inside the file (or its end) past the end. So
 /// appends and sequential writes of large files land on aligned extents (FUSE splits writes
 /// at 1 MiB; applications append 4 KiB at a time), while random writes into sparse ranges and
 /// small files take only the blocks they write.
-fn wants_unit(state: &MountState, g: &mut InodeState, pos: u64, end: u64) -> Result<bool> {
+fn wants_unit(
+    state: &MountState,
+    g: &mut InodeState,
+    pos: u64,
+    end: u64,
+    write_end: u64,
+) -> Result<bool> {
     let size = g.hdr.size;
     if !(pos.is_multiple_of(HUGE_SIZE) || (pos <= size && end > size)) {
         return Ok(false);
     }
-    Ok(size >= HUGE_SIZE
+    Ok(size.max(write_end) >= HUGE_SIZE
         || g.maps.iter().any(|m| m.len as u64 >= HUGE_SIZE)
         || xattr::hinted(state, g)?)
 }
@@ -248,7 +255,8 @@ fn write_piece(
     }
     let end = pos + buf.len() as u64;
     let mut res = Reserved::new(state);
-    let p = plan(state, g, pos, buf, cow, &mut res)?;
+    // Pieces written one by one see the size the previous one committed.
+    let p = plan(state, g, pos, buf, cow, g.hdr.size, &mut res)?;
     let mut upd = MapUpdate::default();
     state.reserve_slots(&mut res, &mut g.map, p.slots_needed(), &mut upd)?;
     let lb1 = end.div_ceil(BLOCK_SIZE);
@@ -270,13 +278,15 @@ fn write_piece(
 
 /// Plan writing `buf` at `pos` (inside one 2 MiB logical unit): the steps before anything in
 /// DRAM changes. Slots of the range are written home; an empty unit the file will use gets an
-/// aligned extent (its own transaction); new blocks are allocated into `res`.
+/// aligned extent (its own transaction); new blocks are allocated into `res`. `write_end`: where
+/// the whole write this piece belongs to ends.
 fn plan<'a>(
     state: &MountState,
     g: &mut InodeState,
     pos: u64,
     buf: &'a [u8],
     cow: bool,
+    write_end: u64,
     res: &mut Reserved<'_>,
 ) -> Result<Plan<'a>> {
     let end = pos + buf.len() as u64;
@@ -302,11 +312,12 @@ fn plan<'a>(
     }
     // The whole unit as an aligned extent when the file will use it; the write then lands in
     // place. With no aligned extent free, the write takes only the blocks it needs.
-    if g.map.segments(unit, unit + 512).is_empty() && wants_unit(state, g, pos, end)? {
+    if g.map.segments(unit, unit + 512).is_empty() && wants_unit(state, g, pos, end, write_end)? {
         fill_unit_aligned(state, g, unit)?;
     }
     // A mapped file is never copied on write: its mappings point at the blocks in place.
-    let aligned = !cow || g.map.in_aligned_unit(lb0) || g.is_mapped();
+    let cow_all = state.overwrite_path == OverwritePath::CopyOnWrite;
+    let aligned = !cow || (g.map.in_aligned_unit(lb0) && !cow_all) || g.is_mapped();
     // Bytes at or past the old end hold nothing of the file: blocks wholly past it are written
     // in place, and those bytes need no undo image (docs/DESIGN.md §5).
     let old_size = g.hdr.size;

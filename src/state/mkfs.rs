@@ -93,7 +93,8 @@ fn plan_geometry(size: u64, opts: &MkfsOptions) -> Result<Geometry> {
         .checked_next_multiple_of(16)
         .ok_or_else(too_many)?;
     let ipp = u32::try_from(ipp).map_err(|_| too_many())?;
-    Geometry::compute(size, partitions, ipp)
+    let zoned = Geometry::compute(size, partitions, ipp)?;
+    Geometry::compute_full(size, partitions, ipp, zoned.zone_slots, opts.wear_stats)
 }
 
 /// Format the pool at `path` (see [`MkfsOptions`]).
@@ -152,6 +153,11 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
         g.inode_table_start * BLOCK_SIZE,
         g.total_inodes() * INODE_SIZE,
     )?;
+    // Slot descriptors (a formatted-over pool may have left live ones) and wear counters.
+    for p in 0..g.partitions {
+        zero_region(&pool, g.zone_desc_offset(p, 0), u64::from(g.zone_slots) * 16)?;
+    }
+    zero_region(&pool, g.wear_start * BLOCK_SIZE, g.wear_blocks * BLOCK_SIZE)?;
     // The allocator snapshot of an empty pool: every data block free.
     let bitmap_crc = alloc_snapshot::save(
         &pool,

@@ -6,6 +6,7 @@ use crate::error::{Error, Result, corrupt};
 use crate::media::alloc::{Allocator, BlockRun};
 use crate::media::journal::{Journals, epoch_of};
 use crate::media::recovery;
+use crate::media::wear::{self, WearCounters};
 use crate::media::zone;
 use crate::media::checksum;
 use crate::media::layout::{
@@ -38,6 +39,29 @@ use std::sync::{Arc, Mutex, RwLock};
 pub fn read_superblock(path: &Path) -> Result<(Superblock, SbState)> {
     let pool = Pool::open(path, true)?;
     decode_superblock(&pool)
+}
+
+/// The wear counters of the pool at `path` (one per pool block) as its last clean unmount saved
+/// them, with its geometry (`winefs wear`; nothing is written).
+pub fn read_wear(path: &Path) -> Result<(Geometry, Vec<u32>)> {
+    let pool = Pool::open(path, true)?;
+    let (sbk, _) = decode_superblock(&pool)?;
+    let g = sbk.geometry;
+    let raw = wear_region(&pool, &g)?;
+    Ok((g, wear::decode(&raw)))
+}
+
+fn wear_region(pool: &Pool, g: &Geometry) -> Result<Vec<u8>> {
+    if g.wear_blocks == 0 {
+        return Err(Error::Invalid(
+            "the pool keeps no wear counters (it was made without --wear-stats)".into(),
+        ));
+    }
+    let len = usize::try_from(wear::region_len(g))
+        .map_err(|_| corrupt!("the wear region does not fit in memory"))?;
+    let mut raw = vec![0u8; len];
+    pool.read(g.wear_start * BLOCK_SIZE, &mut raw)?;
+    Ok(raw)
 }
 
 /// Decode and validate the superblock and its state record at the start of `pool`.
@@ -400,6 +424,7 @@ pub(crate) fn mount_checked(
     }
     let alloc = Allocator::from_free_runs(&g.partition_ranges(), free)
         .map_err(|e| corrupt!("free space rebuilt from the inode tables: {e}"))?;
+    alloc.set_wear_aware(opts.wear_aware);
 
     // Everything the mount trusts is validated: from here on the pool is written.
     if !plan.is_empty() && !pool.is_private() {
@@ -459,10 +484,20 @@ pub(crate) fn mount_checked(
         .collect();
     let rewrite = !opts.no_background_rewrite && !opts.read_only;
     let background = Background::new(rewrite, rewrite && !pool.is_private());
+    if g.wear_blocks > 0 {
+        let counters = WearCounters::from_bytes(&wear_region(&pool, &g)?);
+        pool.set_wear(Arc::new(counters));
+    }
+    let journals = Journals::new(&g, epoch_of(mount_count));
+    journals.set_wear_aware(opts.wear_aware);
     let mut state = MountState {
-        journals: Journals::new(&g, epoch_of(mount_count)),
+        journals,
         alloc,
         inode_free: loaded.free.into_iter().map(Mutex::new).collect(),
+        inode_cursor: match opts.wear_aware {
+            true => (0..g.partitions).map(|_| Default::default()).collect(),
+            false => Vec::new(),
+        },
         inodes: RwLock::new(
             loaded
                 .inodes
@@ -472,6 +507,7 @@ pub(crate) fn mount_checked(
         ),
         namespace: RwLock::new(()),
         consistency: opts.consistency,
+        overwrite_path: opts.overwrite_path,
         poisoned: AtomicBool::new(false),
         unmounted: AtomicBool::new(false),
         record: Mutex::new(record),
@@ -528,6 +564,12 @@ pub(crate) fn unmount(state: &MountState) -> Result<()> {
     };
     for n in &nodes {
         slots::fold_all(state, &mut wlock(n))?;
+    }
+    // Wear counters, before the pool is marked clean (their own stores are not counted).
+    if let Some(w) = state.pool.wear() {
+        let raw = w.to_bytes();
+        state.pool.write_flush_uncounted(g.wear_start * BLOCK_SIZE, &raw, Category::Metadata)?;
+        state.pool.fence();
     }
     // Every transaction has committed: the rings only describe finished work. Cleared before
     // the pool is marked clean, so no old entry can ever be taken for an unfinished one.

@@ -27,7 +27,7 @@ use crate::state::leases::Leases;
 use crate::state::locks::lock;
 use crate::state::mappings::FaultService;
 use crate::sys::current_cpu;
-use crate::types::{Attr, Consistency, StatFs};
+use crate::types::{Attr, Consistency, OverwritePath, StatFs};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -41,11 +41,16 @@ pub(crate) struct MountState {
     pub alloc: Allocator,
     /// Free inode numbers, one set per partition.
     pub inode_free: Vec<Mutex<BTreeSet<u64>>>,
+    /// With wear-aware allocation, where each partition's next inode number is looked for
+    /// (empty otherwise: the lowest free number is taken).
+    pub inode_cursor: Vec<std::sync::atomic::AtomicU64>,
     /// Every in-use inode.
     pub inodes: RwLock<HashMap<u64, InodeRef>>,
     /// The namespace lock (see the lock order above); it guards no data of its own.
     pub namespace: RwLock<()>,
     pub consistency: Consistency,
+    /// How strict overwrites inside one block are written (`MountOptions::overwrite_path`).
+    pub overwrite_path: OverwritePath,
     /// An internal failure left DRAM and media out of step: operations are refused.
     pub poisoned: AtomicBool,
     pub unmounted: AtomicBool,
@@ -272,7 +277,7 @@ impl MountState {
     pub fn alloc_inode_number(&self) -> Result<u64> {
         let n = self.inode_free.len();
         let local = current_cpu() % n;
-        if let Some(i) = lock(&self.inode_free[local]).pop_first() {
+        if let Some(i) = self.take_inode_number(local) {
             return Ok(i);
         }
         // Steal from the fullest partition; the lengths are read without holding every lock,
@@ -280,12 +285,27 @@ impl MountState {
         let best = (0..n)
             .max_by_key(|&p| lock(&self.inode_free[p]).len())
             .unwrap_or(0);
-        if let Some(i) = lock(&self.inode_free[best]).pop_first() {
+        if let Some(i) = self.take_inode_number(best) {
             return Ok(i);
         }
         (0..n)
-            .find_map(|p| lock(&self.inode_free[p]).pop_first())
+            .find_map(|p| self.take_inode_number(p))
             .ok_or_else(|| Error::NoSpace("no free inodes".into()))
+    }
+
+    /// A free inode number of partition `p`: the lowest, or with wear-aware allocation the next
+    /// one after the last taken (wrapping), so churn spreads over the inode table instead of
+    /// rewriting the same inode slot.
+    fn take_inode_number(&self, p: usize) -> Option<u64> {
+        let mut free = lock(&self.inode_free[p]);
+        let Some(cursor) = self.inode_cursor.get(p) else {
+            return free.pop_first();
+        };
+        let c = cursor.load(Ordering::Relaxed);
+        let i = free.range(c..).next().or_else(|| free.first()).copied()?;
+        free.remove(&i);
+        cursor.store(i + 1, Ordering::Relaxed);
+        Some(i)
     }
 
     /// Put an inode number back on its partition's free list.

@@ -4,7 +4,7 @@
 //! store of the slot's line bitmap (`media::zone`). No undo image, no copy on write: the file
 //! keeps its blocks, so aligned extents stay aligned.
 //!
-//! DRAM side: each zone's free slots and least-recently-used order, and each inode's slots
+//! DRAM side (`state::zones`): each zone's free slots and use order, and each inode's slots
 //! (`InodeState::slots`, by logical block). A slot's contents and its inode's entry change
 //! only under the inode's write lock; a zone's lists under the zone's lock, taken after inode
 //! locks and never held while waiting for one (an eviction only *tries* its victim's lock).
@@ -16,16 +16,16 @@
 
 use crate::error::Result;
 use crate::media::geometry::Geometry;
-use crate::media::layout::{self, BLOCK_SIZE, FileKind};
+use crate::media::layout::{BLOCK_SIZE, FileKind, ino};
 use crate::media::pool::Pool;
 use crate::media::pool::Category;
 use crate::media::zone::{self, LINE, LiveSlot};
 use crate::state::inode_state::{InodeState, SlotRef};
 use crate::state::locks::lock;
 use crate::state::mount_state::MountState;
-use crate::state::zones::{Zone, Zones};
+
 use crate::sys::{current_cpu, now_ns};
-use crate::types::Consistency;
+use crate::types::{Consistency, OverwritePath};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
@@ -34,6 +34,7 @@ use std::sync::atomic::Ordering;
 /// maps in place (mappings and leases see the blocks themselves).
 fn eligible(state: &MountState, g: &InodeState, pos: u64, end: u64) -> Option<u64> {
     if state.consistency != Consistency::Strict
+        || state.overwrite_path != OverwritePath::Alternate
         || state.geo.zone_slots == 0
         || end <= pos
         || pos / BLOCK_SIZE != (end - 1) / BLOCK_SIZE
@@ -125,23 +126,22 @@ fn store(
     }
     let lines = sref.lines ^ touched;
     zone::store_lines(pool, &state.geo, sref.part, sref.slot, lines)?;
-    // The times, in place like every data write's; durable with the commit's fence.
+    // The modification and change times, in place like every data write's (16 bytes: the
+    // other two times stay); durable with the commit's fence.
     let now = now_ns();
-    let mut hdr = g.hdr.clone();
-    hdr.mtime = now;
-    hdr.ctime = now;
-    for (off, b) in layout::header_diff(state.inode_off(g.ino), &g.hdr, &hdr) {
-        pool.write_flush(off, &b, Category::Metadata)?;
-    }
+    let mut times = [0u8; 16];
+    times[..8].copy_from_slice(&now.to_le_bytes());
+    times[8..].copy_from_slice(&now.to_le_bytes());
+    pool.write_flush(state.inode_off(g.ino) + ino::MTIME as u64, &times, Category::Metadata)?;
     pool.fence();
-    g.hdr = hdr;
+    g.hdr.mtime = now;
+    g.hdr.ctime = now;
     if lines == 0 {
         g.slots.remove(&lb);
         state.zones.release(sref.part, sref.slot);
     } else {
         g.slots.insert(lb, SlotRef { lines, ..sref });
-        let mut z = lock(&state.zones.zones[sref.part as usize]);
-        Zones::touch(&mut z, sref.slot);
+        lock(&state.zones.zones[sref.part as usize]).touch(sref.slot);
     }
     Ok(())
 }
@@ -157,14 +157,16 @@ fn take_slot(state: &MountState, g: &mut InodeState, lb: u64, home: u64) -> Resu
             let mut z = lock(&state.zones.zones[part as usize]);
             if let Some(slot) = z.free.pop() {
                 z.owner[slot as usize] = Some((g.ino, lb));
-                Zones::touch(&mut z, slot);
-                if z.free.len() < z.owner.len() / 4 {
-                    drop(z);
+                z.touch(slot);
+                let low = z.free.len() < z.owner.len() / 4;
+                drop(z);
+                if low && !state.zones.write_back_asked.swap(true, Ordering::AcqRel) {
                     state.background.queue_write_back();
                 }
                 return Ok(Some(SlotRef { part, slot, home, lines: 0 }));
             }
-            oldest(&z, BATCH)
+            state.zones.write_back_asked.store(false, Ordering::Release);
+            z.oldest(BATCH)
         };
         write_back_victims(state, Some(g), &victims, false)?;
     }
@@ -173,11 +175,6 @@ fn take_slot(state: &MountState, g: &mut InodeState, lb: u64, home: u64) -> Resu
 
 /// Slots written back together: one fence for their lines, one for their descriptors.
 const BATCH: usize = 64;
-
-/// Owners (inode, logical block) of the `n` least recently used live slots of a zone.
-fn oldest(z: &Zone, n: usize) -> Vec<(u64, u64)> {
-    z.lru.values().take(n).filter_map(|&s| z.owner[s as usize]).collect()
-}
 
 /// Write the slots of `victims` back home, grouped by inode: those of `own` (locked by the
 /// caller) directly, others under their inode's lock, taken only if free now unless `wait`.
@@ -211,15 +208,21 @@ fn write_back_victims(
 /// The background write-back: in every zone short of free slots, write the oldest back until
 /// half the zone is free.
 pub(crate) fn write_back_lru(state: &MountState) -> Result<()> {
+    let r = write_back_zones(state);
+    state.zones.write_back_asked.store(false, Ordering::Release);
+    r
+}
+
+fn write_back_zones(state: &MountState) -> Result<()> {
     for z in &state.zones.zones {
         loop {
             let victims = {
-                let z = lock(z);
+                let mut z = lock(z);
                 let want = (z.owner.len() / 2).saturating_sub(z.free.len());
                 if want == 0 {
                     break;
                 }
-                oldest(&z, want.min(BATCH))
+                z.oldest(want.min(BATCH))
             };
             if write_back_victims(state, None, &victims, true)? == 0 {
                 break;
@@ -369,3 +372,5 @@ pub(crate) fn fold_at_mount(pool: &Pool, g: &Geometry, live: &[LiveSlot], bad: &
     pool.fence();
     Ok(())
 }
+
+const _: () = assert!(ino::MTIME + 8 == ino::CTIME);
