@@ -819,6 +819,12 @@ fn info(pool: &Path) -> Result<u8, Fail> {
     println!("format        version {FORMAT_VERSION}");
     println!("partitions    {}", g.partitions);
     println!("inodes        {used_inodes} used / {}", st.inodes);
+    match g.zone_slots {
+        0 => println!("slot zones    none (a pool made before them: strict overwrites are undo-journaled)"),
+        s => println!("slot zones    {s} slots per partition ({})", human(u64::from(s) * BLOCK_SIZE)),
+    }
+    let wear = if g.wear_blocks > 0 { "kept (`winefs wear`)" } else { "not kept" };
+    println!("wear counters {wear}");
     println!(
         "state         {} unmount, mounted {} time(s)",
         if state.clean { "clean" } else { "NOT clean" },
