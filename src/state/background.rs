@@ -31,7 +31,7 @@ pub(crate) enum Job {
     Rewrite(u64),
     /// Run one hole-compaction pass.
     Compact,
-    /// Write the least recently used alternate slots back home until the zones have room.
+    /// Write the oldest alternate slots (CLOCK order) back home until the zones have room.
     WriteBack,
 }
 

@@ -1,6 +1,6 @@
 //! The DRAM side of the alternate-slot zones (`state::slots`): each zone's free slots, the
-//! owner of each live slot and a CLOCK approximation of least recently used, under one lock per zone (taken
-//! after inode locks, never held while waiting for one).
+//! owner of each live slot and a CLOCK approximation of least recently used, under one lock
+//! per zone (taken after inode locks, never held while waiting for one).
 
 use crate::state::locks::lock;
 use std::sync::Mutex;
