@@ -68,6 +68,10 @@ impl Fs {
         };
         let state = mount::mount_checked(Pool::open(path, false)?, &opts, Inconsistent::Report)?;
         let mut rep = repair::repair(&state)?;
+        // Damaged slot descriptors were cleared by the mount itself (nothing else can be done
+        // with a descriptor that cannot be trusted).
+        let cleared = state.recovery.notes.iter().filter(|n| n.starts_with("slot zone "));
+        rep.changes.extend(cleared.cloned());
         // The "needs fsck" flag goes only when the repaired pool checks clean.
         let flag = state.needs_fsck();
         if flag != 0 && rep.left.is_empty() && fsck::check(&state).is_clean() {

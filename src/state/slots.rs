@@ -11,19 +11,17 @@
 //!
 //! Everything that reads a file's blocks other than `read` and this module, moves them or
 //! frees them (truncate, fallocate and its modes, leases and mappings, rewrites, compaction,
-//! freeing the inode) first folds the file's slots home ([`fold`]) or drops them ([`drop_all`]),
-//! durably, so the rest of winefs sees files whose blocks hold their bytes.
+//! freeing the inode) first writes the file's slots home, durably ([`fold`], [`write_back`]), so
+//! the rest of winefs sees files whose blocks hold their bytes.
 
 use crate::error::Result;
 use crate::media::geometry::Geometry;
 use crate::media::layout::{BLOCK_SIZE, FileKind, ino};
-use crate::media::pool::Pool;
-use crate::media::pool::Category;
+use crate::media::pool::{Category, Pool};
 use crate::media::zone::{self, LINE, LiveSlot};
 use crate::state::inode_state::{InodeState, SlotRef};
 use crate::state::locks::lock;
 use crate::state::mount_state::MountState;
-
 use crate::sys::{current_cpu, now_ns};
 use crate::types::{Consistency, OverwritePath};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -327,8 +325,9 @@ fn clear(state: &MountState, g: &mut InodeState, picked: &[(u64, SlotRef)]) -> R
 }
 
 /// Of the live slots a crash left, those whose home is not a block of a regular file's data
-/// (damage: following one would overwrite metadata or free space), each with the line that
-/// says why.
+/// (damage: following one would overwrite metadata or free space), or is named by another live
+/// slot too (a block has one slot at a time: which is newest cannot be known), each with the
+/// line that says why.
 pub(crate) fn homeless<'a>(
     live: &'a [LiveSlot],
     nodes: &HashMap<u64, InodeState>,
@@ -344,14 +343,17 @@ pub(crate) fn homeless<'a>(
             }
         }
     }
+    let shared: HashSet<u64> = homes.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
     live.iter()
-        .filter(|s| !held.contains(&s.home))
-        .map(|s| {
-            let why = format!(
-                "slot zone {} slot {}: home block {} is no regular file's data",
-                s.part, s.slot, s.home
-            );
-            (s, why)
+        .filter_map(|s| {
+            let what = if !held.contains(&s.home) {
+                "is no regular file's data"
+            } else if shared.contains(&s.home) {
+                "is named by another live slot too"
+            } else {
+                return None;
+            };
+            Some((s, format!("slot zone {} slot {}: home block {} {what}", s.part, s.slot, s.home)))
         })
         .collect()
 }
