@@ -310,3 +310,39 @@ fn growing_large_files_still_get_aligned_units() {
     assert_eq!(&b, b"tail");
     assert_clean(&fs);
 }
+
+/// A strict overwrite of a whole aligned 2 MiB unit goes into a fresh aligned extent (one copy)
+/// while one is free; with none free it is written where it is (undo-journaled) rather than
+/// moved onto scattered blocks, so the file never loses the aligned extent for it.
+#[test]
+fn whole_unit_strict_overwrites_keep_the_unit_aligned_with_or_without_free_extents() {
+    let (_d, pool) = common::fresh_pool(64 * MIB, Some(1));
+    let fs = common::mount(&pool);
+    let f = fs.create_file("/f").unwrap();
+    f.write_at(0, &vec![1u8; (2 * HUGE) as usize]).unwrap();
+    assert!(unit_aligned(&fs, f.ino(), 0) && unit_aligned(&fs, f.ino(), 512));
+    let phys = |fs: &Fs| fs.extents(f.ino()).unwrap()[0].1;
+    let before = phys(&fs);
+    f.write_at(0, &vec![2u8; HUGE as usize]).unwrap();
+    assert!(unit_aligned(&fs, f.ino(), 0));
+    assert_ne!(phys(&fs), before, "swapped for a fresh aligned extent");
+    // Take all free space with another file, then free every other block of three units of
+    // it: 768 free blocks, enough for a unit, but no aligned extent.
+    let filler = fs.create_file("/filler").unwrap();
+    let free = fs.statfs().free_blocks;
+    filler.fallocate(0, (free - 16) * BLOCK).unwrap();
+    for b in (0..3 * 512).step_by(2) {
+        fs.punch_hole(filler.ino(), b * BLOCK, BLOCK).unwrap();
+    }
+    assert!(fs.statfs().free_blocks >= 512);
+    assert!(fs.free_runs().iter().all(|r| r.len < 512), "{:?}", fs.free_runs());
+    let before = phys(&fs);
+    f.write_at(0, &vec![3u8; HUGE as usize]).unwrap();
+    assert!(unit_aligned(&fs, f.ino(), 0), "{:?}", fs.extents(f.ino()));
+    assert_eq!(phys(&fs), before, "written in place");
+    let mut back = vec![0u8; HUGE as usize];
+    fs.read(f.ino(), 0, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 3));
+    drop((f, filler));
+    fs.unmount().unwrap();
+}

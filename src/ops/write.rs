@@ -145,7 +145,8 @@ fn write_atomic(state: &MountState, g: &mut InodeState, off: u64, data: &[u8]) -
     while pos < end {
         let piece_end = end.min((pos / HUGE_SIZE + 1) * HUGE_SIZE);
         let buf = &data[(pos - off) as usize..(piece_end - off) as usize];
-        plans.push(plan(state, g, pos, buf, true, end, &mut res)?);
+        let how = How { cow: true, write_end: end, keep_aligned: false };
+        plans.push(plan(state, g, pos, buf, how, &mut res)?);
         pos = piece_end;
     }
     // From here on the map changes; kept to be put back should the transaction not fit.
@@ -218,6 +219,18 @@ fn wants_unit(
         || xattr::hinted(state, g)?)
 }
 
+/// How a piece is to be written.
+#[derive(Clone, Copy)]
+struct How {
+    /// Strict mode: hole-backed blocks are copied on write (false: journaled in place, which
+    /// needs no space).
+    cow: bool,
+    /// Where the whole write this piece belongs to ends.
+    write_end: u64,
+    /// The piece is a whole write: rather undo-journaled in place than lose an aligned extent.
+    keep_aligned: bool,
+}
+
 /// One piece of a write, planned: where each block goes.
 struct Plan<'a> {
     pos: u64,
@@ -256,7 +269,8 @@ fn write_piece(
     let end = pos + buf.len() as u64;
     let mut res = Reserved::new(state);
     // Pieces written one by one see the size the previous one committed.
-    let p = plan(state, g, pos, buf, cow, g.hdr.size, &mut res)?;
+    let how = How { cow, write_end: g.hdr.size, keep_aligned: true };
+    let p = plan(state, g, pos, buf, how, &mut res)?;
     let mut upd = MapUpdate::default();
     state.reserve_slots(&mut res, &mut g.map, p.slots_needed(), &mut upd)?;
     let lb1 = end.div_ceil(BLOCK_SIZE);
@@ -278,29 +292,40 @@ fn write_piece(
 
 /// Plan writing `buf` at `pos` (inside one 2 MiB logical unit): the steps before anything in
 /// DRAM changes. Slots of the range are written home; an empty unit the file will use gets an
-/// aligned extent (its own transaction); new blocks are allocated into `res`. `write_end`: where
-/// the whole write this piece belongs to ends.
+/// aligned extent (its own transaction); new blocks are allocated into `res`.
 fn plan<'a>(
     state: &MountState,
     g: &mut InodeState,
     pos: u64,
     buf: &'a [u8],
-    cow: bool,
-    write_end: u64,
+    how: How,
     res: &mut Reserved<'_>,
 ) -> Result<Plan<'a>> {
+    let How { cow, write_end, keep_aligned } = how;
     let end = pos + buf.len() as u64;
     let (lb0, lb1) = (pos / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
     slots::fold(state, g, lb0, lb1)?;
     let strict = state.consistency == Consistency::Strict;
     let unit = lb0 / 512 * 512;
-    // Extent swap: a strict write of a whole unit goes into a fresh extent, aligned if one is
-    // free, that replaces the unit's blocks (freed after the commit).
-    if strict && cow && pos == unit * BLOCK_SIZE && end == pos + HUGE_SIZE && !g.is_mapped() {
-        let runs = match res.alloc_aligned() {
-            Some(r) => vec![r],
-            None => res.alloc(512)?,
-        };
+    // Extent swap: a strict write of a whole unit goes into a fresh extent that replaces the
+    // unit's blocks (freed after the commit) — an aligned one if one is free. With none free, a
+    // unit that is aligned now is written in place instead (undo-journaled) when the write is
+    // this one piece (`keep_aligned`); a piece of a larger atomic write, which could not hold
+    // that many undo images, takes any 512 blocks, and the background rewriter aligns the unit
+    // again when it can.
+    let whole = strict && cow && pos == unit * BLOCK_SIZE && end == pos + HUGE_SIZE;
+    let fresh = match whole && !g.is_mapped() {
+        false => None,
+        true => match res.alloc_aligned() {
+            Some(r) => Some(vec![r]),
+            None if keep_aligned && g.map.in_aligned_unit(unit) => None,
+            None => {
+                state.background.queue_rewrite(g.ino);
+                Some(res.alloc(512)?)
+            }
+        },
+    };
+    if let Some(runs) = fresh {
         return Ok(Plan {
             pos,
             buf,
