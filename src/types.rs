@@ -42,6 +42,9 @@ pub struct MountOptions {
     /// Wear-aware allocation: small allocations from holes go next fit (spread over every
     /// hole) instead of lowest address first; aligned extents are handed out as before.
     pub wear_aware: bool,
+    /// Do not fault the pool's pages in ahead of use at mount (`Fs::prefault` starts it
+    /// later: the mount daemon calls it after it forks, since a fork keeps no threads).
+    pub no_prefault: bool,
 }
 
 /// How strict mode writes an overwrite inside one block of a file.

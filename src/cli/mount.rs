@@ -231,6 +231,8 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
             consistency: a.consistency,
             read_only: a.read_only,
             wear_aware: a.wear_aware,
+            // Started by `serve`: a fork keeps no threads.
+            no_prefault: true,
             ..Default::default()
         },
     )
@@ -334,6 +336,7 @@ fn serve(
 ) -> Result<u8, Fail> {
     // Every thread started from here on inherits the mask; only the signal thread sees them.
     sys::block_signals(&SIGNALS).map_err(|e| fail("block signals", e))?;
+    fs.prefault();
     let fs = Arc::new(fs);
     let root = sys::euid() == 0;
     let mut cfg = Config::default();

@@ -263,6 +263,8 @@ fn mount_opts(consistency: Consistency, private: bool) -> MountOptions {
         read_only: false,
         overwrite_path: Default::default(),
         wear_aware: false,
+        // Thousands of short mounts: faulting their pools in would only cost time.
+        no_prefault: true,
     }
 }
 

@@ -45,7 +45,24 @@ impl Fs {
     /// Mount a pool: validate the superblock, roll back unfinished transactions, rebuild the DRAM
     /// indexes.
     pub fn mount(path: &Path, opts: MountOptions) -> Result<Fs> {
-        Ok(Fs::in_service(mount::mount(path, &opts)?))
+        let fs = Fs::in_service(mount::mount(path, &opts)?);
+        if !opts.no_prefault {
+            fs.prefault();
+        }
+        Ok(fs)
+    }
+
+    /// Fault the pool's pages in ahead of use, in a low-priority background thread, when the
+    /// pool is a shared mapping of memory (see `background::prefault`); [`Fs::mount`] does it
+    /// unless [`MountOptions::no_prefault`]. Changes nothing on media.
+    pub fn prefault(&self) {
+        background::prefault::start(&self.state);
+    }
+
+    /// Bytes of the pool faulted in ahead of use so far (from its start; the pool's length
+    /// when done, 0 when the pool is not one that is faulted in).
+    pub fn prefaulted_bytes(&self) -> u64 {
+        self.state.prefaulted.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Mount an already mapped pool (the crash explorer patches a private mapping of a crash

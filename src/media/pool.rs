@@ -230,6 +230,9 @@ pub(crate) trait PersistObserver: Send + Sync {
 pub struct Pool {
     base: *mut u8,
     len: u64,
+    /// A shared mapping of memory (tmpfs, hugetlbfs, a DAX device): faulting it in ahead of
+    /// use costs no I/O ([`Pool::populate`]).
+    memory_backed: bool,
     flush_kind: FlushKind,
     counters: Counters,
     path: PathBuf,
@@ -492,9 +495,11 @@ impl Pool {
                 libc::munmap((aligned as usize + ulen) as *mut libc::c_void, tail);
             }
         }
+        let memory_backed = !private && crate::sys::in_memory(path, &file);
         Ok(Pool {
             base: base as *mut u8,
             len,
+            memory_backed,
             flush_kind: detect_flush(),
             counters: Counters::default(),
             path: path.to_path_buf(),
@@ -558,6 +563,33 @@ impl Pool {
     /// True when opened copy-on-write (nothing reaches the media).
     pub(crate) fn is_private(&self) -> bool {
         self.private
+    }
+
+    /// Whether [`Pool::populate`] is worth calling: a shared, writable mapping of memory, whose
+    /// pages cost a fault on first touch (on a 4 KiB-page tmpfs, about 1.5 µs for every 4 KiB:
+    /// more than the store that takes it) and no I/O to fault in ahead of use.
+    pub(crate) fn prefault_useful(&self) -> bool {
+        self.memory_backed
+    }
+
+    /// Fault the pages of `off..off+len` into this mapping, writable, without changing a byte
+    /// (`MADV_POPULATE_WRITE`), so later stores there take no page fault.
+    pub(crate) fn populate(&self, off: u64, len: u64) -> std::io::Result<()> {
+        self.check(off, len)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+        let first = off & !4095;
+        let n = (off + len).next_multiple_of(4096).min(self.len) - first;
+        // SAFETY: the page-aligned range lies inside our own shared writable mapping (checked
+        // above); MADV_POPULATE_WRITE only faults pages in, as a write fault would, and changes
+        // no byte of them.
+        let rc = unsafe {
+            libc::madvise(self.base.add(ix(first)).cast(), ix(n), libc::MADV_POPULATE_WRITE)
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
     }
 
     /// The flush instruction in use.

@@ -67,11 +67,22 @@ pub(crate) fn write(
         return Err(Error::FileTooBig);
     }
     let old_size = g.hdr.size;
+    let strict = state.consistency == Consistency::Strict;
+    // An overwrite inside the file, written once with nothing journaled: by alternate writing
+    // in strict mode, in place in relaxed mode. No size, block or mapping changes.
+    if end <= old_size {
+        let once = match strict {
+            true => slots::try_write(state, &mut g, off, data)?,
+            false => overwrite_in_place(state, &mut g, off, data)?,
+        };
+        if once {
+            return Ok((data.len(), off));
+        }
+    }
     appends::zero_exposed(state, &g, off)?;
     if end > old_size {
         map_hooks::before_grow(state, &g)?;
     }
-    let strict = state.consistency == Consistency::Strict;
     let r = match (off / HUGE_SIZE != (end - 1) / HUGE_SIZE) && strict {
         true => match write_atomic(state, &mut g, off, data) {
             // Short of space: piece by piece, each atomic, possibly short.
@@ -90,6 +101,25 @@ pub(crate) fn write(
         }
     }
     Ok((r?, off))
+}
+
+/// A relaxed overwrite of [off, off + len) inside the file whose blocks lie in one extent and
+/// hold the file's bytes (no alternate slot): stored in place, then the times, one fence — no
+/// transaction, as nothing but the times changes. Ok(false): not such a write.
+fn overwrite_in_place(state: &MountState, g: &mut InodeState, off: u64, data: &[u8]) -> Result<bool> {
+    let (lb0, lb1) = (off / BLOCK_SIZE, (off + data.len() as u64).div_ceil(BLOCK_SIZE));
+    let Some((phys, run)) = g.map.lookup(lb0) else {
+        return Ok(false);
+    };
+    if run < lb1 - lb0 || !g.slots.is_empty() {
+        return Ok(false);
+    }
+    state
+        .pool
+        .write_flush(phys * BLOCK_SIZE + off % BLOCK_SIZE, data, Category::Data)?;
+    state.store_write_times(g)?;
+    state.pool.fence();
+    Ok(true)
 }
 
 /// Write `data` at `off` piece by piece; returns the bytes written (short only on ENOSPC).
@@ -262,10 +292,6 @@ fn write_piece(
     buf: &[u8],
     cow: bool,
 ) -> Result<()> {
-    // Strict overwrites inside one block: written once, by alternate writing.
-    if slots::try_write(state, g, pos, buf)? {
-        return Ok(());
-    }
     let end = pos + buf.len() as u64;
     let mut res = Reserved::new(state);
     // Pieces written one by one see the size the previous one committed.

@@ -510,6 +510,7 @@ pub(crate) fn mount_checked(
         overwrite_path: opts.overwrite_path,
         poisoned: AtomicBool::new(false),
         unmounted: AtomicBool::new(false),
+        prefaulted: std::sync::atomic::AtomicU64::new(0),
         record: Mutex::new(record),
         read_only: false,
         // Seeded from the low 32 bits of the clock.

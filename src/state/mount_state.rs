@@ -54,6 +54,8 @@ pub(crate) struct MountState {
     /// An internal failure left DRAM and media out of step: operations are refused.
     pub poisoned: AtomicBool,
     pub unmounted: AtomicBool,
+    /// Bytes of the pool faulted in ahead of use so far (`background::prefault`).
+    pub prefaulted: std::sync::atomic::AtomicU64,
     /// The superblock's state record as this mount last wrote it (clean unmount and the
     /// "needs fsck" flag, `state::damage`, write it under this lock).
     pub record: Mutex<SbState>,
@@ -318,6 +320,22 @@ impl MountState {
         self.geo
             .inode_offset(ino)
             .expect("inode numbers in DRAM are validated")
+    }
+
+    /// A data write's times: the modification and change times become now, stored in the inode
+    /// in place (16 bytes, outside the checksummed header, as every data write stores them)
+    /// and written back, durable at the caller's next fence; and in DRAM.
+    pub(crate) fn store_write_times(&self, g: &mut InodeState) -> Result<()> {
+        let now = crate::sys::now_ns();
+        let mut times = [0u8; 16];
+        times[..8].copy_from_slice(&now.to_le_bytes());
+        times[8..].copy_from_slice(&now.to_le_bytes());
+        self.pool
+            .write_flush(self.inode_off(g.ino) + layout::ino::MTIME as u64, &times, Category::Metadata)?;
+        g.hdr.mtime = now;
+        g.hdr.ctime = now;
+        const _: () = assert!(layout::ino::MTIME + 8 == layout::ino::CTIME);
+        Ok(())
     }
 
     /// The attributes of an inode.

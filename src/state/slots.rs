@@ -16,13 +16,13 @@
 
 use crate::error::Result;
 use crate::media::geometry::Geometry;
-use crate::media::layout::{BLOCK_SIZE, FileKind, ino};
+use crate::media::layout::{BLOCK_SIZE, FileKind};
 use crate::media::pool::{Category, Pool};
 use crate::media::zone::{self, LINE, LiveSlot};
 use crate::state::inode_state::{InodeState, SlotRef};
 use crate::state::locks::lock;
 use crate::state::mount_state::MountState;
-use crate::sys::{current_cpu, now_ns};
+use crate::sys::current_cpu;
 use crate::types::{Consistency, OverwritePath};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -124,16 +124,9 @@ fn store(
     }
     let lines = sref.lines ^ touched;
     zone::store_lines(pool, &state.geo, sref.part, sref.slot, lines)?;
-    // The modification and change times, in place like every data write's (16 bytes: the
-    // other two times stay); durable with the commit's fence.
-    let now = now_ns();
-    let mut times = [0u8; 16];
-    times[..8].copy_from_slice(&now.to_le_bytes());
-    times[8..].copy_from_slice(&now.to_le_bytes());
-    pool.write_flush(state.inode_off(g.ino) + ino::MTIME as u64, &times, Category::Metadata)?;
+    // The modification and change times, durable with the commit's fence.
+    state.store_write_times(g)?;
     pool.fence();
-    g.hdr.mtime = now;
-    g.hdr.ctime = now;
     if lines == 0 {
         g.slots.remove(&lb);
         state.zones.release(sref.part, sref.slot);
@@ -375,4 +368,3 @@ pub(crate) fn fold_at_mount(pool: &Pool, g: &Geometry, live: &[LiveSlot], bad: &
     Ok(())
 }
 
-const _: () = assert!(ino::MTIME + 8 == ino::CTIME);

@@ -175,6 +175,29 @@ pub fn get_xattr(path: &Path, name: &str) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// Give the calling thread the lowest scheduling priority (nice 19), for background work that
+/// must not slow the threads serving requests. Best effort: a failure changes nothing.
+pub fn lower_thread_priority() {
+    // SAFETY: gettid takes no arguments; setpriority on our own thread id changes only that
+    // thread's nice value.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
+    }
+}
+
+/// Whether `file` (at `path`) lives in memory: a character device (device DAX) or a file on
+/// tmpfs, hugetlbfs or ramfs.
+pub fn in_memory(path: &Path, file: &std::fs::File) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    const MEMORY_FS: [i64; 3] = [0x0102_1994, 0x9584_58f6, 0x8584_58f6];
+    match file.metadata() {
+        Ok(m) if m.file_type().is_char_device() => true,
+        Ok(m) if m.is_file() => fs_magic(path).is_some_and(|t| MEMORY_FS.contains(&t)),
+        _ => false,
+    }
+}
+
 /// The `f_type` magic number of the file system holding `path`.
 pub fn fs_magic(path: &Path) -> Option<i64> {
     let c = CString::new(path.as_os_str().as_bytes()).ok()?;
