@@ -733,3 +733,23 @@ fn a_pool_in_memory_is_faulted_in_after_mount() {
         }
     }
 }
+
+/// The prefault thread holds the mount while it runs; dropping the `Fs` stops it first, so the
+/// mount is unmounted — cleanly — by the caller, before the drop returns, not later on that
+/// thread (or never, should the process exit first).
+#[test]
+fn dropping_a_mount_while_it_is_faulted_in_unmounts_it_at_once() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let pool = dir.path().join("prefault-drop.pool");
+    let size = 512 * MIB;
+    common::format(&pool, size, Some(1));
+    let fs = common::mount_opts(&pool, winefs::MountOptions::default());
+    fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap();
+    let done = fs.prefaulted_bytes();
+    drop(fs);
+    let (_, state) = winefs::state::mount::read_superblock(&pool).unwrap();
+    assert!(state.clean, "the pool is not clean right after its mount was dropped");
+    assert!(done < size, "the pool was faulted in before the drop ({done} bytes): nothing was tested");
+    let fs = common::mount_opts(&pool, winefs::MountOptions { no_prefault: true, ..Default::default() });
+    assert!(fs.recovery_report().rolled_back.is_empty());
+}

@@ -3,39 +3,58 @@
 //! tmpfs costs about 1.5 µs — more than the 4 KiB store itself, and twice per 4 KiB append into
 //! a fresh unit (its data, then its neighbours as the unit is zeroed). A kernel file system on
 //! persistent memory has the whole device in its direct map and pays none of it. So after
-//! mount one low-priority thread populates the pool's mapping, a chunk at a time, holding the
-//! mount only while it populates a chunk; it stops at unmount. Nothing changes on media.
+//! mount one low-priority thread populates the pool's mapping, a chunk at a time, until it is
+//! done, the pool is unmounted, or the facade stops it (dropping an `Fs` does, and waits, so
+//! the mount is never let go of on this thread). Nothing changes on media.
 
+use crate::state::locks::lock;
 use crate::state::mount_state::MountState;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
 
-/// Bytes populated per step (a step holds the mount; unmount waits for at most one).
-const CHUNK: u64 = 16 << 20;
+/// Bytes populated per step: the thread stops between steps, and one step of 512 small pages
+/// is short even at nice 19 on a busy machine, so stopping it never waits long.
+const CHUNK: u64 = 2 << 20;
 
-/// Start populating `state`'s pool in the background, if it is a shared mapping of memory.
+/// Start populating `state`'s pool in the background (once), if it is a shared mapping of
+/// memory. The thread holds the mount until it ends; [`stop`] ends it.
 pub(crate) fn start(state: &Arc<MountState>) {
     if !state.pool.prefault_useful() || state.read_only {
         return;
     }
-    let weak = Arc::downgrade(state);
-    let spawned = std::thread::Builder::new()
+    let mut slot = lock(&state.prefault_thread);
+    if slot.is_some() {
+        return;
+    }
+    let s = Arc::clone(state);
+    match std::thread::Builder::new()
         .name("winefs-prefault".into())
-        .spawn(move || run(&weak));
-    if let Err(e) = spawned {
-        log::debug!("no prefault thread: {e}");
+        .spawn(move || run(&s))
+    {
+        Ok(h) => *slot = Some(h),
+        Err(e) => log::debug!("no prefault thread: {e}"),
     }
 }
 
-fn run(state: &Weak<MountState>) {
+/// Stop the prefault thread, if any, and wait for it (at most one chunk).
+pub(crate) fn stop(state: &MountState) {
+    state.prefault_stop.store(true, Ordering::Relaxed);
+    let handle = lock(&state.prefault_thread).take();
+    if let Some(h) = handle
+        && h.thread().id() != std::thread::current().id()
+    {
+        let _ = h.join();
+    }
+}
+
+fn run(s: &MountState) {
     crate::sys::lower_thread_priority();
+    let len = s.pool.len();
     let mut off = 0u64;
-    loop {
-        let Some(s) = state.upgrade() else { return };
-        let len = s.pool.len();
-        if off >= len || s.unmounted.load(Ordering::Relaxed) {
-            return;
-        }
+    while off < len
+        && !s.prefault_stop.load(Ordering::Relaxed)
+        && !s.unmounted.load(Ordering::Relaxed)
+    {
         let n = CHUNK.min(len - off);
         if let Err(e) = s.pool.populate(off, n) {
             // Only speed is lost: every page still faults in on first touch.

@@ -36,6 +36,14 @@ pub struct Fs {
     pub(crate) state: Arc<MountState>,
 }
 
+/// The prefault thread holds the mount: it is stopped first, so that the mount is let go of
+/// (and, if this was the last reference, unmounted) on the caller's thread.
+impl Drop for Fs {
+    fn drop(&mut self) {
+        background::prefault::stop(&self.state);
+    }
+}
+
 impl Fs {
     /// Format a pool. See [`MkfsOptions`].
     pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {

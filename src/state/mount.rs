@@ -511,6 +511,8 @@ pub(crate) fn mount_checked(
         poisoned: AtomicBool::new(false),
         unmounted: AtomicBool::new(false),
         prefaulted: std::sync::atomic::AtomicU64::new(0),
+        prefault_stop: AtomicBool::new(false),
+        prefault_thread: std::sync::Mutex::new(None),
         record: Mutex::new(record),
         read_only: false,
         // Seeded from the low 32 bits of the clock.

@@ -56,6 +56,11 @@ pub(crate) struct MountState {
     pub unmounted: AtomicBool,
     /// Bytes of the pool faulted in ahead of use so far (`background::prefault`).
     pub prefaulted: std::sync::atomic::AtomicU64,
+    /// Asks the prefault thread to stop after its current chunk.
+    pub prefault_stop: AtomicBool,
+    /// The prefault thread, joined before the facade lets go of the mount (it holds the
+    /// mount, which must not be dropped — and unmounted — on that thread).
+    pub prefault_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The superblock's state record as this mount last wrote it (clean unmount and the
     /// "needs fsck" flag, `state::damage`, write it under this lock).
     pub record: Mutex<SbState>,
