@@ -38,6 +38,26 @@ fn broken_build_is_caught() {
     assert!(!sum.failures.is_empty());
 }
 
+/// Explore `cfg` (a deliberately broken build) and assert that every workload `select` picks
+/// (by its printed form; at least `min` of them) is among the failures.
+fn assert_each_fails(cfg: &ExploreConfig, min: usize, select: impl Fn(&str) -> bool) {
+    let picked: Vec<usize> = workloads(cfg)
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| select(&w.to_string()))
+        .map(|(i, _)| i)
+        .collect();
+    assert!(picked.len() >= min, "{picked:?}");
+    let sum = explore(cfg).unwrap();
+    eprintln!("{sum}");
+    for a in &picked {
+        assert!(
+            sum.failures.iter().any(|f| f.index == *a),
+            "workload #{a} passed with the broken build"
+        );
+    }
+}
+
 /// With the fence between an alternate write's stores and its descriptor skipped, the
 /// explorer finds crash states where the descriptor names lines whose bytes never reached
 /// media: every alternate-writing workload in strict mode fails.
@@ -48,19 +68,22 @@ fn broken_slot_build_is_caught() {
         modes: vec![winefs::Consistency::Strict],
         ..Default::default()
     };
-    let alternates: Vec<usize> = workloads(&cfg)
-        .iter()
-        .enumerate()
-        .filter(|(_, w)| w.to_string().contains("alternate"))
-        .map(|(i, _)| i)
-        .collect();
-    assert!(alternates.len() >= 3, "{alternates:?}");
-    let sum = explore(&cfg).unwrap();
-    eprintln!("{sum}");
-    for a in &alternates {
-        assert!(
-            sum.failures.iter().any(|f| f.index == *a),
-            "alternate workload #{a} passed with the slot fence skipped"
-        );
-    }
+    assert_each_fails(&cfg, 3, |w| w.contains("alternate"));
+}
+
+/// With the fence between an append's bytes and the one-store size commit skipped, the size
+/// may reach media before the bytes it covers: every strict workload that appends into blocks
+/// the file already has fails.
+#[test]
+fn broken_append_build_is_caught() {
+    let cfg = ExploreConfig {
+        broken_skip_append_fence: true,
+        modes: vec![winefs::Consistency::Strict],
+        ..Default::default()
+    };
+    // /A (5000 bytes) and /B (2 MiB + 12 KiB, its second unit aligned) of the populated start
+    // have their next block: an append of 3000 bytes lands in it.
+    assert_each_fails(&cfg, 2, |w| {
+        w.starts_with("[populated") && (w.contains("] append /A +") || w.contains("] append /B +"))
+    });
 }

@@ -355,7 +355,10 @@ fn encoded_structures_decode_at_documented_offsets() {
     assert_eq!(u32_at(&blk, at("Superblock", "partitions")), 3);
     // 64 MiB over 3 partitions: 16384 / 64 / 3 = 85 slots each, rounded down to 64.
     assert_eq!(g.zone_slots, 64);
-    assert_eq!(u32_at(&blk, at("Superblock", "incompat")), layout::INCOMPAT_SLOT_ZONES);
+    assert_eq!(
+        u32_at(&blk, at("Superblock", "incompat")),
+        layout::INCOMPAT_SLOT_ZONES | layout::INCOMPAT_CHECKED_SIZES
+    );
     assert_eq!(u32_at(&blk, at("Superblock", "zone_slots")), 64);
     assert_eq!(u32_at(&blk, at("Superblock", "inodes_per_partition")), 1024);
     assert_eq!(
@@ -620,13 +623,22 @@ fn real_pool_blocks_decode_at_documented_offsets() {
     let mut crc_in = e[..de("crc")].to_vec();
     crc_in.extend_from_slice(b"file");
     assert_eq!(u32_at(e, de("crc")), crc32c::crc32c(&crc_in));
-    assert_eq!(u64_at(&root, io("size")), BLOCK_SIZE);
+    // Sizes are checked size words: the size in bits 0..48, then the low 16 bits of crc32c of
+    // the generation and the size.
+    let checked = |inode: &[u8], size: u64| {
+        let mut b = u32_at(inode, io("generation")).to_le_bytes().to_vec();
+        b.extend_from_slice(&size.to_le_bytes());
+        (u64::from(crc32c::crc32c(&b) & 0xffff) << 48) | size
+    };
+    assert_ne!(u32_at(&root, io("flags")) & layout::INODE_SIZE_CHECKED, 0);
+    assert_eq!(u64_at(&root, io("size")), checked(&root, BLOCK_SIZE));
 
     // The file: size, xattr block, index chain.
     let fi = inode(f);
     assert_eq!(u32_at(&fi, io("flags")) & layout::INODE_IN_USE, 1);
     assert_eq!(u32_at(&fi, io("nlink")), 1);
-    assert_eq!(u64_at(&fi, io("size")), 18 * BLOCK_SIZE + 10);
+    assert_ne!(u32_at(&fi, io("flags")) & layout::INODE_SIZE_CHECKED, 0);
+    assert_eq!(u64_at(&fi, io("size")), checked(&fi, 18 * BLOCK_SIZE + 10));
     assert_eq!(u64_at(&fi, io("map_end")), 19);
     let xb = u64_at(&fi, io("xattr_block"));
     assert!(g.is_data_block(xb));

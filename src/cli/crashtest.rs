@@ -47,6 +47,10 @@ pub(crate) enum CrashCmd {
         /// fail).
         #[arg(long)]
         broken_skip_slot_fence: bool,
+        /// Self-test: record with the fence between an append's bytes and its size store
+        /// skipped (must fail).
+        #[arg(long)]
+        broken_skip_append_fence: bool,
         /// List the workloads and exit.
         #[arg(long)]
         list: bool,
@@ -92,6 +96,7 @@ pub(crate) fn run(cmd: CrashCmd, verbose: bool) -> Result<u8, Fail> {
             threads,
             broken_skip_undo_fence,
             broken_skip_slot_fence,
+            broken_skip_append_fence,
             list,
         } => {
             let cfg = ExploreConfig {
@@ -110,6 +115,7 @@ pub(crate) fn run(cmd: CrashCmd, verbose: bool) -> Result<u8, Fail> {
                 only,
                 broken_skip_undo_fence,
                 broken_skip_slot_fence,
+                broken_skip_append_fence,
                 dir: None,
                 progress_every: if only.is_some() { 0 } else { 500 },
             };
@@ -127,12 +133,15 @@ pub(crate) fn run(cmd: CrashCmd, verbose: bool) -> Result<u8, Fail> {
                     mode.as_deref()
                         .map(|m| format!(" --mode {m}"))
                         .unwrap_or_default(),
-                    match (broken_skip_undo_fence, broken_skip_slot_fence) {
-                        (true, true) => " --broken-skip-undo-fence --broken-skip-slot-fence",
-                        (true, false) => " --broken-skip-undo-fence",
-                        (false, true) => " --broken-skip-slot-fence",
-                        (false, false) => "",
-                    },
+                    [
+                        (broken_skip_undo_fence, " --broken-skip-undo-fence"),
+                        (broken_skip_slot_fence, " --broken-skip-slot-fence"),
+                        (broken_skip_append_fence, " --broken-skip-append-fence"),
+                    ]
+                    .iter()
+                    .filter(|b| b.0)
+                    .map(|b| b.1)
+                    .collect::<String>(),
                     f.index
                 );
             }

@@ -61,6 +61,9 @@ pub struct ExploreConfig {
     /// Test the explorer itself: record with the fence between an alternate write's stores and
     /// its descriptor skipped.
     pub broken_skip_slot_fence: bool,
+    /// Test the explorer itself: record with the fence between an append's bytes and the size
+    /// store that covers them skipped.
+    pub broken_skip_append_fence: bool,
     /// Directory for pool images (default: /dev/shm, else the temporary directory).
     pub dir: Option<PathBuf>,
     /// Print a progress line to stderr every this many workloads (0: never).
@@ -81,6 +84,7 @@ impl Default for ExploreConfig {
             only: None,
             broken_skip_undo_fence: false,
             broken_skip_slot_fence: false,
+            broken_skip_append_fence: false,
             dir: None,
             progress_every: 0,
         }
@@ -310,11 +314,12 @@ fn record(
     work: &Path,
     base: &Path,
     scratch: &Path,
-    broken: (bool, bool),
+    broken: (bool, bool, bool),
 ) -> Result<Recording> {
     let fs = Fs::mount(work, mount_opts(wl.consistency, false))?;
     fs.set_broken_skip_undo_fence(broken.0);
     fs.set_broken_skip_slot_fence(broken.1);
+    fs.set_broken_skip_append_fence(broken.2);
     let image =
         std::fs::read(work).map_err(|e| Error::io(format!("read {}", work.display()), e))?;
     std::fs::write(base, &image).map_err(|e| Error::io(format!("write {}", base.display()), e))?;
@@ -452,7 +457,11 @@ fn explore_one(
     let base = dir.join(format!("w{index}.base"));
     let scratch = dir.join(format!("w{index}.scratch"));
     copy(template, &work)?;
-    let broken = (cfg.broken_skip_undo_fence, cfg.broken_skip_slot_fence);
+    let broken = (
+        cfg.broken_skip_undo_fence,
+        cfg.broken_skip_slot_fence,
+        cfg.broken_skip_append_fence,
+    );
     let rec = record(wl, &work, &base, &scratch, broken);
     for p in [&work, &scratch] {
         let _ = std::fs::remove_file(p);

@@ -170,8 +170,10 @@ impl Fs {
     }
 
     /// Fault injection for tests: the `n`-th transaction from now stops after its in-place
-    /// writes and before its COMMIT record, as a crash at that point would; the mount is then
-    /// poisoned and the next mount must roll the transaction back.
+    /// writes and before its COMMIT record (or the `n`-th commit point, when that is an
+    /// append's one-store size commit: after its bytes, before the size), as a crash at that
+    /// point would; the mount is then poisoned and the next mount must roll the transaction
+    /// back.
     #[doc(hidden)]
     pub fn inject_crash_before_commit(&self, n: u64) {
         self.state
@@ -194,6 +196,14 @@ impl Fs {
     #[doc(hidden)]
     pub fn set_broken_skip_slot_fence(&self, on: bool) {
         self.state.zones.broken_skip_fence.store(on, Ordering::Relaxed);
+    }
+
+    /// Test-only switch for the crash explorer's self-test: appends that commit their size by
+    /// one store skip the fence between their bytes and that store (a deliberately broken
+    /// build).
+    #[doc(hidden)]
+    pub fn set_broken_skip_append_fence(&self, on: bool) {
+        self.state.broken_skip_append_fence.store(on, Ordering::Relaxed);
     }
 
     /// Test-only switch for the crash explorer's self-test: commits skip the fence between

@@ -2,21 +2,27 @@
 #![deny(clippy::cast_possible_truncation)]
 
 use crate::media::layout::{
-    BLOCK_BYTES, DIR_MAGIC, EXTENT_BYTES, ExtentRecord, INDEX_SLOTS, INLINE_SLOTS, INODE_BYTES,
-    dir_block, get_u32, get_u64, index_block, ino,
+    BLOCK_BYTES, CHECKED_SIZE_MASK, DIR_MAGIC, EXTENT_BYTES, ExtentRecord, INDEX_SLOTS,
+    INLINE_SLOTS, INODE_BYTES, INODE_SIZE_CHECKED, checked_size_word, dir_block, get_u32, get_u64,
+    index_block, ino,
 };
 
 /// The checksum of an in-use inode's 256 bytes `raw`: crc32c over the inode with the times
 /// (bytes 64..96, updated in place without journaling; any value is a valid time), the checksum
-/// field itself, and every extent slot that is not live (length 0, or at or beyond `map_end`:
-/// dead slots are zeroed after the transaction that killed them, without journaling) taken as
-/// zero. Every journaled change to an inode carries the new checksum in the same transaction.
+/// field itself, the size field of an inode with `INODE_SIZE_CHECKED` (a checked size word,
+/// which carries its own check bits and is stored alone by appends), and every extent slot that
+/// is not live (length 0, or at or beyond `map_end`: dead slots are zeroed after the
+/// transaction that killed them, without journaling) taken as zero. Every journaled change to
+/// an inode carries the new checksum in the same transaction.
 pub fn inode_checksum(raw: &[u8]) -> u32 {
     let mut b = [0u8; INODE_BYTES];
     let n = raw.len().min(INODE_BYTES);
     b[..n].copy_from_slice(&raw[..n]);
     b[ino::ATIME..ino::RDEV].fill(0);
     b[ino::CRC..ino::CRC + 4].fill(0);
+    if get_u32(&b, ino::FLAGS) & INODE_SIZE_CHECKED != 0 {
+        b[ino::SIZE..ino::SIZE + 8].fill(0);
+    }
     let map_end = get_u64(&b, ino::MAP_END);
     zero_dead_slots(&mut b[ino::SLOTS..ino::SLOTS + INLINE_SLOTS * EXTENT_BYTES], map_end);
     crc32c::crc32c(&b)
@@ -79,7 +85,72 @@ pub fn dir_header_checksum_ok(dir_ino: u64, index: u32, raw: &[u8]) -> bool {
             == dir_header_checksum(dir_ino, index, get_u64(raw, dir_block::STARTS))
 }
 
-/// Whether the in-use inode `raw` matches its checksum.
+/// Whether the in-use inode `raw` matches its checksum (and, with `INODE_SIZE_CHECKED`, its
+/// size word its check bits).
 pub fn inode_checksum_ok(raw: &[u8]) -> bool {
-    raw.len() >= INODE_BYTES && get_u32(raw, ino::CRC) == inode_checksum(raw)
+    raw.len() >= INODE_BYTES
+        && get_u32(raw, ino::CRC) == inode_checksum(raw)
+        && size_word_ok(raw)
+}
+
+/// Whether the size field of inode `raw` is sound: any value in an inode without
+/// `INODE_SIZE_CHECKED` (the inode checksum covers it), else a checked size word that matches
+/// its check bits.
+pub fn size_word_ok(raw: &[u8]) -> bool {
+    if get_u32(raw, ino::FLAGS) & INODE_SIZE_CHECKED == 0 {
+        return true;
+    }
+    let w = get_u64(raw, ino::SIZE);
+    w == checked_size_word(get_u32(raw, ino::GENERATION), w & CHECKED_SIZE_MASK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::layout::{INODE_IN_USE, InodeHeader, put_u64};
+
+    fn inode(flags: u32, size: u64) -> [u8; INODE_BYTES] {
+        let h = InodeHeader { flags, generation: 77, size, map_end: 3, ..Default::default() };
+        let mut raw = [0u8; INODE_BYTES];
+        raw[..ino::HEADER].copy_from_slice(&h.encode());
+        let crc = inode_checksum(&raw);
+        raw[ino::CRC..ino::CRC + 4].copy_from_slice(&crc.to_le_bytes());
+        raw
+    }
+
+    #[test]
+    fn a_checked_size_word_is_outside_the_checksum_and_checks_itself() {
+        let flags = INODE_IN_USE | INODE_SIZE_CHECKED;
+        let mut raw = inode(flags, 5000);
+        assert!(inode_checksum_ok(&raw));
+        assert_eq!(InodeHeader::decode(&raw).size, 5000);
+        // An append's one store: a new word, the checksum untouched.
+        put_u64(&mut raw, ino::SIZE, checked_size_word(77, 1 << 40));
+        assert!(inode_checksum_ok(&raw));
+        assert_eq!(InodeHeader::decode(&raw).size, 1 << 40);
+        // Every single-bit flip of the word is caught, in the size bits and the check bits.
+        for bit in 0..64 {
+            let mut bad = raw;
+            put_u64(&mut bad, ino::SIZE, get_u64(&raw, ino::SIZE) ^ (1 << bit));
+            assert!(!inode_checksum_ok(&bad), "bit {bit}");
+        }
+        // A word of another inode's generation (misdirected) is caught.
+        let mut other = raw;
+        put_u64(&mut other, ino::SIZE, checked_size_word(78, 1 << 40));
+        assert!(!inode_checksum_ok(&other));
+        // Dropping the flag puts the size word back under the checksum: caught.
+        let mut unflagged = raw;
+        unflagged[ino::FLAGS..ino::FLAGS + 4].copy_from_slice(&INODE_IN_USE.to_le_bytes());
+        assert!(!inode_checksum_ok(&unflagged));
+    }
+
+    #[test]
+    fn a_plain_size_is_covered_by_the_checksum() {
+        let raw = inode(INODE_IN_USE, 5000);
+        assert_eq!(get_u64(&raw, ino::SIZE), 5000, "a plain size, no check bits");
+        assert!(inode_checksum_ok(&raw));
+        let mut bad = raw;
+        put_u64(&mut bad, ino::SIZE, 5001);
+        assert!(!inode_checksum_ok(&bad));
+    }
 }

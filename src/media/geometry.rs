@@ -52,6 +52,9 @@ pub struct Geometry {
     pub wear_start: u64,
     /// Blocks of wear counters: 0 (a pool without them), or 4 bytes per pool block.
     pub wear_blocks: u64,
+    /// Inodes made on the pool carry checked size words (`layout::INODE_SIZE_CHECKED`); false
+    /// on pools made before them, whose inodes keep plain sizes.
+    pub checked_sizes: bool,
 }
 
 /// Most alternate slots per partition mkfs gives a pool.
@@ -136,6 +139,7 @@ impl Geometry {
             zone_start,
             wear_start,
             wear_blocks,
+            checked_sizes: true,
         })
     }
 

@@ -269,6 +269,20 @@ impl Journals {
         self.capacity as usize
     }
 
+    /// Fault injection (`Fs::inject_crash_before_commit`): whether the commit point reached
+    /// now — a transaction's COMMIT, or an append's size store — is the one the countdown
+    /// names. If so the journals go dead (nothing more is committed) and the caller stops as a
+    /// crash there would.
+    pub(crate) fn crash_injected(&self) -> bool {
+        if self.crash_countdown.load(Ordering::Relaxed) > 0
+            && self.crash_countdown.fetch_sub(1, Ordering::Relaxed) == 1
+        {
+            self.dead.store(true, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
     /// Make `tx` durable atomically, using the journal of `cpu`.
     pub fn commit(&self, pool: &Pool, tx: Tx<'_>, cpu: usize) -> Result<()> {
         if tx.is_empty() {
@@ -382,11 +396,8 @@ impl Journals {
             pool.write_flush(w.off, &w.data, w.cat)?;
         }
         pool.fence();
-        if self.crash_countdown.load(Ordering::Relaxed) > 0
-            && self.crash_countdown.fetch_sub(1, Ordering::Relaxed) == 1
-        {
+        if self.crash_injected() {
             st.head += u32::from(count);
-            self.dead.store(true, Ordering::Relaxed);
             return Err(Error::Corrupted(format!(
                 "injected crash before COMMIT of transaction {txid}"
             )));

@@ -59,6 +59,12 @@ pub const INODE_IN_USE: u32 = 1;
 /// direct-path client appended there, or a write stored there in place before its size
 /// committed: docs/DESIGN.md §5, §7b); whatever extends the file zeroes what it exposes first.
 pub const INODE_TAIL_UNSETTLED: u32 = 2;
+/// Inode flag: the size field is a *checked size word* ([`checked_size_word`]): the size in its
+/// low 48 bits, check bits of the size and the generation in the high 16, and outside the
+/// inode checksum. A size change alone then commits with one atomic 8-byte store, no journal
+/// (an append into blocks the file already has, docs/DESIGN.md §5). Every inode made on a pool
+/// with [`INCOMPAT_CHECKED_SIZES`] carries it.
+pub const INODE_SIZE_CHECKED: u32 = 4;
 /// Incompatible feature: the pool has alternate-slot zones (after the allocator bitmap), whose
 /// live slots hold the newest bytes of file blocks; a build that does not know them would read
 /// stale data, so it must refuse the pool.
@@ -66,6 +72,26 @@ pub const INCOMPAT_SLOT_ZONES: u32 = 1;
 /// Incompatible feature: the pool keeps a write counter per block after the slot zones
 /// (`mkfs --wear-stats`); a build that does not know them would lay out the data area wrong.
 pub const INCOMPAT_WEAR_TABLE: u32 = 2;
+/// Incompatible feature: inodes made on the pool carry [`INODE_SIZE_CHECKED`]; a build that
+/// does not know it would take their check bits for part of the size (and their checksums for
+/// damage), so it must refuse the pool.
+pub const INCOMPAT_CHECKED_SIZES: u32 = 4;
+/// Bits of the size in a checked size word.
+pub const CHECKED_SIZE_MASK: u64 = (1 << 48) - 1;
+const _: () = assert!(MAX_FILE_SIZE <= CHECKED_SIZE_MASK);
+
+/// The checked size word of an inode of generation `generation` and size `size` (at most
+/// [`MAX_FILE_SIZE`]): the size in bits 0..48, and in bits 48..64 the low 16 bits of crc32c of
+/// the generation (4 bytes) then the size (8 bytes), little-endian. A torn, misdirected or
+/// damaged word fails the check (`checksum::inode_checksum_ok`).
+pub fn checked_size_word(generation: u32, size: u64) -> u64 {
+    let size = size & CHECKED_SIZE_MASK;
+    let mut b = [0u8; 12];
+    b[..4].copy_from_slice(&generation.to_le_bytes());
+    b[4..].copy_from_slice(&size.to_le_bytes());
+    let check = u64::from(crc32c::crc32c(&b) & 0xffff);
+    check << 48 | size
+}
 /// Root directory inode number.
 pub const ROOT_INO: u64 = 1;
 
@@ -143,7 +169,8 @@ pub mod sb {
 /// Inode field offsets.
 pub mod ino {
     /// u32: flags; bit 0 is [`INODE_IN_USE`](super::INODE_IN_USE), bit 1
-    /// [`INODE_TAIL_UNSETTLED`](super::INODE_TAIL_UNSETTLED).
+    /// [`INODE_TAIL_UNSETTLED`](super::INODE_TAIL_UNSETTLED), bit 2
+    /// [`INODE_SIZE_CHECKED`](super::INODE_SIZE_CHECKED).
     pub const FLAGS: usize = 0;
     /// u32: file type (`S_IFMT` bits) and permission bits.
     pub const MODE: usize = 4;
@@ -155,7 +182,8 @@ pub mod ino {
     pub const NLINK: usize = 16;
     /// u32: NFS-style generation, set at creation.
     pub const GENERATION: usize = 20;
-    /// u64: size in bytes.
+    /// u64: size in bytes; in an inode with [`INODE_SIZE_CHECKED`](super::INODE_SIZE_CHECKED)
+    /// a checked size word (`layout::checked_size_word`), outside the inode checksum.
     pub const SIZE: usize = 24;
     /// u64: logical block bound; extent records at or beyond it are dead.
     pub const MAP_END: usize = 32;
@@ -326,7 +354,8 @@ impl Superblock {
         put_u64(&mut b, sb::POOL_SIZE, g.pool_size);
         put_u32(&mut b, sb::PARTITIONS, g.partitions);
         let incompat = if g.zone_slots > 0 { INCOMPAT_SLOT_ZONES } else { 0 }
-            | if g.wear_blocks > 0 { INCOMPAT_WEAR_TABLE } else { 0 };
+            | if g.wear_blocks > 0 { INCOMPAT_WEAR_TABLE } else { 0 }
+            | if g.checked_sizes { INCOMPAT_CHECKED_SIZES } else { 0 };
         put_u32(&mut b, sb::INCOMPAT, incompat);
         put_u32(&mut b, sb::ZONE_SLOTS, g.zone_slots);
         put_u32(&mut b, sb::INODES_PER_PARTITION, g.inodes_per_partition);
@@ -378,7 +407,7 @@ impl Superblock {
             ));
         }
         let incompat = get_u32(b, sb::INCOMPAT);
-        let known = INCOMPAT_SLOT_ZONES | INCOMPAT_WEAR_TABLE;
+        let known = INCOMPAT_SLOT_ZONES | INCOMPAT_WEAR_TABLE | INCOMPAT_CHECKED_SIZES;
         if incompat & !known != 0 {
             return Err(corrupt!(
                 "superblock has unknown incompatible features {:#x}",
@@ -401,8 +430,9 @@ impl Superblock {
         let partitions = get_u32(b, sb::PARTITIONS);
         let ipp = get_u32(b, sb::INODES_PER_PARTITION);
         let wear = incompat & INCOMPAT_WEAR_TABLE != 0;
-        let expect = Geometry::compute_full(pool_size, partitions, ipp, zone_slots, wear)
+        let mut expect = Geometry::compute_full(pool_size, partitions, ipp, zone_slots, wear)
             .map_err(|e| corrupt!("superblock geometry is impossible: {e}"))?;
+        expect.checked_sizes = incompat & INCOMPAT_CHECKED_SIZES != 0;
         let stored_geom = Geometry {
             pool_size,
             partitions,
@@ -419,6 +449,7 @@ impl Superblock {
             zone_start: expect.zone_start,
             wear_start: expect.wear_start,
             wear_blocks: expect.wear_blocks,
+            checked_sizes: expect.checked_sizes,
         };
         if stored_geom != expect {
             return Err(corrupt!(
@@ -591,7 +622,8 @@ impl FileKind {
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct InodeHeader {
     /// Flags; bit 0 ([`INODE_IN_USE`]) marks a live inode, bit 1 ([`INODE_TAIL_UNSETTLED`])
-    /// one whose bytes past its end may not be zero.
+    /// one whose bytes past its end may not be zero, bit 2 ([`INODE_SIZE_CHECKED`]) one whose
+    /// size field is a checked size word.
     pub flags: u32,
     /// File type (`S_IFMT` bits) and permission bits.
     pub mode: u32,
@@ -635,7 +667,7 @@ impl InodeHeader {
         put_u32(&mut b, ino::GID, self.gid);
         put_u32(&mut b, ino::NLINK, self.nlink);
         put_u32(&mut b, ino::GENERATION, self.generation);
-        put_u64(&mut b, ino::SIZE, self.size);
+        put_u64(&mut b, ino::SIZE, self.size_field());
         put_u64(&mut b, ino::MAP_END, self.map_end);
         put_u64(&mut b, ino::XATTR_BLOCK, self.xattr_block);
         put_u64(&mut b, ino::INDEX_BLOCK, self.index_block);
@@ -656,7 +688,10 @@ impl InodeHeader {
             gid: get_u32(b, ino::GID),
             nlink: get_u32(b, ino::NLINK),
             generation: get_u32(b, ino::GENERATION),
-            size: get_u64(b, ino::SIZE),
+            size: match get_u32(b, ino::FLAGS) & INODE_SIZE_CHECKED {
+                0 => get_u64(b, ino::SIZE),
+                _ => get_u64(b, ino::SIZE) & CHECKED_SIZE_MASK,
+            },
             map_end: get_u64(b, ino::MAP_END),
             xattr_block: get_u64(b, ino::XATTR_BLOCK),
             index_block: get_u64(b, ino::INDEX_BLOCK),
@@ -666,6 +701,13 @@ impl InodeHeader {
             ctime: get_i64(b, ino::CTIME),
             crtime: get_i64(b, ino::CRTIME),
             rdev: get_u32(b, ino::RDEV),
+        }
+    }
+    /// What the size field holds: the size, or its checked size word.
+    pub fn size_field(&self) -> u64 {
+        match self.flags & INODE_SIZE_CHECKED {
+            0 => self.size,
+            _ => checked_size_word(self.generation, self.size),
         }
     }
     /// Whether the slot holds a live inode.
@@ -810,6 +852,13 @@ mod tests {
         assert!(
             matches!(Superblock::decode(&b, 32 << 20), Err(Error::Corrupted(m)) if m.contains("truncated"))
         );
+        // A pool made before checked size words round-trips as one without them.
+        let mut old = s.clone();
+        old.geometry.checked_sizes = false;
+        let ob = old.encode();
+        assert_eq!(get_u32(&ob, sb::INCOMPAT) & INCOMPAT_CHECKED_SIZES, 0);
+        assert_eq!(Superblock::decode(&ob, 64 << 20).unwrap(), old);
+        assert_ne!(get_u32(&b, sb::INCOMPAT) & INCOMPAT_CHECKED_SIZES, 0);
     }
 
     #[test]

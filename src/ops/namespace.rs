@@ -299,8 +299,9 @@ pub(crate) fn make_inode(
     let ino = state.alloc_inode_number()?;
     res.inodes.push(ino);
     let now = now_ns();
+    let checked = if state.geo.checked_sizes { layout::INODE_SIZE_CHECKED } else { 0 };
     let mut hdr = InodeHeader {
-        flags: INODE_IN_USE,
+        flags: INODE_IN_USE | checked,
         mode: kind.mode_bits() | (perm & 0o7777),
         uid,
         gid,

@@ -32,7 +32,9 @@ use crate::error::{Error, Result};
 use crate::media::alloc::BlockRun;
 use crate::media::checksum;
 use crate::media::journal::Tx;
-use crate::media::layout::{BLOCK_SIZE, FileKind, INODE_BYTES, ROOT_INO};
+use crate::media::layout::{
+    BLOCK_SIZE, FileKind, INODE_BYTES, INODE_SIZE_CHECKED, InodeHeader, ROOT_INO, ino, put_u64,
+};
 use crate::media::pool::Category;
 use crate::meta::dir::DirEntryLoc;
 use crate::ops::namespace::{
@@ -361,8 +363,16 @@ fn damaged_inodes(state: &MountState, rep: &mut RepairReport) -> Result<()> {
                 let mut raw = [0u8; INODE_BYTES];
                 state.pool.read(off, &mut raw)?;
                 let mut tx = Tx::new();
+                // A checked size word is resealed too, for the size it holds (which passed
+                // the checks above); the checksum does not cover it.
+                let hdr = InodeHeader::decode(&raw);
+                if hdr.flags & INODE_SIZE_CHECKED != 0 {
+                    let word = hdr.size_field();
+                    put_u64(&mut raw, ino::SIZE, word);
+                    tx.write(off + ino::SIZE as u64, word.to_le_bytes().to_vec(), Category::Metadata);
+                }
                 tx.write(
-                    off + crate::media::layout::ino::CRC as u64,
+                    off + ino::CRC as u64,
                     checksum::inode_checksum(&raw).to_le_bytes().to_vec(),
                     Category::Metadata,
                 );

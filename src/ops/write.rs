@@ -21,7 +21,7 @@
 use crate::error::{Error, Result};
 use crate::media::alloc::BlockRun;
 use crate::media::journal::Tx;
-use crate::media::layout::{BLOCK_SIZE, HUGE_SIZE, MAX_FILE_SIZE};
+use crate::media::layout::{BLOCK_SIZE, HUGE_SIZE, INODE_SIZE_CHECKED, MAX_FILE_SIZE};
 use crate::media::pool::Category;
 use crate::meta::inode::MapUpdate;
 use crate::ops::file::{
@@ -37,6 +37,7 @@ use crate::state::slots;
 use crate::state::tx::Reserved;
 use crate::sys::now_ns;
 use crate::types::{Consistency, OverwritePath};
+use std::sync::atomic::Ordering;
 
 /// Most existing extents one piece of a piece-by-piece write may touch (bounds its journal
 /// entries).
@@ -83,13 +84,10 @@ pub(crate) fn write(
     if end > old_size {
         map_hooks::before_grow(state, &g)?;
     }
-    let r = match (off / HUGE_SIZE != (end - 1) / HUGE_SIZE) && strict {
-        true => match write_atomic(state, &mut g, off, data) {
-            // Short of space: piece by piece, each atomic, possibly short.
-            Err(Error::NoSpace(_)) => write_pieces(state, &mut g, off, data),
-            r => r.map(|()| data.len()),
-        },
-        false => write_pieces(state, &mut g, off, data),
+    let r = if append_in_place(state, &mut g, off, data)? {
+        Ok(data.len())
+    } else {
+        write_planned(state, &mut g, off, data)
     };
     state.note_prealloc(&mut g);
     if g.hdr.size > old_size {
@@ -101,6 +99,56 @@ pub(crate) fn write(
         }
     }
     Ok((r?, off))
+}
+
+/// A write through the planner: atomic as a whole in strict mode, else piece by piece.
+fn write_planned(state: &MountState, g: &mut InodeState, off: u64, data: &[u8]) -> Result<usize> {
+    let end = off + data.len() as u64;
+    let strict = state.consistency == Consistency::Strict;
+    match (off / HUGE_SIZE != (end - 1) / HUGE_SIZE) && strict {
+        true => match write_atomic(state, g, off, data) {
+            // Short of space: piece by piece, each atomic, possibly short.
+            Err(Error::NoSpace(_)) => write_pieces(state, g, off, data),
+            r => r.map(|()| data.len()),
+        },
+        false => write_pieces(state, g, off, data),
+    }
+}
+
+/// A write at or past the end of a file with a checked size word whose blocks the file already
+/// has, in one extent (preallocated past the end: the rest of its 2 MiB unit), in either mode:
+/// the bytes are stored past the end, fence, then the size commits with one atomic 8-byte store
+/// and the times beside it, fence — no transaction (docs/DESIGN.md §5). A crash before the
+/// size store leaves the bytes past the end, which the file's `INODE_TAIL_UNSETTLED` mark
+/// allows; after it, the size covers them. Ok(false): not such a write.
+fn append_in_place(state: &MountState, g: &mut InodeState, off: u64, data: &[u8]) -> Result<bool> {
+    let end = off + data.len() as u64;
+    if off < g.hdr.size || g.hdr.flags & INODE_SIZE_CHECKED == 0 {
+        return Ok(false);
+    }
+    let (lb0, lb1) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
+    let Some((phys, run)) = g.map.lookup(lb0) else {
+        return Ok(false);
+    };
+    // The first block may hold the file's last bytes, whose newest lines may be in a slot.
+    if run < lb1 - lb0 || g.slots.range(lb0..lb1).next().is_some() {
+        return Ok(false);
+    }
+    appends::mark_unsettled(state, g)?;
+    state
+        .pool
+        .write_flush(phys * BLOCK_SIZE + off % BLOCK_SIZE, data, Category::Data)?;
+    if !state.broken_skip_append_fence.load(Ordering::Relaxed) {
+        state.pool.fence();
+    }
+    if state.journals.crash_injected() {
+        state.poison();
+        return Err(Error::Corrupted("injected crash before an append's size store".into()));
+    }
+    state.store_size(g, end)?;
+    state.store_write_times(g)?;
+    state.pool.fence();
+    Ok(true)
 }
 
 /// A relaxed overwrite of [off, off + len) inside the file whose blocks lie in one extent and

@@ -13,7 +13,7 @@
 
 use crate::error::Result;
 use crate::media::journal::Tx;
-use crate::media::layout::{BLOCK_SIZE, INODE_TAIL_UNSETTLED, MAX_FILE_SIZE};
+use crate::media::layout::{BLOCK_SIZE, INODE_SIZE_CHECKED, INODE_TAIL_UNSETTLED, MAX_FILE_SIZE};
 use crate::media::pool::Category;
 use crate::state::inode_state::{InodeRef, InodeState, rlock, wlock};
 use crate::state::map_hooks;
@@ -120,12 +120,19 @@ fn pull(state: &MountState, g: &mut InodeState, size: u64) -> Result<()> {
         state.pool.flush(at, len, Category::Data);
     }
     state.pool.fence();
-    let mut hdr = g.hdr.clone();
-    hdr.size = size;
-    hdr.mtime = now;
-    hdr.ctime = now;
-    commit_header(state, g.ino, &g.hdr, &hdr, Tx::new())?;
-    g.hdr = hdr;
+    if g.hdr.flags & INODE_SIZE_CHECKED != 0 {
+        // One store commits the size (docs/DESIGN.md §5, appends by size word).
+        state.store_size(g, size)?;
+        state.store_write_times(g)?;
+        state.pool.fence();
+    } else {
+        let mut hdr = g.hdr.clone();
+        hdr.size = size;
+        hdr.mtime = now;
+        hdr.ctime = now;
+        commit_header(state, g.ino, &g.hdr, &hdr, Tx::new())?;
+        g.hdr = hdr;
+    }
     map_hooks::after_grow(state, g, old_size)
 }
 

@@ -170,7 +170,7 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
     let now = now_ns();
     let (uid, gid) = crate::sys::real_ids();
     let root = InodeHeader {
-        flags: INODE_IN_USE,
+        flags: INODE_IN_USE | if g.checked_sizes { layout::INODE_SIZE_CHECKED } else { 0 },
         mode: libc::S_IFDIR | 0o755,
         uid,
         gid,

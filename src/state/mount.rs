@@ -512,6 +512,7 @@ pub(crate) fn mount_checked(
         unmounted: AtomicBool::new(false),
         prefaulted: std::sync::atomic::AtomicU64::new(0),
         prefault_stop: AtomicBool::new(false),
+        broken_skip_append_fence: AtomicBool::new(false),
         prefault_thread: std::sync::Mutex::new(None),
         record: Mutex::new(record),
         read_only: false,

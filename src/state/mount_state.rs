@@ -58,6 +58,9 @@ pub(crate) struct MountState {
     pub prefaulted: std::sync::atomic::AtomicU64,
     /// Asks the prefault thread to stop after its current chunk.
     pub prefault_stop: AtomicBool,
+    /// Test-only (the crash explorer's self-test): appends by size word skip the fence between
+    /// their bytes and the size that covers them.
+    pub broken_skip_append_fence: AtomicBool,
     /// The prefault thread, joined before the facade lets go of the mount (it holds the
     /// mount, which must not be dropped — and unmounted — on that thread).
     pub prefault_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -325,6 +328,22 @@ impl MountState {
         self.geo
             .inode_offset(ino)
             .expect("inode numbers in DRAM are validated")
+    }
+
+    /// Make `size` the size of `g`'s inode, which has a checked size word
+    /// (`layout::INODE_SIZE_CHECKED`), by one atomic 8-byte store with no journal: the word
+    /// carries its own check bits and lies outside the inode checksum. The caller has made
+    /// everything the new size exposes durable first, and fences after.
+    pub(crate) fn store_size(&self, g: &mut InodeState, size: u64) -> Result<()> {
+        debug_assert!(g.hdr.flags & layout::INODE_SIZE_CHECKED != 0);
+        let word = layout::checked_size_word(g.hdr.generation, size);
+        self.pool.store_u64_flush(
+            self.inode_off(g.ino) + layout::ino::SIZE as u64,
+            word,
+            Category::Metadata,
+        )?;
+        g.hdr.size = size;
+        Ok(())
     }
 
     /// A data write's times: the modification and change times become now, stored in the inode
