@@ -1,5 +1,7 @@
-//! The golden pools: an image of format version 3 made once by this file's ignored `make_golden`
-//! test and stored sparsely in `tests/data/golden-v3.pool.hex`. Every later build must mount it
+//! The golden pools: images of format version 3 made once by this file's ignored `make_golden`
+//! test (which writes the newest) and stored sparsely in `tests/data/`:
+//! `golden-v3.pool.hex` (before slot zones and checked size words) and
+//! `golden-v3-checked-sizes.pool.hex` (with both). Every later build must mount them
 //! and find exactly what was written — or, after a format change that cannot read it, refuse it
 //! with the version message (then this test changes to expect that, and a new golden image of
 //! the new format is added beside it). The golden image of format version 2
@@ -10,9 +12,12 @@ mod common;
 
 use std::fmt::Write as _;
 use std::path::Path;
+use winefs::media::layout;
 use winefs::{Error, Fs, MkfsOptions, MountOptions, XattrSet};
 
 const GOLDEN: &str = "tests/data/golden-v3.pool.hex";
+/// The newest golden image: format 3 with slot zones and checked size words.
+const GOLDEN_NEWEST: &str = "tests/data/golden-v3-checked-sizes.pool.hex";
 const GOLDEN_V2: &str = "tests/data/golden-v2.pool.hex";
 
 /// The content of `/frag.bin`: twelve 4 KiB pieces, each followed by a 4 KiB hole, so the file
@@ -113,12 +118,26 @@ fn make_golden() {
             out.push('\n');
         }
     }
-    std::fs::write(GOLDEN, out).unwrap();
+    std::fs::write(GOLDEN_NEWEST, out).unwrap();
 }
 
 #[test]
 fn the_golden_pool_of_format_3_mounts_and_holds_what_was_written() {
-    let hex = std::fs::read_to_string(GOLDEN).expect("the golden image is in the tree");
+    // Made before slot zones and checked size words: its inodes keep plain sizes, and so do
+    // the ones made on it now.
+    holds_what_was_written(GOLDEN, false);
+}
+
+#[test]
+fn the_golden_pool_with_checked_size_words_mounts_and_holds_what_was_written() {
+    holds_what_was_written(GOLDEN_NEWEST, true);
+}
+
+/// Mount the golden image `path`, check that it holds what `make_golden` wrote, append to a
+/// file and make one, and check it all again after a remount. `checked`: the pool's inodes
+/// carry checked size words.
+fn holds_what_was_written(path: &str, checked: bool) {
+    let hex = std::fs::read_to_string(path).expect("the golden image is in the tree");
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("pool");
     decode(&hex, &p);
@@ -143,12 +162,29 @@ fn the_golden_pool_of_format_3_mounts_and_holds_what_was_written() {
     let mut names = fs.list_dir("/docs").unwrap();
     names.sort();
     assert_eq!(names, vec![b"deep".to_vec(), b"hello-link".to_vec(), b"notes.md".to_vec()]);
-    // It stays usable: write, unmount, mount, check.
-    fs.create_file("/after").unwrap().write_at(0, b"later").unwrap();
+    // It stays usable: write, append, unmount, mount, check.
+    let after = fs.create_file("/after").unwrap();
+    after.write_at(0, b"later").unwrap();
+    after.write_at(5, b", more").unwrap();
+    let notes = fs.open_file("/docs/notes.md").unwrap();
+    notes.write_at(5000, b"appended").unwrap();
+    let inos = [after.ino(), notes.ino()];
+    drop((after, notes));
+    let g = fs.geometry();
+    assert_eq!(g.checked_sizes, checked);
     fs.unmount().unwrap();
+    let img = std::fs::read(&p).unwrap();
+    for ino in inos {
+        let off = g.inode_offset(ino).unwrap() as usize;
+        let flags = u32::from_le_bytes(img[off..off + 4].try_into().unwrap());
+        assert_eq!(flags & layout::INODE_SIZE_CHECKED != 0, checked, "inode {ino}");
+    }
     let fs = Fs::mount(&p, MountOptions::default()).unwrap();
     assert!(fs.check().is_clean());
-    assert_eq!(fs.open_file("/after").unwrap().read_all().unwrap(), b"later");
+    assert_eq!(fs.open_file("/after").unwrap().read_all().unwrap(), b"later, more");
+    let mut notes = files()[1].1.clone();
+    notes.extend_from_slice(b"appended");
+    assert_eq!(fs.open_file("/docs/notes.md").unwrap().read_all().unwrap(), notes);
 }
 
 /// The golden pool of format 2 (no checksums on extent-index blocks and directory headers) is
