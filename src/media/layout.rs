@@ -81,7 +81,7 @@ pub const CHECKED_SIZE_MASK: u64 = (1 << 48) - 1;
 const _: () = assert!(MAX_FILE_SIZE <= CHECKED_SIZE_MASK);
 
 /// The checked size word of an inode of generation `generation` and size `size` (at most
-/// [`MAX_FILE_SIZE`]): the size in bits 0..48, and in bits 48..64 the low 16 bits of crc32c of
+/// `MAX_FILE_SIZE`): the size in bits 0..48, and in bits 48..64 the low 16 bits of crc32c of
 /// the generation (4 bytes) then the size (8 bytes), little-endian. A torn, misdirected or
 /// damaged word fails the check (`checksum::inode_checksum_ok`).
 pub fn checked_size_word(generation: u32, size: u64) -> u64 {
