@@ -343,6 +343,7 @@ fn fsck_reports_the_flag_and_repair_clears_it_once_the_pool_checks_clean() {
         out.contains("needs fsck    YES: an xattr block failed its checks"),
         "{out}"
     );
+    assert!(out.contains("size words    checked"), "{out}");
     let rep = winefs::state::fsck::check_pool(&p).unwrap();
     assert!(
         rep.problems

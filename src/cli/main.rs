@@ -823,6 +823,13 @@ fn info(pool: &Path) -> Result<u8, Fail> {
         0 => println!("slot zones    none (a pool made before them: strict overwrites are undo-journaled)"),
         s => println!("slot zones    {s} slots per partition ({})", human(u64::from(s) * BLOCK_SIZE)),
     }
+    println!(
+        "size words    {}",
+        match g.checked_sizes {
+            true => "checked (appends commit their size with one store)",
+            false => "plain (a pool made before checked size words: appends commit their size in a transaction)",
+        }
+    );
     let wear = if g.wear_blocks > 0 { "kept (`winefs wear`)" } else { "not kept" };
     println!("wear counters {wear}");
     println!(
