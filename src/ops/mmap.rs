@@ -23,7 +23,7 @@ use crate::ops::xattr;
 use crate::state::slots;
 use crate::state::inode_state::{InodeState, rlock, wlock};
 use crate::state::locks::lock;
-use crate::state::map_hooks::{flush_blocks, shared_of};
+use crate::state::map_hooks::{flush_blocks, shared_of, zero_last_block_tail};
 use crate::state::mappings::{FaultService, MapState, Shared, UNIT_BLOCKS};
 use crate::state::mount_state::MountState;
 use crate::sys::vm::{self, HUGE, PAGE, Uffd, UffdEvent, Wakeup};
@@ -260,7 +260,12 @@ pub(crate) fn map(
     // A mapping sees the blocks themselves: their newest bytes go home first, and while it
     // lives no write takes a slot.
     slots::fold_all(state, &mut g)?;
-    zero_last_block_tail(state, &g)?;
+    // A file whose bytes past its end may not be zero (`INODE_TAIL_UNSETTLED`: an append cut
+    // by a crash before its size commit, a client's) has the rest of its last block zeroed
+    // first: a mapping must read zeros past the end, as a read does.
+    if g.hdr.flags & INODE_TAIL_UNSETTLED != 0 {
+        zero_last_block_tail(state, &g)?;
+    }
     let base = vm::reserve(len, (off % HUGE as u64) as usize)?;
     let st = Arc::new(MapState::new(ino, base, off, len, atomic));
     let eof_blocks = g.hdr.size.div_ceil(BLOCK_SIZE);
@@ -310,25 +315,6 @@ pub(crate) fn map(
         state.background.queue_rewrite(ino);
     }
     Ok(st)
-}
-
-/// A file whose bytes past its end may not be zero (`INODE_TAIL_UNSETTLED`: an append cut
-/// by a crash before its size commit, a client's) has the rest of its last block zeroed before
-/// a mapping shows that block: a mapping must read zeros past the end, as a read does. No
-/// journal: zeros past the end are always right.
-fn zero_last_block_tail(state: &MountState, g: &InodeState) -> Result<()> {
-    let size = g.hdr.size;
-    if g.hdr.flags & INODE_TAIL_UNSETTLED == 0 || size.is_multiple_of(BLOCK_SIZE) {
-        return Ok(());
-    }
-    if let Some((phys, _)) = g.map.lookup(size / BLOCK_SIZE) {
-        let inblk = size % BLOCK_SIZE;
-        state
-            .pool
-            .zero_flush(phys * BLOCK_SIZE + inblk, BLOCK_SIZE - inblk, Category::Data)?;
-        state.pool.fence();
-    }
-    Ok(())
 }
 
 /// Make stores to [at, at+len) of the mapping durable (see `fs::Mapping::msync`). Returns the

@@ -145,9 +145,7 @@ fn append_in_place(state: &MountState, g: &mut InodeState, off: u64, data: &[u8]
         state.poison();
         return Err(Error::Corrupted("injected crash before an append's size store".into()));
     }
-    state.store_size(g, end)?;
-    state.store_write_times(g)?;
-    state.pool.fence();
+    state.commit_size(g, end)?;
     Ok(true)
 }
 

@@ -113,7 +113,7 @@ fn pull(state: &MountState, g: &mut InodeState, size: u64) -> Result<()> {
     if size <= g.hdr.size {
         return Ok(());
     }
-    let (old_size, now) = (g.hdr.size, now_ns());
+    let old_size = g.hdr.size;
     // Clients do not write their appended bytes back (a size not yet taken in keeps them out
     // of the file anyway): that is done here, before the size that covers them commits.
     for (at, len) in pool_bytes(g, old_size, size) {
@@ -122,10 +122,9 @@ fn pull(state: &MountState, g: &mut InodeState, size: u64) -> Result<()> {
     state.pool.fence();
     if g.hdr.flags & INODE_SIZE_CHECKED != 0 {
         // One store commits the size (docs/DESIGN.md §5, appends by size word).
-        state.store_size(g, size)?;
-        state.store_write_times(g)?;
-        state.pool.fence();
+        state.commit_size(g, size)?;
     } else {
+        let now = now_ns();
         let mut hdr = g.hdr.clone();
         hdr.size = size;
         hdr.mtime = now;

@@ -47,7 +47,16 @@ pub(crate) fn before_shrink(state: &MountState, g: &InodeState, new_size: u64) -
 /// are zeroed (a store through a mapping may have put something there, and the file system
 /// promises zeros past EOF). Needs no journal: zeros past EOF are always consistent.
 pub(crate) fn before_grow(state: &MountState, g: &InodeState) -> Result<()> {
-    if !g.is_mapped() || g.hdr.size.is_multiple_of(BLOCK_SIZE) {
+    match g.is_mapped() {
+        true => zero_last_block_tail(state, g),
+        false => Ok(()),
+    }
+}
+
+/// Zero the bytes of the file's last block past its end (if the block is mapped), then fence.
+/// Needs no journal: zeros past EOF are always consistent.
+pub(crate) fn zero_last_block_tail(state: &MountState, g: &InodeState) -> Result<()> {
+    if g.hdr.size.is_multiple_of(BLOCK_SIZE) {
         return Ok(());
     }
     if let Some((phys, _)) = g.map.lookup(g.hdr.size / BLOCK_SIZE) {

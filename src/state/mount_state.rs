@@ -330,11 +330,12 @@ impl MountState {
             .expect("inode numbers in DRAM are validated")
     }
 
-    /// Make `size` the size of `g`'s inode, which has a checked size word
-    /// (`layout::INODE_SIZE_CHECKED`), by one atomic 8-byte store with no journal: the word
-    /// carries its own check bits and lies outside the inode checksum. The caller has made
-    /// everything the new size exposes durable first, and fences after.
-    pub(crate) fn store_size(&self, g: &mut InodeState, size: u64) -> Result<()> {
+    /// Commit `size` as the size of `g`'s inode, which has a checked size word
+    /// (`layout::INODE_SIZE_CHECKED`), with no journal: one atomic 8-byte store of the word
+    /// (it carries its own check bits and lies outside the inode checksum), the write times
+    /// beside it, then a fence. The caller has made everything the new size exposes durable
+    /// first.
+    pub(crate) fn commit_size(&self, g: &mut InodeState, size: u64) -> Result<()> {
         debug_assert!(g.hdr.flags & layout::INODE_SIZE_CHECKED != 0);
         let word = layout::checked_size_word(g.hdr.generation, size);
         self.pool.store_u64_flush(
@@ -343,6 +344,8 @@ impl MountState {
             Category::Metadata,
         )?;
         g.hdr.size = size;
+        self.store_write_times(g)?;
+        self.pool.fence();
         Ok(())
     }
 
