@@ -101,3 +101,65 @@ fn posix_errors() {
     ));
     assert!(fs.check().is_clean());
 }
+
+#[test]
+fn a_write_after_a_look_at_the_times_changes_them_visibly() {
+    // Multigrain timestamps: whoever looked at the times sees the next write change them, even
+    // many writes within one clock tick; on every write path (append, in place, alternate slot).
+    for consistency in [winefs::Consistency::Relaxed, winefs::Consistency::Strict] {
+        let (_d, p) = fresh(64 << 20);
+        let fs = common::mount_with(&p, consistency);
+        let f = fs.create_file("/f").unwrap();
+        let ino = f.ino();
+        let mut last = fs.getattr(ino).unwrap();
+        for i in 0..200u64 {
+            let off = match i % 3 {
+                0 => last.size,    // append
+                1 => 0,            // whole-block overwrite
+                _ => 100 + i % 50, // small overwrite
+            };
+            fs.write(ino, off, &[i as u8; 512]).unwrap();
+            let now = fs.getattr(ino).unwrap();
+            assert!(
+                now.mtime > last.mtime && now.ctime > last.ctime,
+                "{consistency:?} write {i}: times {} / {} after {} / {}",
+                now.mtime,
+                now.ctime,
+                last.mtime,
+                last.ctime
+            );
+            last = now;
+        }
+    }
+}
+
+#[test]
+fn writes_nobody_looks_at_store_their_times_once_per_clock_tick() {
+    let (_d, p) = fresh(64 << 20);
+    let fs = common::mount_with(&p, winefs::Consistency::Relaxed);
+    let f = fs.create_file("/f").unwrap();
+    let ino = f.ino();
+    fs.write(ino, 0, &vec![1u8; 1 << 20]).unwrap();
+    let writes = 5000u64;
+    let wall = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64
+    };
+    let began = wall(std::time::SystemTime::now());
+    let started = std::time::Instant::now();
+    let before = fs.persist_stats();
+    for i in 0..writes {
+        fs.write(ino, (i % 256) * 4096, &[i as u8; 4096]).unwrap();
+    }
+    let spent = fs.persist_stats().since(&before);
+    // An in-place relaxed overwrite stores metadata only for its times (16 bytes), and only
+    // when the clock tick's time differs from what the inode holds: at most once per tick,
+    // and a tick of the coarse clock is at least a millisecond (HZ <= 1000).
+    let ticks = u64::try_from(started.elapsed().as_millis()).unwrap() + 3;
+    let meta = spent.bytes_written[winefs::media::pool::Category::Metadata as usize];
+    assert!(
+        meta <= 16 * ticks && ticks < writes,
+        "{meta} bytes of metadata for {writes} writes over at most {ticks} clock ticks"
+    );
+    // And the times did move with the writes (to a clock tick at most 20 ms before they began).
+    assert!(fs.getattr(ino).unwrap().mtime >= began - 20_000_000);
+}

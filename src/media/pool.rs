@@ -753,6 +753,16 @@ impl Pool {
     /// Store the 8-byte word `v` at `off` (a multiple of 8) with one atomic store, so a crash
     /// leaves the old word or the new one, never a mix; then write its line back (no fence).
     pub(crate) fn store_u64_flush(&self, off: u64, v: u64, cat: Category) -> Result<()> {
+        self.store_u64(off, v, cat)?;
+        self.flush(off, 8, cat);
+        Ok(())
+    }
+
+    /// Store the 8-byte word `v` at `off` (a multiple of 8) with one atomic store and no
+    /// write-back of its own: for a word that shares its cache line with a later store that is
+    /// written back (stores to one line reach media in program order, so the later one is
+    /// never durable without it).
+    pub(crate) fn store_u64(&self, off: u64, v: u64, cat: Category) -> Result<()> {
         self.check(off, 8)?;
         if !off.is_multiple_of(8) {
             return Err(Error::Invalid(format!("unaligned atomic store at pool offset {off}")));
@@ -765,7 +775,6 @@ impl Pool {
         self.counters.bytes(cat, 8);
         self.count_wear(off, 8);
         self.observe(|o| o.stored(self, off, 8));
-        self.flush(off, 8, cat);
         Ok(())
     }
 

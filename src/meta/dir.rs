@@ -18,6 +18,7 @@ use crate::media::layout::{
 };
 use crate::media::pool::{Category, Pool};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// Where a name lives and what it points to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,15 +46,16 @@ impl DirEntryLoc {
 #[derive(Clone, Debug, Default)]
 pub struct DirIndex {
     /// Every name (other than "." and "..") and where its entry lives.
-    pub names: HashMap<Box<[u8]>, DirEntryLoc>,
+    pub names: HashMap<Arc<[u8]>, DirEntryLoc>,
     /// Per block: slots in use (bit 0, the header, always set).
     used: Vec<u64>,
     /// Per block: the on-media `starts` bitmap.
     pub starts: Vec<u64>,
     /// Blocks that had entries removed and may have room.
     roomy: BTreeSet<u32>,
-    /// Names by readdir position, so paged readdir resumes in O(log n).
-    by_pos: BTreeMap<u64, Box<[u8]>>,
+    /// Names by readdir position, so paged readdir resumes in O(log n). The name is shared
+    /// with `names`: one allocation per entry, not two.
+    by_pos: BTreeMap<u64, Arc<[u8]>>,
 }
 
 fn run_mask(slot: u32, n: u32) -> u64 {
@@ -126,8 +128,9 @@ impl DirIndex {
     pub fn insert(&mut self, name: &[u8], loc: DirEntryLoc) {
         self.used[loc.block as usize] |= run_mask(loc.slot, loc.nslots);
         self.starts[loc.block as usize] |= 1u64 << loc.slot;
-        self.by_pos.insert(loc.position(), name.into());
-        self.names.insert(name.into(), loc);
+        let name: Arc<[u8]> = Arc::from(name);
+        self.by_pos.insert(loc.position(), Arc::clone(&name));
+        self.names.insert(name, loc);
     }
 
     /// Apply a remove to DRAM (after its transaction committed).

@@ -7,6 +7,7 @@ use crate::meta::dir::DirIndex;
 use crate::meta::inode::FileMap;
 use crate::state::mappings::MapState;
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// An inode in DRAM. Changed only under its lock, and only after the transaction that changes
@@ -39,6 +40,11 @@ pub(crate) struct InodeState {
     /// Alternate slots holding the newest copy of lines of this file's blocks, by logical
     /// block (`state::slots`).
     pub slots: BTreeMap<u64, SlotRef>,
+    /// Someone read the times since the last write stored them (`MountState::attr`): the next
+    /// write stores fine-grained times, so the change shows (multigrain timestamps, as the
+    /// kernel keeps for ext4); otherwise it stores the clock tick's, and nothing when they
+    /// are already the tick's (`MountState::store_write_times`).
+    pub times_queried: AtomicBool,
 }
 
 /// A file block's alternate slot (`state::slots`, `media::zone`).
@@ -70,6 +76,7 @@ impl InodeState {
             appenders: 0,
             quarantine: Vec::new(),
             slots: BTreeMap::new(),
+            times_queried: AtomicBool::new(false),
         }
     }
     /// Whether something maps the file's blocks where they are: a mapping of this process or a

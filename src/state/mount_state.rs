@@ -352,8 +352,21 @@ impl MountState {
     /// A data write's times: the modification and change times become now, stored in the inode
     /// in place (16 bytes, outside the checksummed header, as every data write stores them)
     /// and written back, durable at the caller's next fence; and in DRAM.
+    ///
+    /// "Now" is multigrain, as the kernel keeps it for ext4 and tmpfs: the clock tick's time
+    /// (`sys::coarse_now_ns`) unless someone read the times since they last changed, then the
+    /// fine-grained clock, so a change after a look always shows. Times already equal to the
+    /// tick's are not stored again: a stream of writes within one tick stores them once.
     pub(crate) fn store_write_times(&self, g: &mut InodeState) -> Result<()> {
-        let now = crate::sys::now_ns();
+        let queried = std::mem::take(g.times_queried.get_mut());
+        let now = match queried {
+            // Strictly later than what was seen, even on a coarse clock.
+            true => crate::sys::now_ns().max(g.hdr.mtime.max(g.hdr.ctime).saturating_add(1)),
+            false => crate::sys::coarse_now_ns(),
+        };
+        if !queried && g.hdr.mtime == now && g.hdr.ctime == now {
+            return Ok(());
+        }
         let mut times = [0u8; 16];
         times[..8].copy_from_slice(&now.to_le_bytes());
         times[8..].copy_from_slice(&now.to_le_bytes());
@@ -367,6 +380,8 @@ impl MountState {
 
     /// The attributes of an inode.
     pub fn attr(&self, n: &InodeState) -> Attr {
+        // The caller sees the times: the next write must change them visibly.
+        n.times_queried.store(true, std::sync::atomic::Ordering::Relaxed);
         let h = &n.hdr;
         let extra = n.map.index_blocks.len() as u64 + u64::from(h.xattr_block != 0);
         Attr {

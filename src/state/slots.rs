@@ -138,9 +138,11 @@ fn store(
 }
 
 /// A free slot of this CPU's zone for block `lb` of `g` (home `home`). A zone short of free
-/// slots asks the background worker to write the oldest back; an empty one writes back a
-/// batch of the oldest itself (those of `g`, and of files whose lock is free now); None if
-/// none could be freed without waiting.
+/// slots has its writer write back a batch of the oldest: those of `g` (whose lock it holds),
+/// and of files whose lock is free now; what it could not free goes to the background worker.
+/// (Handing all of it to the worker costs more than it saves when the writer's own file is
+/// the one to fold: the two take turns at one inode lock.) None if no slot could be freed
+/// without waiting.
 fn take_slot(state: &MountState, g: &mut InodeState, lb: u64, home: u64) -> Result<Option<SlotRef>> {
     let part = u32::try_from(current_cpu() % state.zones.zones.len()).unwrap_or(0);
     for _ in 0..2 {
@@ -149,9 +151,17 @@ fn take_slot(state: &MountState, g: &mut InodeState, lb: u64, home: u64) -> Resu
             if let Some(slot) = z.free.pop() {
                 z.owner[slot as usize] = Some((g.ino, lb));
                 z.touch(slot);
-                let low = z.free.len() < z.owner.len() / 4;
+                let mut victims = match z.free.len() < z.owner.len() / 4 {
+                    true => z.oldest(BATCH),
+                    false => Vec::new(),
+                };
+                // Not the slot just taken (its bytes are not stored yet).
+                victims.retain(|&v| v != (g.ino, lb));
                 drop(z);
-                if low && !state.zones.write_back_asked.swap(true, Ordering::AcqRel) {
+                if !victims.is_empty()
+                    && write_back_victims(state, Some(g), &victims, false)? < victims.len()
+                    && !state.zones.write_back_asked.swap(true, Ordering::AcqRel)
+                {
                     state.background.queue_write_back();
                 }
                 return Ok(Some(SlotRef { part, slot, home, lines: 0 }));
@@ -287,9 +297,8 @@ pub(crate) fn write_back(state: &MountState, g: &InodeState) -> Result<()> {
         zone::copy_home(&state.pool, &state.geo, &live)?;
     }
     state.pool.fence();
-    for s in g.slots.values() {
-        zone::store_lines(&state.pool, &state.geo, s.part, s.slot, 0)?;
-    }
+    let cleared: Vec<(u32, u32)> = g.slots.values().map(|s| (s.part, s.slot)).collect();
+    zone::clear_lines(&state.pool, &state.geo, &cleared)?;
     state.pool.fence();
     Ok(())
 }
@@ -306,9 +315,8 @@ fn clear(state: &MountState, g: &mut InodeState, picked: &[(u64, SlotRef)]) -> R
     if picked.is_empty() {
         return Ok(());
     }
-    for (_, s) in picked {
-        zone::store_lines(&state.pool, &state.geo, s.part, s.slot, 0)?;
-    }
+    let cleared: Vec<(u32, u32)> = picked.iter().map(|(_, s)| (s.part, s.slot)).collect();
+    zone::clear_lines(&state.pool, &state.geo, &cleared)?;
     state.pool.fence();
     for (lb, s) in picked {
         g.slots.remove(lb);
