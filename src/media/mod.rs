@@ -7,6 +7,7 @@ pub(crate) mod free_space;
 pub mod journal;
 pub mod geometry;
 pub mod layout;
+pub mod persist_stats;
 pub mod pool;
 pub mod recovery;
 pub mod wear;

@@ -7,13 +7,15 @@
 #![allow(unsafe_code)] // one of the few modules allowed `unsafe` (Cargo.toml [lints])
 #![deny(clippy::cast_possible_truncation)]
 
+use crate::media::persist_stats::Counters;
+pub use crate::media::persist_stats::{CATEGORIES, Category, PersistStats, thread_stats};
 use crate::media::wear::WearCounters;
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// Cache-line size assumed by the flush loop and the journal entry size.
@@ -33,113 +35,6 @@ fn ix(v: u64) -> usize {
     usize::try_from(v).expect("offsets inside the mapping fit a usize")
 }
 
-/// What a write or flush is for, so write amplification can be measured per kind of traffic.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Category {
-    /// File contents written by the caller, at their place in the file.
-    Data = 0,
-    /// Inodes, extent records, directory, xattr and index blocks, the superblock, the bitmap.
-    Metadata = 1,
-    /// Journal entries and undo staging.
-    Journal = 2,
-    /// Bytes a copy-on-write stores that the caller did not write: old content copied into the
-    /// new blocks, and the zeros that fill new blocks around a write.
-    Cow = 3,
-    /// Alternate slots: file contents stored in a slot, and the slot descriptors.
-    Slot = 4,
-    /// Slot contents written back to their place in the file.
-    WriteBack = 5,
-}
-
-/// Number of [`Category`] values.
-pub const CATEGORIES: usize = 6;
-
-impl Category {
-    /// Every category, in index order.
-    pub const ALL: [Category; CATEGORIES] = [
-        Category::Data,
-        Category::Metadata,
-        Category::Journal,
-        Category::Cow,
-        Category::Slot,
-        Category::WriteBack,
-    ];
-
-    /// Short name, as reports print it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Category::Data => "data",
-            Category::Metadata => "metadata",
-            Category::Journal => "journal",
-            Category::Cow => "cow",
-            Category::Slot => "slot",
-            Category::WriteBack => "writeback",
-        }
-    }
-}
-
-/// Bytes written and cache lines flushed per category, and fences issued: since the pool was
-/// opened ([`Pool::stats`]) or by the calling thread ([`thread_stats`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PersistStats {
-    /// Bytes stored, indexed by `Category as usize`.
-    pub bytes_written: [u64; CATEGORIES],
-    /// Cache lines written back (or stored non-temporally), indexed by `Category as usize`.
-    pub lines_flushed: [u64; CATEGORIES],
-    /// Store fences issued.
-    pub fences: u64,
-}
-
-impl PersistStats {
-    /// Counters from `earlier` to `self` (both from the same source).
-    pub fn since(&self, earlier: &PersistStats) -> PersistStats {
-        let mut d = PersistStats {
-            fences: self.fences.saturating_sub(earlier.fences),
-            ..Default::default()
-        };
-        for i in 0..CATEGORIES {
-            d.bytes_written[i] = self.bytes_written[i].saturating_sub(earlier.bytes_written[i]);
-            d.lines_flushed[i] = self.lines_flushed[i].saturating_sub(earlier.lines_flushed[i]);
-        }
-        d
-    }
-
-    /// Bytes stored in every category together.
-    pub fn total_bytes(&self) -> u64 {
-        self.bytes_written.iter().sum()
-    }
-}
-
-/// One thread's counters: bytes and lines per category, then fences.
-type ThreadCounters = [std::cell::Cell<u64>; 2 * CATEGORIES + 1];
-
-thread_local! {
-    /// What this thread has written through any pool, so an operation can count its own
-    /// traffic while other threads write concurrently.
-    static THREAD_STATS: ThreadCounters = const {
-        [const { std::cell::Cell::new(0) }; 2 * CATEGORIES + 1]
-    };
-}
-
-/// Persistence traffic of the calling thread, through every pool, since it started.
-pub fn thread_stats() -> PersistStats {
-    THREAD_STATS.with(|c| {
-        let mut s = PersistStats {
-            fences: c[2 * CATEGORIES].get(),
-            ..Default::default()
-        };
-        for i in 0..CATEGORIES {
-            s.bytes_written[i] = c[i].get();
-            s.lines_flushed[i] = c[CATEGORIES + i].get();
-        }
-        s
-    })
-}
-
-/// Add `n` to this thread's counter `i` (see [`ThreadCounters`]).
-fn thread_count(i: usize, n: u64) {
-    THREAD_STATS.with(|c| c[i].set(c[i].get() + n));
-}
 
 /// Where `persist_from` takes its bytes.
 #[derive(Clone, Copy)]
@@ -190,27 +85,6 @@ pub enum FlushKind {
     Msync,
 }
 
-#[derive(Default)]
-struct Counters {
-    bytes: [AtomicU64; CATEGORIES],
-    lines: [AtomicU64; CATEGORIES],
-    fences: AtomicU64,
-}
-
-impl Counters {
-    fn bytes(&self, cat: Category, n: u64) {
-        self.bytes[cat as usize].fetch_add(n, Ordering::Relaxed);
-        thread_count(cat as usize, n);
-    }
-    fn lines(&self, cat: Category, n: u64) {
-        self.lines[cat as usize].fetch_add(n, Ordering::Relaxed);
-        thread_count(CATEGORIES + cat as usize, n);
-    }
-    fn fence(&self) {
-        self.fences.fetch_add(1, Ordering::Relaxed);
-        thread_count(2 * CATEGORIES, 1);
-    }
-}
 
 /// The crash-recording seam: an observer told about every store range, cache-line write-back and
 /// fence issued through this pool (the crash explorer, `crash::record`, builds crash images from
@@ -897,13 +771,7 @@ impl Pool {
 
     /// Counters since open.
     pub fn stats(&self) -> PersistStats {
-        let mut s = PersistStats::default();
-        for i in 0..CATEGORIES {
-            s.bytes_written[i] = self.counters.bytes[i].load(Ordering::Relaxed);
-            s.lines_flushed[i] = self.counters.lines[i].load(Ordering::Relaxed);
-        }
-        s.fences = self.counters.fences.load(Ordering::Relaxed);
-        s
+        self.counters.stats()
     }
 }
 
