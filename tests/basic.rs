@@ -163,3 +163,105 @@ fn writes_nobody_looks_at_store_their_times_once_per_clock_tick() {
     // And the times did move with the writes (to a clock tick at most 20 ms before they began).
     assert!(fs.getattr(ino).unwrap().mtime >= began - 20_000_000);
 }
+
+#[test]
+fn a_name_change_after_a_look_at_the_directory_changes_its_times_visibly() {
+    let (_d, p) = fresh(64 << 20);
+    let fs = mount(&p);
+    let root = fs.root();
+    let dir = fs.mkdir(root, b"d", 0o755, 0, 0).unwrap().ino;
+    let f = fs.create(dir, b"keep", 0o644, 0, 0).unwrap().ino;
+    let mut last = fs.getattr(dir).unwrap();
+    let mut last_f = fs.getattr(f).unwrap();
+    for i in 0..100u32 {
+        let n = format!("n{i}");
+        match i % 4 {
+            0 => drop(fs.create(dir, n.as_bytes(), 0o644, 0, 0).unwrap()),
+            1 => fs.unlink(dir, format!("n{}", i - 1).as_bytes()).unwrap(),
+            2 => drop(fs.link(f, dir, n.as_bytes()).unwrap()),
+            _ => fs
+                .rename(dir, format!("n{}", i - 1).as_bytes(), dir, n.as_bytes(), RenameFlags::default())
+                .unwrap(),
+        }
+        let now = fs.getattr(dir).unwrap();
+        assert!(now.mtime > last.mtime && now.ctime > last.ctime, "op {i}: directory times");
+        if i % 4 == 2 {
+            // A new link changes the file's ctime, visibly: it was looked at.
+            let now_f = fs.getattr(f).unwrap();
+            assert!(now_f.ctime > last_f.ctime, "op {i}: file ctime");
+            last_f = now_f;
+        }
+        last = now;
+    }
+}
+
+#[test]
+fn creates_nobody_looks_at_store_the_directorys_times_once_per_clock_tick() {
+    // The same creates twice, in two fresh directories: once looking at the directory after
+    // each (its times then change every time), once not (they change once per clock tick).
+    let (_d, p) = fresh(64 << 20);
+    let fs = mount(&p);
+    let root = fs.root();
+    let files = 1000u64;
+    let run = |dname: &[u8], look: bool| {
+        let dir = fs.mkdir(root, dname, 0o755, 0, 0).unwrap().ino;
+        fs.getattr(dir).unwrap();
+        let started = std::time::Instant::now();
+        let before = fs.persist_stats();
+        for i in 0..files {
+            fs.create(dir, format!("f{i:06}").as_bytes(), 0o644, 0, 0).unwrap();
+            if look {
+                fs.getattr(dir).unwrap();
+            }
+        }
+        let bytes = fs.persist_stats().since(&before).total_bytes();
+        (bytes, u64::try_from(started.elapsed().as_millis()).unwrap() + 3)
+    };
+    let (unlooked, ticks) = run(b"quiet", false);
+    let (looked, _) = run(b"watched", true);
+    // Each change of the times stores their 32-byte chunk (and journals it); a coarse-clock
+    // tick is at least a millisecond.
+    assert!(ticks < files, "the run took too long to tell: {ticks} ms");
+    assert!(
+        unlooked + 32 * (files - ticks) <= looked,
+        "{unlooked} bytes without looks, {looked} with, over at most {ticks} ticks"
+    );
+}
+
+#[test]
+fn strict_overwrites_of_a_hot_set_are_written_once() {
+    // Alternate writing's steady state: a hot set that fits the slot zones (256 blocks; the
+    // zones of a 256 MiB pool keep 384 live per partition before writing back) is updated by
+    // one copy per write, the newest copy alternating between slot and home — no write-back,
+    // no journal.
+    let (_d, p) = fresh(256 << 20);
+    let fs = common::mount_with(&p, winefs::Consistency::Strict);
+    let ino = fs.create_file("/big").unwrap().ino();
+    fs.fallocate(ino, 0, 64 << 20, false).unwrap();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % 256) * 4096
+    };
+    let buf = [0x5au8; 4096];
+    for _ in 0..5000 {
+        fs.write(ino, next(), &buf).unwrap();
+    }
+    let writes = 5000u64;
+    let before = fs.persist_stats();
+    for _ in 0..writes {
+        fs.write(ino, next(), &buf).unwrap();
+    }
+    let spent = fs.persist_stats().since(&before);
+    let per_write = spent.total_bytes() as f64 / writes as f64;
+    assert!(
+        per_write <= 1.1 * 4096.0,
+        "{per_write:.0} bytes stored per 4 KiB write: {spent:?}"
+    );
+    // And the bytes are there.
+    let mut back = vec![0u8; 4096];
+    fs.read(ino, 4096 * 17, &mut back).unwrap();
+    assert_eq!(back, buf);
+}

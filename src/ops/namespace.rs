@@ -24,7 +24,6 @@ use crate::state::damage::Damage;
 use crate::state::inode_state::{InodeRef, InodeState, rlock, wlock};
 use crate::state::mount_state::MountState;
 use crate::state::tx::Reserved;
-use crate::sys::now_ns;
 use crate::types::{Attr, DirEntry, RenameFlags};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -298,7 +297,7 @@ pub(crate) fn make_inode(
     let mut res = Reserved::new(state);
     let ino = state.alloc_inode_number()?;
     res.inodes.push(ino);
-    let now = now_ns();
+    let now = state.change_time([&*pg]);
     let checked = if state.geo.checked_sizes { layout::INODE_SIZE_CHECKED } else { 0 };
     let mut hdr = InodeHeader {
         flags: INODE_IN_USE | checked,
@@ -363,6 +362,7 @@ pub(crate) fn make_inode(
     state.commit(tx)?;
     res.keep();
     pg.hdr = ph;
+    state.times_changed(&pg);
     let dir = (kind == FileKind::Dir).then(DirIndex::default);
     let mut node = InodeState::new(ino, hdr, map, dir);
     // Files created directly in a directory with the alignment hint inherit it (its own
@@ -408,7 +408,7 @@ pub(crate) fn unlink(state: &MountState, parent: u64, name: &[u8], want_dir: boo
     }
     let arcs = inode_refs(state, &[parent, loc.ino])?;
     let mut g = lock_all(&arcs);
-    let now = now_ns();
+    let now = state.change_time([&*g[&parent], &*g[&loc.ino]]);
     let mut tx = Tx::new();
     let mut edit = DirEdit::default();
     plan_remove(&g[&parent], name, &mut edit)?;
@@ -439,9 +439,11 @@ pub(crate) fn unlink(state: &MountState, parent: u64, name: &[u8], want_dir: boo
     edit_tx(&edit, &mut tx);
     state.commit(tx)?;
     g.get_mut(&parent).expect("locked").hdr = ph;
+    state.times_changed(&g[&parent]);
     {
         let c = g.get_mut(&loc.ino).expect("locked");
         c.hdr = ch;
+        state.times_changed(c);
         if free_now {
             state.forget_inode(c);
         }
@@ -552,7 +554,7 @@ pub(crate) fn rename(
     {
         return Err(Error::TooManyLinks);
     }
-    let now = now_ns();
+    let now = state.change_time(inos.iter().map(|i| &*g[i]));
     let mut tx = Tx::new();
     let mut edit = DirEdit::default();
     let mut res = Reserved::new(state);
@@ -634,7 +636,9 @@ pub(crate) fn rename(
     state.commit(tx)?;
     res.keep();
     for (i, h) in new_hdr {
-        g.get_mut(&i).expect("locked").hdr = h;
+        let n = g.get_mut(&i).expect("locked");
+        n.hdr = h;
+        state.times_changed(n);
     }
     if let Some(v) = victim_freed {
         state.forget_inode(g.get_mut(&v).expect("locked"));
@@ -673,7 +677,7 @@ pub(crate) fn link(state: &MountState, ino: u64, parent: u64, name: &[u8]) -> Re
     if g[&ino].hdr.nlink >= MAX_LINKS {
         return Err(Error::TooManyLinks);
     }
-    let now = now_ns();
+    let now = state.change_time([&*g[&parent], &*g[&ino]]);
     let mut tx = Tx::new();
     let mut edit = DirEdit::default();
     let mut res = Reserved::new(state);
@@ -703,6 +707,8 @@ pub(crate) fn link(state: &MountState, ino: u64, parent: u64, name: &[u8]) -> Re
     res.keep();
     g.get_mut(&parent).expect("locked").hdr = ph;
     g.get_mut(&ino).expect("locked").hdr = ih;
+    state.times_changed(&g[&parent]);
+    state.times_changed(&g[&ino]);
     apply_edit(edit, &mut g);
     Ok(state.attr(&g[&ino]))
 }

@@ -358,13 +358,9 @@ impl MountState {
     /// fine-grained clock, so a change after a look always shows. Times already equal to the
     /// tick's are not stored again: a stream of writes within one tick stores them once.
     pub(crate) fn store_write_times(&self, g: &mut InodeState) -> Result<()> {
-        let queried = std::mem::take(g.times_queried.get_mut());
-        let now = match queried {
-            // Strictly later than what was seen, even on a coarse clock.
-            true => crate::sys::now_ns().max(g.hdr.mtime.max(g.hdr.ctime).saturating_add(1)),
-            false => crate::sys::coarse_now_ns(),
-        };
-        if !queried && g.hdr.mtime == now && g.hdr.ctime == now {
+        let now = self.change_time([&*g]);
+        self.times_changed(g);
+        if g.hdr.mtime == now && g.hdr.ctime == now {
             return Ok(());
         }
         let mut times = [0u8; 16];
@@ -376,6 +372,31 @@ impl MountState {
         g.hdr.ctime = now;
         const _: () = assert!(layout::ino::MTIME + 8 == layout::ino::CTIME);
         Ok(())
+    }
+
+    /// The time an operation that changes `nodes` gives them (mtime, ctime), multigrain: the
+    /// clock tick's (`sys::coarse_now_ns`), or, if anyone read the attributes of any of them
+    /// since their times last changed, the fine-grained clock, strictly later than every time
+    /// they hold — so a change after a look always shows, and a stream of changes nobody looks
+    /// at rewrites the times once per tick (a header change of times alone to an equal value
+    /// writes nothing). Once the change has committed, [`MountState::times_changed`] clears
+    /// the nodes' `times_queried`.
+    pub(crate) fn change_time<'a>(&self, nodes: impl IntoIterator<Item = &'a InodeState>) -> i64 {
+        let mut queried = false;
+        let mut seen = i64::MIN;
+        for n in nodes {
+            queried |= n.times_queried.load(std::sync::atomic::Ordering::Relaxed);
+            seen = seen.max(n.hdr.mtime.max(n.hdr.ctime));
+        }
+        match queried {
+            true => crate::sys::now_ns().max(seen.saturating_add(1)),
+            false => crate::sys::coarse_now_ns(),
+        }
+    }
+
+    /// The times of `n` changed (committed): nobody has seen them yet.
+    pub(crate) fn times_changed(&self, n: &InodeState) {
+        n.times_queried.store(false, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The attributes of an inode.
