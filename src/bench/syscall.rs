@@ -175,11 +175,11 @@ impl fmt::Display for SyscallBenchReport {
         writeln!(f)?;
         writeln!(
             f,
-            "| operation            |    ops | winefs ops/s | tmpfs ops/s | ratio | target | met |"
+            "| operation               |    ops | winefs ops/s | tmpfs ops/s | ratio | target | met |"
         )?;
         writeln!(
             f,
-            "|----------------------|-------:|-------------:|------------:|------:|-------:|:---:|"
+            "|-------------------------|-------:|-------------:|------------:|------:|-------:|:---:|"
         )?;
         for r in &self.rows {
             let (target, met) = match r.target {
@@ -191,7 +191,7 @@ impl fmt::Display for SyscallBenchReport {
             };
             writeln!(
                 f,
-                "| {:<20} | {:>6} | {:>12} | {:>11} | {:>5.2} | {:>6} | {:^3} |",
+                "| {:<23} | {:>6} | {:>12} | {:>11} | {:>5.2} | {:>6} | {:^3} |",
                 r.name,
                 r.ops,
                 fmt_rate(r.winefs_ops_per_s),
@@ -212,11 +212,11 @@ impl fmt::Display for SyscallBenchReport {
         writeln!(f)?;
         writeln!(
             f,
-            "| operation            |   user B |   data B | meta B | journal B |    cow B |   slot B | writeback B |  total B | x user | lines | fences |"
+            "| operation               |   user B |   data B | meta B | journal B |    cow B |   slot B | writeback B |  total B | x user | lines | fences |"
         )?;
         writeln!(
             f,
-            "|----------------------|---------:|---------:|-------:|----------:|---------:|---------:|------------:|---------:|-------:|------:|-------:|"
+            "|-------------------------|---------:|---------:|-------:|----------:|---------:|---------:|------------:|---------:|-------:|------:|-------:|"
         )?;
         for r in &self.rows {
             let p = &r.persist;
@@ -228,7 +228,7 @@ impl fmt::Display for SyscallBenchReport {
             };
             writeln!(
                 f,
-                "| {:<20} | {:>8.0} | {:>8.0} | {:>6.0} | {:>9.0} | {:>8.0} | {:>8.0} | {:>11.0} | {:>8.0} | {:>6} | {:>5.1} | {:>6.2} |",
+                "| {:<23} | {:>8.0} | {:>8.0} | {:>6.0} | {:>9.0} | {:>8.0} | {:>8.0} | {:>11.0} | {:>8.0} | {:>6} | {:>5.1} | {:>6.2} |",
                 r.name,
                 p.user,
                 p.bytes[0],
