@@ -265,3 +265,22 @@ fn strict_overwrites_of_a_hot_set_are_written_once() {
     fs.read(ino, 4096 * 17, &mut back).unwrap();
     assert_eq!(back, buf);
 }
+
+#[test]
+fn a_write_after_times_set_ahead_takes_the_clocks_time() {
+    // As on ext4: a write sets mtime to now, even when it was set ahead of the clock.
+    let (_d, p) = fresh(64 << 20);
+    let fs = common::mount_with(&p, winefs::Consistency::Strict);
+    let ino = fs.create_file("/f").unwrap().ino();
+    fs.write(ino, 0, &[1u8; 4096]).unwrap();
+    let future = 4_102_444_800_000_000_000i64; // 2100-01-01
+    let set = winefs::SetAttr { mtime: Some(winefs::TimeSet::At(future)), ..Default::default() };
+    assert_eq!(fs.setattr(ino, &set).unwrap().mtime, future);
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    fs.write(ino, 0, &[2u8; 100]).unwrap();
+    let a = fs.getattr(ino).unwrap();
+    assert!(a.mtime < future && a.mtime >= before - 20_000_000, "mtime {}", a.mtime);
+}

@@ -376,22 +376,28 @@ impl MountState {
 
     /// The time an operation that changes `nodes` gives them (mtime, ctime), multigrain: the
     /// clock tick's (`sys::coarse_now_ns`), or, if anyone read the attributes of any of them
-    /// since their times last changed, the fine-grained clock, strictly later than every time
-    /// they hold — so a change after a look always shows, and a stream of changes nobody looks
+    /// since their times last changed, the fine-grained clock, different from every time they
+    /// hold — so a change after a look always shows, and a stream of changes nobody looks
     /// at rewrites the times once per tick (a header change of times alone to an equal value
     /// writes nothing). Once the change has committed, [`MountState::times_changed`] clears
     /// the nodes' `times_queried`.
     pub(crate) fn change_time<'a>(&self, nodes: impl IntoIterator<Item = &'a InodeState>) -> i64 {
         let mut queried = false;
-        let mut seen = i64::MIN;
+        let mut seen: Vec<i64> = Vec::new();
         for n in nodes {
             queried |= n.times_queried.load(std::sync::atomic::Ordering::Relaxed);
-            seen = seen.max(n.hdr.mtime.max(n.hdr.ctime));
+            seen.extend([n.hdr.mtime, n.hdr.ctime]);
         }
-        match queried {
-            true => crate::sys::now_ns().max(seen.saturating_add(1)),
-            false => crate::sys::coarse_now_ns(),
+        if !queried {
+            return crate::sys::coarse_now_ns();
         }
+        // The clock's time, nudged past any time just seen that it equals (a clock coarser
+        // than a nanosecond); a time set ahead of the clock (utimensat) is simply replaced.
+        let mut t = crate::sys::now_ns();
+        while seen.contains(&t) {
+            t = t.saturating_add(1);
+        }
+        t
     }
 
     /// The times of `n` changed (committed): nobody has seen them yet.
