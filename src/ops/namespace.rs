@@ -297,7 +297,7 @@ pub(crate) fn make_inode(
     let mut res = Reserved::new(state);
     let ino = state.alloc_inode_number()?;
     res.inodes.push(ino);
-    let now = state.change_time([&*pg]);
+    let now = state.change_time(&[&*pg]);
     let checked = if state.geo.checked_sizes { layout::INODE_SIZE_CHECKED } else { 0 };
     let mut hdr = InodeHeader {
         flags: INODE_IN_USE | checked,
@@ -408,7 +408,7 @@ pub(crate) fn unlink(state: &MountState, parent: u64, name: &[u8], want_dir: boo
     }
     let arcs = inode_refs(state, &[parent, loc.ino])?;
     let mut g = lock_all(&arcs);
-    let now = state.change_time([&*g[&parent], &*g[&loc.ino]]);
+    let now = state.change_time(&[&*g[&parent], &*g[&loc.ino]]);
     let mut tx = Tx::new();
     let mut edit = DirEdit::default();
     plan_remove(&g[&parent], name, &mut edit)?;
@@ -554,7 +554,7 @@ pub(crate) fn rename(
     {
         return Err(Error::TooManyLinks);
     }
-    let now = state.change_time(inos.iter().map(|i| &*g[i]));
+    let now = state.change_time(&inos.iter().map(|i| &*g[i]).collect::<Vec<_>>());
     let mut tx = Tx::new();
     let mut edit = DirEdit::default();
     let mut res = Reserved::new(state);
@@ -677,7 +677,7 @@ pub(crate) fn link(state: &MountState, ino: u64, parent: u64, name: &[u8]) -> Re
     if g[&ino].hdr.nlink >= MAX_LINKS {
         return Err(Error::TooManyLinks);
     }
-    let now = state.change_time([&*g[&parent], &*g[&ino]]);
+    let now = state.change_time(&[&*g[&parent], &*g[&ino]]);
     let mut tx = Tx::new();
     let mut edit = DirEdit::default();
     let mut res = Reserved::new(state);

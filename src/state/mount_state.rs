@@ -358,7 +358,7 @@ impl MountState {
     /// fine-grained clock, so a change after a look always shows. Times already equal to the
     /// tick's are not stored again: a stream of writes within one tick stores them once.
     pub(crate) fn store_write_times(&self, g: &mut InodeState) -> Result<()> {
-        let now = self.change_time([&*g]);
+        let now = self.change_time(&[&*g]);
         self.times_changed(g);
         if g.hdr.mtime == now && g.hdr.ctime == now {
             return Ok(());
@@ -381,20 +381,17 @@ impl MountState {
     /// at rewrites the times once per tick (a header change of times alone to an equal value
     /// writes nothing). Once the change has committed, [`MountState::times_changed`] clears
     /// the nodes' `times_queried`.
-    pub(crate) fn change_time<'a>(&self, nodes: impl IntoIterator<Item = &'a InodeState>) -> i64 {
-        let mut queried = false;
-        let mut seen: Vec<i64> = Vec::new();
-        for n in nodes {
-            queried |= n.times_queried.load(std::sync::atomic::Ordering::Relaxed);
-            seen.extend([n.hdr.mtime, n.hdr.ctime]);
-        }
+    pub(crate) fn change_time(&self, nodes: &[&InodeState]) -> i64 {
+        let queried = nodes
+            .iter()
+            .any(|n| n.times_queried.load(std::sync::atomic::Ordering::Relaxed));
         if !queried {
             return crate::sys::coarse_now_ns();
         }
         // The clock's time, nudged past any time just seen that it equals (a clock coarser
         // than a nanosecond); a time set ahead of the clock (utimensat) is simply replaced.
         let mut t = crate::sys::now_ns();
-        while seen.contains(&t) {
+        while nodes.iter().any(|n| n.hdr.mtime == t || n.hdr.ctime == t) {
             t = t.saturating_add(1);
         }
         t

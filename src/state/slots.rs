@@ -158,10 +158,17 @@ fn take_slot(state: &MountState, g: &mut InodeState, lb: u64, home: u64) -> Resu
                 // Not the slot just taken (its bytes are not stored yet).
                 victims.retain(|&v| v != (g.ino, lb));
                 drop(z);
-                if !victims.is_empty()
-                    && write_back_victims(state, Some(g), &victims, false)? < victims.len()
-                    && !state.zones.write_back_asked.swap(true, Ordering::AcqRel)
-                {
+                let freed = match victims.is_empty() {
+                    true => 0,
+                    false => match write_back_victims(state, Some(g), &victims, false) {
+                        Ok(n) => n,
+                        Err(e) => {
+                            state.zones.release(part, slot);
+                            return Err(e);
+                        }
+                    },
+                };
+                if freed < victims.len() && !state.zones.write_back_asked.swap(true, Ordering::AcqRel) {
                     state.background.queue_write_back();
                 }
                 return Ok(Some(SlotRef { part, slot, home, lines: 0 }));
