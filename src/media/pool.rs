@@ -35,7 +35,6 @@ fn ix(v: u64) -> usize {
     usize::try_from(v).expect("offsets inside the mapping fit a usize")
 }
 
-
 /// Where `persist_from` takes its bytes.
 #[derive(Clone, Copy)]
 enum PersistSrc<'a> {
@@ -84,7 +83,6 @@ pub enum FlushKind {
     /// Not x86-64: stores are made durable with msync of the touched pages.
     Msync,
 }
-
 
 /// The crash-recording seam: an observer told about every store range, cache-line write-back and
 /// fence issued through this pool (the crash explorer, `crash::record`, builds crash images from
