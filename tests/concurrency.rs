@@ -83,22 +83,39 @@ fn concurrent_namespace_and_data_operations_relaxed() {
     run(Consistency::Relaxed);
 }
 
-/// Alternate writing under contention: four writer threads overwrite their own interleaved
-/// 192-byte records of one file (so they share blocks and slots) far more often than the zones
-/// have slots, while a reader checks that every record it reads is one its writer wrote whole,
-/// and the background worker and the writers write slots back. Every record ends as its
-/// writer's last, before and after a crash (no clean unmount to write slots back) and a
-/// remount.
+/// Alternate writing under contention, with the zones held to their own slots (a ballast file
+/// leaves the pool less than half free): the background worker and the writers write slots
+/// back all along.
 #[test]
 fn alternate_writes_under_contention_keep_every_record() {
+    alternate_writes_under_contention(false);
+}
+
+/// The same with zones free to grow: the writers' slots spread into units of free space.
+#[test]
+fn alternate_writes_into_grown_zones_under_contention_keep_every_record() {
+    alternate_writes_under_contention(true);
+}
+
+/// Four writer threads overwrite their own interleaved 192-byte records of one file (so they
+/// share blocks and slots) far more often than the zones have slots of their own, while a
+/// reader checks that every record it reads is one its writer wrote whole. Every record ends
+/// as its writer's last, before and after a crash (no clean unmount to write slots back) and
+/// a remount.
+fn alternate_writes_under_contention(grow: bool) {
     const RECORD: u64 = 192;
     const RECORDS: u64 = 4 * 4096; // 3 MiB: 768 blocks, against 64 slots per zone
     const WRITERS: u64 = 4;
     let (_d, p) = common::fresh_pool(48 << 20, Some(2));
     let fs = Arc::new(common::mount_with(&p, Consistency::Strict));
     assert!(fs.geometry().zone_slots > 0);
+    if !grow {
+        let ballast = fs.create(fs.root(), b"ballast", 0o644, 0, 0).unwrap().ino;
+        fs.fallocate(ballast, 0, fs.statfs().free_blocks * 3 / 5 * 4096, false).unwrap();
+    }
     let ino = fs.create(fs.root(), b"records", 0o644, 0, 0).unwrap().ino;
     fs.fallocate(ino, 0, RECORDS * RECORD, false).unwrap();
+    let extents_before = fs.statfs().free_aligned_extents;
     // Record r belongs to writer r % WRITERS; version v of it is bytes of (r, v) throughout.
     let body = |r: u64, v: u64| -> Vec<u8> {
         let tag = (r as u32).to_le_bytes();
@@ -151,6 +168,12 @@ fn alternate_writes_under_contention_keep_every_record() {
     }
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     assert!(reader.join().unwrap() > 0);
+    // Units lent to the zones are aligned extents out of the free ones.
+    let extents_after = fs.statfs().free_aligned_extents;
+    match grow {
+        true => assert!(extents_after < extents_before, "the zones did not grow"),
+        false => assert_eq!(extents_after, extents_before, "the zones grew on a fuller pool"),
+    }
     let check = |fs: &winefs::Fs| {
         let mut all = vec![0u8; (RECORDS * RECORD) as usize];
         fs.read(ino, 0, &mut all).unwrap();

@@ -223,6 +223,7 @@ fn mapping() -> Vec<(&'static str, &'static str, usize, usize)> {
         (XE, "value_len", xattr_entry::VALUE_LEN, 2),
         ("Slot descriptor", "home", zone::desc::HOME, 8),
         ("Slot descriptor", "lines", zone::desc::LINES, 8),
+        ("Zone extension word", "unit", zone::ext::UNIT, 8),
     ]
 }
 
@@ -241,6 +242,7 @@ fn documented_sizes_match_the_code() {
         ("Xattr block", BLOCK_SIZE as usize),
         ("Xattr entry", xattr_entry::NAME),
         ("Slot descriptor", 16),
+        ("Zone extension word", 8),
     ];
     for (name, size) in want {
         let (declared, rows) = t
@@ -357,7 +359,7 @@ fn encoded_structures_decode_at_documented_offsets() {
     assert_eq!(g.zone_slots, 64);
     assert_eq!(
         u32_at(&blk, at("Superblock", "incompat")),
-        layout::INCOMPAT_SLOT_ZONES | layout::INCOMPAT_CHECKED_SIZES
+        layout::INCOMPAT_SLOT_ZONES | layout::INCOMPAT_CHECKED_SIZES | layout::INCOMPAT_ZONE_GROWTH
     );
     assert_eq!(u32_at(&blk, at("Superblock", "zone_slots")), 64);
     assert_eq!(u32_at(&blk, at("Superblock", "inodes_per_partition")), 1024);
@@ -906,4 +908,76 @@ fn real_slot_descriptors_decode_at_documented_offsets() {
     let m = Media::open(&path, &g);
     assert_eq!(m.block(home)[200], 9, "written home at mount");
     assert_eq!(u64_at(&m.read(g.zone_desc_offset(*p, *s), 16), at("lines")), 0);
+}
+
+/// A zone that grew (more blocks hold their newest lines in slots than its own slots keep
+/// free): after a crash its extension word and a descriptor and slot of the unit decode at the
+/// documented offsets, and mount writes the unit's slots home and clears the word.
+#[test]
+fn real_zone_extension_words_decode_at_documented_offsets() {
+    let t = parse_doc();
+    let unit_at = field(&t, "Zone extension word", "unit").offset;
+    let at = |f: &str| field(&t, "Slot descriptor", f).offset;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pool");
+    let fs = fresh_fs(&path, MountOptions::default());
+    let g = fs.geometry();
+    assert!(g.zone_growth, "{g:?}");
+    let s = g.zone_slots;
+    let f = fs.create_file("/f").unwrap().ino();
+    let blocks = u64::from(s) + 64;
+    fs.write(f, 0, &vec![1u8; (blocks * 4096) as usize]).unwrap();
+    // One line (line b % 64) in each block: each takes a slot of its own.
+    for b in 0..blocks {
+        fs.write(f, b * 4096 + b % 64 * 64, &[2u8; 64]).unwrap();
+    }
+    let extents = fs.extents(f).unwrap();
+    fs.simulate_crash();
+
+    let m = Media::open(&path, &g);
+    let word = u64_at(&m.read(g.zone_table_offset(0), 8), unit_at);
+    assert_ne!(word, 0, "unit 0 of zone 0 is named");
+    let start = word & ((1 << 40) - 1);
+    let mut c = start.to_le_bytes().to_vec();
+    c.extend_from_slice(&0u32.to_le_bytes());
+    c.extend_from_slice(&(1u32 << 31).to_le_bytes());
+    assert_eq!(word >> 40, u64::from(crc32c::crc32c(&c) >> 8));
+    assert_eq!(start % 512, 0);
+    assert!(g.is_data_block(start) && g.is_data_block(start + 511));
+    // The unit's live descriptors: slot i is zone slot S + i, named in its home word's check.
+    let descs = m.read(start * 4096, 510 * 16);
+    let mut live = 0;
+    for (i, d) in descs.chunks_exact(16).enumerate() {
+        let lines = u64_at(d, at("lines"));
+        if lines == 0 {
+            continue;
+        }
+        live += 1;
+        let home_word = u64_at(d, at("home"));
+        let home = home_word & ((1 << 40) - 1);
+        let mut c = home.to_le_bytes().to_vec();
+        c.extend_from_slice(&0u32.to_le_bytes());
+        c.extend_from_slice(&(s + i as u32).to_le_bytes());
+        assert_eq!(home_word >> 40, u64::from(crc32c::crc32c(&c) >> 8), "descriptor {i}");
+        let (l, p, _) = *extents.iter().find(|&&(_, p, n)| p <= home && home < p + n).unwrap();
+        let b = l + (home - p);
+        assert_eq!(lines, 1 << (b % 64), "block {b}'s one line");
+        let slot = m.read((start + 2 + i as u64) * 4096, 4096);
+        assert_eq!(&slot[(b % 64 * 64) as usize..][..64], &[2u8; 64][..]);
+        assert_eq!(m.block(home)[(b % 64 * 64) as usize], 1, "home keeps the old line");
+    }
+    assert!(live > 0, "the unit holds live slots");
+    drop(m);
+
+    let fs = common::mount(&path);
+    let mut back = vec![0u8; 4096];
+    for b in 0..blocks {
+        fs.read(f, b * 4096, &mut back).unwrap();
+        let line = (b % 64 * 64) as usize;
+        assert!(back[..line].iter().chain(&back[line + 64..]).all(|&x| x == 1), "block {b}");
+        assert!(back[line..line + 64].iter().all(|&x| x == 2), "block {b}");
+    }
+    fs.unmount().unwrap();
+    let m = Media::open(&path, &g);
+    assert_eq!(u64_at(&m.read(g.zone_table_offset(0), 8), unit_at), 0, "cleared");
 }

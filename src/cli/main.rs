@@ -821,7 +821,14 @@ fn info(pool: &Path) -> Result<u8, Fail> {
     println!("inodes        {used_inodes} used / {}", st.inodes);
     match g.zone_slots {
         0 => println!("slot zones    none (a pool made before them: strict overwrites are undo-journaled)"),
-        s => println!("slot zones    {s} slots per partition ({})", human(u64::from(s) * BLOCK_SIZE)),
+        s => println!(
+            "slot zones    {s} slots per partition ({}), {}",
+            human(u64::from(s) * BLOCK_SIZE),
+            match g.zone_growth {
+                true => "growing into free 2 MiB units while the pool is mostly free",
+                false => "fixed (a pool made before zones grew)",
+            }
+        ),
     }
     println!(
         "size words    {}",

@@ -119,6 +119,21 @@ pub enum Op {
         len: u64,
         fill: u8,
     },
+    /// Write one 64-byte line into each of the first `blocks` blocks of the file (line
+    /// `b % 64` of block `b`), then truncate it to its size: in strict mode each write takes a
+    /// slot of its own, more than the fixed zone of the explorer's pool keeps free, so the
+    /// zone grows into a unit (docs/DESIGN.md §5, "Growth") and the crash points fall inside
+    /// the growth and on slots in the unit.
+    AlternateMany {
+        path: String,
+        blocks: u64,
+        fill: u8,
+    },
+}
+
+/// The writes of [`Op::AlternateMany`]: (offset, length) of line `b % 64` of each block `b`.
+fn many_lines(blocks: u64) -> impl Iterator<Item = (u64, u64)> {
+    (0..blocks).map(|b| (b * 4096 + b % 64 * 64, 64))
 }
 
 /// Byte `x` of data written with `fill`: a function of the file offset, so a write split into
@@ -195,6 +210,9 @@ impl fmt::Display for Op {
                 len,
                 fill,
             } => write!(f, "alternate {path} {off}+{len} fill {fill} x3, write back"),
+            Op::AlternateMany { path, blocks, fill } => {
+                write!(f, "alternate {path} a line in each of {blocks} blocks fill {fill}, write back")
+            }
         }
     }
 }
@@ -315,6 +333,13 @@ impl Op {
                 }
                 fs.truncate(ino, fs.getattr(ino)?.size)
             }
+            Op::AlternateMany { path, blocks, fill } => {
+                let ino = fs.resolve(path, false)?;
+                for (off, len) in many_lines(*blocks) {
+                    fs.write(ino, off, &pattern_bytes(*fill, off, len))?;
+                }
+                fs.truncate(ino, fs.getattr(ino)?.size)
+            }
         }
     }
 
@@ -348,6 +373,10 @@ impl Op {
                     fill: fill.wrapping_add(k),
                 };
                 return Ok(vec![write(0), write(1), write(2)]);
+            }
+            Op::AlternateMany { path, blocks, fill } => {
+                let write = |(off, len)| Op::Write { path: path.clone(), off, len, fill: *fill };
+                return Ok(many_lines(*blocks).map(write).collect());
             }
             _ => return Ok(vec![self.clone()]),
         };
@@ -711,6 +740,8 @@ pub fn catalogue() -> Vec<Op> {
         alternate("/A", 1000, 100, 65),
         alternate("/B", 4096, 4096, 68),
         alternate("/B", 8192 + 640, 64, 71),
+        // More slots than the explorer's fixed zone (64) keeps free: the zone grows.
+        Op::AlternateMany { path: s("/B"), blocks: 56, fill: 74 },
     ]);
     ops
 }
@@ -813,9 +844,10 @@ impl Model {
             | Op::ZeroRange { path, .. }
             | Op::CollapseRange { path, .. }
             | Op::InsertRange { path, .. } => self.is_file(path) && path != "/S",
-            Op::Msync { path, .. } | Op::DirectAppend { path, .. } | Op::Alternate { path, .. } => {
-                self.is_file(path) && path != "/S"
-            }
+            Op::Msync { path, .. }
+            | Op::DirectAppend { path, .. }
+            | Op::Alternate { path, .. }
+            | Op::AlternateMany { path, .. } => self.is_file(path) && path != "/S",
             Op::Compact => true,
             Op::Fsync(p) | Op::Unlink(p) => self.is_file(p),
             Op::Link { from, to } => self.is_file(from) && self.absent_in_dir(to),
@@ -894,7 +926,8 @@ impl Model {
             | Op::Compact
             | Op::Msync { .. }
             | Op::DirectAppend { .. }
-            | Op::Alternate { .. } => {}
+            | Op::Alternate { .. }
+            | Op::AlternateMany { .. } => {}
         }
     }
 }

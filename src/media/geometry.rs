@@ -55,12 +55,25 @@ pub struct Geometry {
     /// Inodes made on the pool carry checked size words (`layout::INODE_SIZE_CHECKED`); false
     /// on pools made before them, whose inodes keep plain sizes.
     pub checked_sizes: bool,
+    /// The zones may grow into free 2 MiB units of the data area: each zone ends with an
+    /// extension table block (`layout::INCOMPAT_ZONE_GROWTH`; false on pools made before it).
+    pub zone_growth: bool,
 }
 
 /// Most alternate slots per partition mkfs gives a pool.
 pub const MAX_ZONE_SLOTS: u32 = 2048;
 /// Bytes of one slot descriptor.
 pub const ZONE_DESC_SIZE: u64 = 16;
+/// Entries of a zone's extension table (one block of 8-byte words): the most 2 MiB units one
+/// zone grows into.
+pub const ZONE_EXTENSIONS: u32 = 256;
+/// Descriptor blocks at the start of a zone extension (a 2 MiB unit): one descriptor per slot.
+pub const EXTENSION_DESC_BLOCKS: u64 = 2;
+/// Slots of a zone extension: the unit's blocks after its descriptors.
+pub const EXTENSION_SLOTS: u32 = 510;
+const _: () = assert!(EXTENSION_DESC_BLOCKS + EXTENSION_SLOTS as u64 == BLOCKS_PER_HUGE);
+const _: () = assert!(EXTENSION_SLOTS as u64 * ZONE_DESC_SIZE <= EXTENSION_DESC_BLOCKS * BLOCK_SIZE);
+const _: () = assert!(ZONE_EXTENSIONS as u64 * 8 <= BLOCK_SIZE);
 
 impl Geometry {
     /// Lay out a new pool, with slot zones of the default size (about 1/64 of the pool, in
@@ -82,7 +95,8 @@ impl Geometry {
         Self::compute_full(pool_size, partitions, inodes_per_partition, zone_slots, false)
     }
 
-    /// [`Geometry::compute_zoned`], with a wear counter per pool block if `wear`.
+    /// [`Geometry::compute_zoned`], with a wear counter per pool block if `wear`. Zones of a
+    /// new pool may grow (an extension table block each).
     pub fn compute_full(
         pool_size: u64,
         partitions: u32,
@@ -90,6 +104,22 @@ impl Geometry {
         zone_slots: u32,
         wear: bool,
     ) -> Result<Geometry> {
+        Self::compute_layout(pool_size, partitions, inodes_per_partition, zone_slots, wear, zone_slots > 0)
+    }
+
+    /// [`Geometry::compute_full`] with the zones' growth given: a pool made before growth
+    /// (`zone_growth` false) has no extension table blocks.
+    pub fn compute_layout(
+        pool_size: u64,
+        partitions: u32,
+        inodes_per_partition: u32,
+        zone_slots: u32,
+        wear: bool,
+        zone_growth: bool,
+    ) -> Result<Geometry> {
+        if zone_growth && zone_slots == 0 {
+            return Err(Error::Invalid("zones that grow need slots to start with".into()));
+        }
         if !zone_slots.is_multiple_of(64) || zone_slots > MAX_ZONE_SLOTS {
             return Err(Error::Invalid(format!(
                 "slots per zone must be a multiple of 64 up to {MAX_ZONE_SLOTS}, got {zone_slots}"
@@ -113,7 +143,8 @@ impl Geometry {
         let bitmap_start = inode_table_start + partitions as u64 * inode_blocks;
         let bitmap_blocks = blocks.div_ceil(8 * BLOCK_SIZE).max(1);
         let zone_start = bitmap_start + bitmap_blocks;
-        let wear_start = zone_start + u64::from(partitions) * Self::zone_blocks_each(zone_slots);
+        let wear_start =
+            zone_start + u64::from(partitions) * Self::zone_blocks_each(zone_slots, zone_growth);
         let wear_blocks = if wear { (blocks * 4).div_ceil(BLOCK_SIZE) } else { 0 };
         let data_start = (wear_start + wear_blocks).next_multiple_of(BLOCKS_PER_HUGE);
         let min_blocks = data_start + partitions as u64 * BLOCKS_PER_HUGE;
@@ -140,12 +171,14 @@ impl Geometry {
             wear_start,
             wear_blocks,
             checked_sizes: true,
+            zone_growth,
         })
     }
 
-    /// Blocks of one partition's slot zone: its descriptor table, then its slots.
-    pub(crate) fn zone_blocks_each(slots: u32) -> u64 {
-        Self::zone_desc_blocks(slots) + u64::from(slots)
+    /// Blocks of one partition's slot zone: its descriptor table, its slots, then (zones that
+    /// grow) its extension table.
+    pub(crate) fn zone_blocks_each(slots: u32, growth: bool) -> u64 {
+        Self::zone_desc_blocks(slots) + u64::from(slots) + u64::from(growth)
     }
 
     fn zone_desc_blocks(slots: u32) -> u64 {
@@ -154,17 +187,27 @@ impl Geometry {
 
     /// Byte offset of the descriptor of slot `slot` of partition `p`'s zone.
     pub fn zone_desc_offset(&self, p: u32, slot: u32) -> u64 {
-        (self.zone_start + u64::from(p) * Self::zone_blocks_each(self.zone_slots)) * BLOCK_SIZE
+        (self.zone_start + u64::from(p) * self.zone_blocks()) * BLOCK_SIZE
             + u64::from(slot) * ZONE_DESC_SIZE
     }
 
     /// Byte offset of slot `slot` (one block) of partition `p`'s zone.
     pub fn zone_slot_offset(&self, p: u32, slot: u32) -> u64 {
         (self.zone_start
-            + u64::from(p) * Self::zone_blocks_each(self.zone_slots)
+            + u64::from(p) * self.zone_blocks()
             + Self::zone_desc_blocks(self.zone_slots)
             + u64::from(slot))
             * BLOCK_SIZE
+    }
+
+    /// Byte offset of partition `p`'s zone extension table (pools whose zones grow): the
+    /// zone's last block.
+    pub fn zone_table_offset(&self, p: u32) -> u64 {
+        (self.zone_start + (u64::from(p) + 1) * self.zone_blocks() - 1) * BLOCK_SIZE
+    }
+
+    fn zone_blocks(&self) -> u64 {
+        Self::zone_blocks_each(self.zone_slots, self.zone_growth)
     }
 
     /// Blocks taken by one journal (entry ring plus undo staging).

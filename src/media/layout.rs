@@ -76,6 +76,10 @@ pub const INCOMPAT_WEAR_TABLE: u32 = 2;
 /// does not know it would take their check bits for part of the size (and their checksums for
 /// damage), so it must refuse the pool.
 pub const INCOMPAT_CHECKED_SIZES: u32 = 4;
+/// Incompatible feature: the slot zones may grow into 2 MiB units of the data area, listed in
+/// an extension table block at the end of each zone; a build that does not know it would lay
+/// out the data area wrong and miss the newest bytes in the extensions' slots.
+pub const INCOMPAT_ZONE_GROWTH: u32 = 8;
 /// Bits of the size in a checked size word.
 pub const CHECKED_SIZE_MASK: u64 = (1 << 48) - 1;
 const _: () = assert!(MAX_FILE_SIZE <= CHECKED_SIZE_MASK);
@@ -355,7 +359,8 @@ impl Superblock {
         put_u32(&mut b, sb::PARTITIONS, g.partitions);
         let incompat = if g.zone_slots > 0 { INCOMPAT_SLOT_ZONES } else { 0 }
             | if g.wear_blocks > 0 { INCOMPAT_WEAR_TABLE } else { 0 }
-            | if g.checked_sizes { INCOMPAT_CHECKED_SIZES } else { 0 };
+            | if g.checked_sizes { INCOMPAT_CHECKED_SIZES } else { 0 }
+            | if g.zone_growth { INCOMPAT_ZONE_GROWTH } else { 0 };
         put_u32(&mut b, sb::INCOMPAT, incompat);
         put_u32(&mut b, sb::ZONE_SLOTS, g.zone_slots);
         put_u32(&mut b, sb::INODES_PER_PARTITION, g.inodes_per_partition);
@@ -407,7 +412,8 @@ impl Superblock {
             ));
         }
         let incompat = get_u32(b, sb::INCOMPAT);
-        let known = INCOMPAT_SLOT_ZONES | INCOMPAT_WEAR_TABLE | INCOMPAT_CHECKED_SIZES;
+        let known =
+            INCOMPAT_SLOT_ZONES | INCOMPAT_WEAR_TABLE | INCOMPAT_CHECKED_SIZES | INCOMPAT_ZONE_GROWTH;
         if incompat & !known != 0 {
             return Err(corrupt!(
                 "superblock has unknown incompatible features {:#x}",
@@ -430,8 +436,10 @@ impl Superblock {
         let partitions = get_u32(b, sb::PARTITIONS);
         let ipp = get_u32(b, sb::INODES_PER_PARTITION);
         let wear = incompat & INCOMPAT_WEAR_TABLE != 0;
-        let mut expect = Geometry::compute_full(pool_size, partitions, ipp, zone_slots, wear)
-            .map_err(|e| corrupt!("superblock geometry is impossible: {e}"))?;
+        let growth = incompat & INCOMPAT_ZONE_GROWTH != 0;
+        let mut expect =
+            Geometry::compute_layout(pool_size, partitions, ipp, zone_slots, wear, growth)
+                .map_err(|e| corrupt!("superblock geometry is impossible: {e}"))?;
         expect.checked_sizes = incompat & INCOMPAT_CHECKED_SIZES != 0;
         let stored_geom = Geometry {
             pool_size,
@@ -450,6 +458,7 @@ impl Superblock {
             wear_start: expect.wear_start,
             wear_blocks: expect.wear_blocks,
             checked_sizes: expect.checked_sizes,
+            zone_growth: expect.zone_growth,
         };
         if stored_geom != expect {
             return Err(corrupt!(

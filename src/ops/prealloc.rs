@@ -13,6 +13,8 @@ use crate::meta::inode::MapUpdate;
 use crate::ops::file::{commit_map_change, guarded};
 use crate::state::inode_state::InodeState;
 use crate::state::mount_state::MountState;
+use crate::state::slots;
+use crate::state::zones::UNIT_HOLDERS;
 use std::sync::{Arc, TryLockError, Weak};
 
 /// Give back the file's speculative blocks past its end; returns how many went back.
@@ -52,6 +54,15 @@ pub(crate) fn reclaim(state: &MountState, need: u64) -> u64 {
     for (ino, _) in state.alloc.speculative_holders() {
         if freed >= need {
             break;
+        }
+        if ino >= UNIT_HOLDERS {
+            // The zones' units: their slots go home (files locked now are skipped), then the
+            // units go back; all of them, since a unit is taken back whole.
+            match slots::shrink(state, need - freed, false) {
+                Ok(n) => freed += n,
+                Err(e) => log::warn!("cannot give the slot zones' units back: {e}"),
+            }
+            continue;
         }
         let Ok(node) = state.inode(ino) else {
             continue;

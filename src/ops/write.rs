@@ -377,6 +377,12 @@ fn plan<'a>(
     let end = pos + buf.len() as u64;
     let (lb0, lb1) = (pos / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
     slots::fold(state, g, lb0, lb1)?;
+    // Space is short (or this write may need more than is free) and the zones hold units lent
+    // from it: this file's slots go home, so the units can be given back even while its lock
+    // is held here.
+    if state.zones_pressed(lb1 - lb0) {
+        slots::fold_all(state, g)?;
+    }
     let strict = state.consistency == Consistency::Strict;
     let unit = lb0 / 512 * 512;
     // Extent swap: a strict write of a whole unit goes into a fresh extent that replaces the

@@ -6,7 +6,7 @@
 use crate::error::{Result, corrupt};
 use crate::media::alloc::BlockRun;
 use crate::media::checksum;
-use crate::media::layout::{BLOCK_BYTES, BLOCK_SIZE, INODE_BYTES, InodeHeader};
+use crate::media::layout::{BLOCK_BYTES, BLOCK_SIZE, BLOCKS_PER_HUGE, INODE_BYTES, InodeHeader};
 use crate::meta::dir::DirIndex;
 use crate::meta::inode::FileMap;
 use crate::state::claims;
@@ -184,6 +184,16 @@ pub(crate) fn check(state: &MountState) -> Report {
         free.iter()
             .map(|x| (x.start, x.len, FREE.to_string())),
     );
+    // Units the slot zones grew into: free space lent to them, each named by its table word.
+    for u in state.zones.space.units() {
+        let who = format!("slot zone {} unit {}", u.part, u.k);
+        match state.zones.space.word_on_media(&state.pool, &u) {
+            Ok(true) => {}
+            Ok(false) => p(format!("{who} at block {}: its table word on media does not name it", u.start)),
+            Err(e) => p(format!("{who}: {e}")),
+        }
+        all.push((u.start, BLOCKS_PER_HUGE, who));
+    }
     all.sort_by_key(|x| x.0);
     let mut cur = g.data_start;
     let mut last_owner = String::from("the start of the data area");
@@ -195,7 +205,8 @@ pub(crate) fn check(state: &MountState) -> Report {
             ));
         }
         // Blocks two inodes claim are listed below, with what each holds there.
-        if *s < cur && (who == FREE || last_owner == FREE) {
+        let lent = |w: &str| w == FREE || w.starts_with("slot zone");
+        if *s < cur && (lent(who) || lent(&last_owner)) {
             p(format!(
                 "block {s} is claimed by both {last_owner} and {who}"
             ));

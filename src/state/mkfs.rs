@@ -156,6 +156,9 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
     // Slot descriptors (a formatted-over pool may have left live ones) and wear counters.
     for p in 0..g.partitions {
         zero_region(&pool, g.zone_desc_offset(p, 0), u64::from(g.zone_slots) * 16)?;
+        if g.zone_growth {
+            zero_region(&pool, g.zone_table_offset(p), BLOCK_SIZE)?;
+        }
     }
     zero_region(&pool, g.wear_start * BLOCK_SIZE, g.wear_blocks * BLOCK_SIZE)?;
     // The allocator snapshot of an empty pool: every data block free.

@@ -10,7 +10,7 @@ use crate::media::wear::{self, WearCounters};
 use crate::media::zone;
 use crate::media::checksum;
 use crate::media::layout::{
-    self, BLOCK_BYTES, BLOCK_SIZE, FileKind, Geometry, INODE_BYTES, INODE_SIZE, InodeHeader,
+    self, BLOCK_BYTES, BLOCK_SIZE, BLOCKS_PER_HUGE, FileKind, Geometry, INODE_BYTES, INODE_SIZE, InodeHeader,
     MAX_FILE_SIZE, ROOT_INO, SbState, Superblock, sb,
 };
 use crate::media::pool::{Category, Pool};
@@ -255,6 +255,34 @@ fn owned_runs(nodes: &HashMap<u64, InodeState>) -> (Vec<(BlockRun, u64)>, Vec<cl
     (InodeState::owned_runs_of(nodes.values()), shared)
 }
 
+/// Damaged zone records `found` (each with the line that says why): a normal mount refuses the
+/// pool, naming the first and counting the rest as `more`; fsck and repair clear them (the
+/// note each gets says how).
+fn refuse_or_clear<T>(
+    found: &[(T, String)],
+    inconsistent: Inconsistent,
+    more: &str,
+    how: &str,
+    notes: &mut Vec<String>,
+) -> Result<()> {
+    let Some((_, first)) = found.first() else {
+        return Ok(());
+    };
+    if inconsistent == Inconsistent::Refuse {
+        return Err(corrupt!(
+            "{first}{}; the pool was not changed; `winefs fsck --repair` clears it",
+            match found.len() {
+                1 => String::new(),
+                n => format!(" (and {} more {more})", n - 1),
+            }
+        ));
+    }
+    for (_, why) in found {
+        notes.push(format!("{why}; cleared {how}"));
+    }
+    Ok(())
+}
+
 /// Free runs of the data area given the owned runs (sorted by start; overlaps are allowed).
 fn complement(g: &Geometry, owned: &[(BlockRun, u64)]) -> Vec<BlockRun> {
     let mut free = Vec::new();
@@ -389,8 +417,28 @@ pub(crate) fn mount_checked(
             ));
         }
     }
+    // Units the zones grew into (a crash left their table words): free space lent to the
+    // zones, so no file may hold a block of one.
+    let (units, mut stray) = zone::read_units(&pool, &g)?;
+    let units: Vec<_> = units
+        .into_iter()
+        .filter(|u| {
+            let end = u.start + BLOCKS_PER_HUGE;
+            match owned.iter().find(|(r, _)| r.start < end && u.start < r.start + r.len) {
+                Some((_, ino)) => {
+                    stray.push((*u, format!(
+                        "slot zone {} extension word {} names unit {}, which holds blocks of inode {ino}",
+                        u.part, u.k, u.start
+                    )));
+                    false
+                }
+                None => true,
+            }
+        })
+        .collect();
+    refuse_or_clear(&stray, inconsistent, "extension words", "with its slots not written back", &mut notes)?;
     // Alternate slots a crash left live: each must name a block of a regular file's data.
-    let (live, mut bad) = zone::scan(&pool, &g)?;
+    let (live, mut bad) = zone::scan(&pool, &g, &units)?;
     let homeless: Vec<_> = slots::homeless(&live, &loaded.inodes)
         .into_iter()
         .map(|(s, why)| (*s, why))
@@ -400,20 +448,7 @@ pub(crate) fn mount_checked(
         .filter(|s| !homeless.iter().any(|(h, _)| h == s))
         .collect();
     bad.extend(homeless);
-    if let Some((_, first)) = bad.first() {
-        if inconsistent == Inconsistent::Refuse {
-            return Err(corrupt!(
-                "{first}{}; the pool was not changed; `winefs fsck --repair` clears it",
-                match bad.len() {
-                    1 => String::new(),
-                    n => format!(" (and {} more slots)", n - 1),
-                }
-            ));
-        }
-        for (_, why) in &bad {
-            notes.push(format!("{why}; cleared without writing it back"));
-        }
-    }
+    refuse_or_clear(&bad, inconsistent, "slots", "without writing it back", &mut notes)?;
     let free = complement(&g, &owned);
     let stale_snapshot = match sb_state.clean {
         true => alloc_snapshot::bitmap_disagreement(&pool, &g, sb_state.bitmap_crc, &free)?,
@@ -433,7 +468,8 @@ pub(crate) fn mount_checked(
     // Slots go home before anything reads the files (a private or read-only mount does this in
     // its own view of the pool).
     let bad: Vec<_> = bad.into_iter().map(|(s, _)| s).collect();
-    slots::fold_at_mount(&pool, &g, &live, &bad)?;
+    let stray: Vec<_> = stray.into_iter().map(|(u, _)| u).collect();
+    slots::fold_at_mount(&pool, &g, &units, &stray, &live, &bad)?;
     if !live.is_empty() {
         notes.push(format!("wrote {} alternate slots back to their files", live.len()));
     }
@@ -529,7 +565,7 @@ pub(crate) fn mount_checked(
         background: Arc::new(background),
         leases: Default::default(),
         accounting: Default::default(),
-        zones: Zones::new(g.partitions, g.zone_slots),
+        zones: Zones::new(&g),
         pool,
         geo: g,
         sb: sbk,
@@ -569,6 +605,8 @@ pub(crate) fn unmount(state: &MountState) -> Result<()> {
     for n in &nodes {
         slots::fold_all(state, &mut wlock(n))?;
     }
+    // The units the zones grew into go back to free space (their slots are all home now).
+    slots::shrink(state, u64::MAX, true)?;
     // Wear counters, before the pool is marked clean (their own stores are not counted).
     if let Some(w) = state.pool.wear() {
         let raw = w.to_bytes();

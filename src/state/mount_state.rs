@@ -254,7 +254,16 @@ impl MountState {
     pub fn alloc_blocks(&self, nblocks: u64) -> Result<Vec<BlockRun>> {
         loop {
             match self.alloc.alloc(nblocks, current_cpu()) {
-                Ok(runs) => return Ok(runs),
+                Ok(runs) => {
+                    // Space running short while the zones hold units lent from it: the
+                    // background worker gives them back (waiting for inode locks as needed).
+                    if self.zones_pressed(0)
+                        && !self.zones.write_back_asked.swap(true, Ordering::AcqRel)
+                    {
+                        self.background.queue_write_back();
+                    }
+                    return Ok(runs);
+                }
                 Err(e) => {
                     let short = nblocks.saturating_sub(e.free).max(1);
                     if self.alloc.relieve(short) == 0 {
@@ -263,6 +272,14 @@ impl MountState {
                 }
             }
         }
+    }
+
+    /// Whether the slot zones hold units lent from free space while less than a quarter of the
+    /// data area would be free after `blocks` more were allocated: then the units are given
+    /// back (`slots::shrink`; by the background worker, which may wait for inode locks).
+    pub(crate) fn zones_pressed(&self, blocks: u64) -> bool {
+        self.zones.unit_blocks() > 0
+            && self.alloc.free_blocks() < self.geo.data_blocks / 4 + blocks
     }
 
     /// Give blocks back to the allocator (after the transaction that stopped using them).
@@ -432,9 +449,10 @@ impl MountState {
         StatFs {
             block_size: BLOCK_SIZE,
             blocks: self.geo.data_blocks,
-            // Speculative preallocation is given back on demand, so writes can use it.
+            // Speculative preallocation and the units the slot zones grew into are given back
+            // on demand, so writes can use them.
             free_blocks: self.alloc.available_blocks(),
-            preallocated_blocks: self.alloc.speculative_blocks(),
+            preallocated_blocks: self.alloc.speculative_blocks() - self.zones.unit_blocks(),
             inodes: self.geo.total_inodes(),
             free_inodes,
             name_max: NAME_MAX as u32,

@@ -16,11 +16,13 @@
 
 use crate::error::Result;
 use crate::media::geometry::Geometry;
-use crate::media::layout::{BLOCK_SIZE, FileKind};
+use crate::media::alloc::BlockRun;
+use crate::media::layout::{BLOCK_SIZE, BLOCKS_PER_HUGE, FileKind};
 use crate::media::pool::{Category, Pool};
-use crate::media::zone::{self, LINE, LiveSlot};
+use crate::media::zone::{self, LINE, LiveSlot, SlotSpace, Unit};
 use crate::state::inode_state::{InodeState, SlotRef};
 use crate::state::locks::lock;
+use crate::state::zones::{Zone, unit_holder};
 use crate::state::mount_state::MountState;
 use crate::sys::current_cpu;
 use crate::types::{Consistency, OverwritePath};
@@ -88,7 +90,7 @@ fn store(
     let (l0, l1) = (in_blk / LINE, (in_blk + buf.len() as u64 - 1) / LINE);
     let touched = if l1 - l0 == 63 { !0 } else { ((1u64 << (l1 - l0 + 1)) - 1) << l0 };
     let home_off = home * BLOCK_SIZE;
-    let slot_off = state.geo.zone_slot_offset(sref.part, sref.slot);
+    let slot_off = state.zones.space.slot_offset(sref.part, sref.slot)?;
     // Runs of touched lines with the same destination: at home where the slot is newest, in
     // the slot where home is.
     let mut l = l0;
@@ -117,13 +119,13 @@ fn store(
         l = r + 1;
     }
     if new {
-        zone::store_home(pool, &state.geo, sref.part, sref.slot, home)?;
+        zone::store_home(pool, &state.zones.space, sref.part, sref.slot, home)?;
     }
     if !state.zones.broken_skip_fence.load(Ordering::Relaxed) {
         pool.fence();
     }
     let lines = sref.lines ^ touched;
-    zone::store_lines(pool, &state.geo, sref.part, sref.slot, lines)?;
+    zone::store_lines(pool, &state.zones.space, sref.part, sref.slot, lines)?;
     // The modification and change times, durable with the commit's fence.
     state.store_write_times(g)?;
     pool.fence();
@@ -138,11 +140,11 @@ fn store(
 }
 
 /// A free slot of this CPU's zone for block `lb` of `g` (home `home`). A zone short of free
-/// slots has its writer write back a batch of the oldest: those of `g` (whose lock it holds),
-/// and of files whose lock is free now; what it could not free goes to the background worker.
-/// (Handing all of it to the worker costs more than it saves when the writer's own file is
-/// the one to fold: the two take turns at one inode lock.) None if no slot could be freed
-/// without waiting.
+/// slots grows into a free 2 MiB unit while the pool is mostly free ([`grow`]); otherwise its
+/// writer writes back a batch of the oldest: those of `g` (whose lock it holds), and of files
+/// whose lock is free now; what it could not free goes to the background worker. (Handing all
+/// of it to the worker costs more than it saves when the writer's own file is the one to fold:
+/// the two take turns at one inode lock.) None if no slot could be freed without waiting.
 fn take_slot(state: &MountState, g: &mut InodeState, lb: u64, home: u64) -> Result<Option<SlotRef>> {
     let part = u32::try_from(current_cpu() % state.zones.zones.len()).unwrap_or(0);
     for _ in 0..2 {
@@ -151,27 +153,35 @@ fn take_slot(state: &MountState, g: &mut InodeState, lb: u64, home: u64) -> Resu
             if let Some(slot) = z.free.pop() {
                 z.owner[slot as usize] = Some((g.ino, lb));
                 z.touch(slot);
-                let mut victims = match z.free.len() < z.owner.len() / 4 {
-                    true => z.oldest(BATCH),
-                    false => Vec::new(),
+                let low = z.free.len() < z.capacity() / 4;
+                let grown = match low {
+                    true => grow(state, part, &mut z),
+                    false => Ok(false),
+                };
+                let mut victims = match grown {
+                    Ok(false) if low => z.oldest(BATCH),
+                    _ => Vec::new(),
                 };
                 // Not the slot just taken (its bytes are not stored yet).
                 victims.retain(|&v| v != (g.ino, lb));
                 drop(z);
-                let freed = match victims.is_empty() {
-                    true => 0,
-                    false => match write_back_victims(state, Some(g), &victims, false) {
-                        Ok(n) => n,
-                        Err(e) => {
-                            state.zones.release(part, slot);
-                            return Err(e);
-                        }
-                    },
+                let freed = match grown.and_then(|_| match victims.is_empty() {
+                    true => Ok(0),
+                    false => write_back_victims(state, Some(g), &victims, false),
+                }) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        state.zones.release(part, slot);
+                        return Err(e);
+                    }
                 };
                 if freed < victims.len() && !state.zones.write_back_asked.swap(true, Ordering::AcqRel) {
                     state.background.queue_write_back();
                 }
                 return Ok(Some(SlotRef { part, slot, home, lines: 0 }));
+            }
+            if grow(state, part, &mut z)? {
+                continue;
             }
             state.zones.write_back_asked.store(false, Ordering::Release);
             z.oldest(BATCH)
@@ -179,6 +189,132 @@ fn take_slot(state: &MountState, g: &mut InodeState, lb: u64, home: u64) -> Resu
         write_back_victims(state, Some(g), &victims, false)?;
     }
     Ok(None)
+}
+
+/// Whether the zones may grow by a unit now: the pool's zones grow, and the data area stays
+/// at least half free after the unit is taken (a unit is free space lent to the zones).
+fn may_grow(state: &MountState) -> bool {
+    state.geo.zone_growth
+        && !state.read_only
+        && state.alloc.free_blocks() >= state.geo.data_blocks / 2 + BLOCKS_PER_HUGE
+}
+
+/// Under zone `part`'s lock: grow the zone into a free aligned 2 MiB unit (its descriptors
+/// zeroed, then its table word stored: `zone::add_unit`), if [`may_grow`]. The unit's blocks
+/// count as given back on demand (`Allocator::set_speculative`), so statfs counts them free
+/// and an allocation short of space takes them back ([`shrink`]). Ok(false): no growth.
+fn grow(state: &MountState, part: u32, z: &mut Zone) -> Result<bool> {
+    if !may_grow(state) {
+        return Ok(false);
+    }
+    let Some(k) = z.free_word() else {
+        return Ok(false);
+    };
+    let Some(start) = state.alloc.alloc_aligned_extent(part as usize) else {
+        return Ok(false);
+    };
+    if let Err(e) = zone::add_unit(&state.pool, &state.zones.space, part, k, start) {
+        give_unit(state, start);
+        return Err(e);
+    }
+    z.add_unit(k);
+    log::debug!("slot zone {part} grew into the unit at block {start} (table word {k})");
+    state.zones.add_unit_blocks(BLOCKS_PER_HUGE as i64);
+    let held = z.held_units() as u64 * BLOCKS_PER_HUGE;
+    state.alloc.set_speculative(unit_holder(part), held);
+    Ok(true)
+}
+
+/// Give zone units back to the allocator, the highest of each zone first, until `need` blocks
+/// came back (`u64::MAX`: all of them): each unit's live slots are written home, then its
+/// table word cleared (`zone::remove_unit`), then its blocks freed. With `wait`, their files'
+/// locks are waited for; without (the allocator's pressure handler, whose caller holds an
+/// inode lock), a lock held elsewhere is tried again for a few milliseconds (the background
+/// worker holds one only while it writes a batch back), and a unit still not emptied stays.
+/// Returns the blocks given back.
+pub(crate) fn shrink(state: &MountState, need: u64, wait: bool) -> Result<u64> {
+    let mut freed = 0;
+    for (part, zm) in (0u32..).zip(&state.zones.zones) {
+        let words = lock(zm).unit_words();
+        for k in words {
+            if freed >= need {
+                return Ok(freed);
+            }
+            if empty_unit(state, part, k, wait)? {
+                freed += BLOCKS_PER_HUGE;
+            }
+        }
+    }
+    Ok(freed)
+}
+
+/// Tries of [`empty_unit`] without waiting for locks, a millisecond apart.
+const UNIT_TRIES: u32 = 20;
+
+/// Write unit `k` of zone `part`'s slots home and give it back; false if it could not be
+/// emptied (see [`shrink`]). One caller empties a unit at a time: another that finds it being
+/// emptied waits for that (as long as it would try itself) and counts it given back if it
+/// went.
+fn empty_unit(state: &MountState, part: u32, k: u32, wait: bool) -> Result<bool> {
+    let zm = &state.zones.zones[part as usize];
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(1));
+    let mut victims = {
+        let mut z = lock(zm);
+        if !z.holds(k) {
+            return Ok(false);
+        }
+        if z.is_draining(k) {
+            drop(z);
+            for _ in 0..UNIT_TRIES {
+                pause();
+                if !lock(zm).holds(k) {
+                    return Ok(true);
+                }
+            }
+            return Ok(false);
+        }
+        z.drain_unit(k)
+    };
+    for attempt in 1..=UNIT_TRIES {
+        let r = write_back_victims(state, None, &victims, wait);
+        let mut z = lock(zm);
+        if let Err(e) = r {
+            z.keep_unit(k);
+            return Err(e);
+        }
+        if z.unit_empty(k)
+            && let Some(start) = state.zones.space.unit(part, k)
+        {
+            if let Err(e) = zone::remove_unit(&state.pool, &state.zones.space, part, k) {
+                z.keep_unit(k);
+                return Err(e);
+            }
+            z.remove_unit(k);
+            state.zones.add_unit_blocks(-(BLOCKS_PER_HUGE as i64));
+            let held = z.held_units() as u64 * BLOCKS_PER_HUGE;
+            state.alloc.set_speculative(unit_holder(part), held);
+            drop(z);
+            give_unit(state, start);
+            return Ok(true);
+        }
+        if wait || attempt == UNIT_TRIES {
+            z.keep_unit(k);
+            return Ok(false);
+        }
+        victims = z.unit_owners(k);
+        drop(z);
+        pause();
+    }
+    Ok(false)
+}
+
+/// Hand the unit at `start` back to the allocator (a whole free unit: no hole is left behind,
+/// so hole compaction is not told).
+fn give_unit(state: &MountState, start: u64) {
+    if let Err(e) = state.alloc.free(BlockRun { start, len: BLOCKS_PER_HUGE }) {
+        state.poison();
+        log::error!("allocator refused a zone unit back: {e}");
+    }
 }
 
 /// Slots written back together: one fence for their lines, one for their descriptors.
@@ -213,10 +349,15 @@ fn write_back_victims(
     Ok(done)
 }
 
-/// The background write-back: in every zone short of free slots, write the oldest back until
-/// half the zone is free.
+/// The background write-back: give the zones' units back if the pool is short of free space
+/// (`MountState::zones_pressed`); in every zone short of free slots, write the oldest back
+/// until half the zone is free.
 pub(crate) fn write_back_lru(state: &MountState) -> Result<()> {
-    let r = write_back_zones(state);
+    let r = match state.zones_pressed(0) {
+        true => shrink(state, u64::MAX, true).map(drop),
+        false => Ok(()),
+    }
+    .and_then(|()| write_back_zones(state));
     state.zones.write_back_asked.store(false, Ordering::Release);
     r
 }
@@ -226,7 +367,7 @@ fn write_back_zones(state: &MountState) -> Result<()> {
         loop {
             let victims = {
                 let mut z = lock(z);
-                let want = (z.owner.len() / 2).saturating_sub(z.free.len());
+                let want = (z.capacity() / 2).saturating_sub(z.free.len());
                 if want == 0 {
                     break;
                 }
@@ -257,7 +398,7 @@ pub(crate) fn overlay(state: &MountState, g: &InodeState, off: u64, buf: &mut [u
     let end = off + buf.len() as u64;
     for (&lb, s) in g.slots.range(off / BLOCK_SIZE..end.div_ceil(BLOCK_SIZE)) {
         let base = lb * BLOCK_SIZE;
-        let slot_off = state.geo.zone_slot_offset(s.part, s.slot);
+        let slot_off = state.zones.space.slot_offset(s.part, s.slot)?;
         for (a, len) in zone::line_runs(s.lines) {
             let (ws, we) = ((base + a).max(off), (base + a + len).min(end));
             if ws < we {
@@ -282,7 +423,7 @@ fn write_home(state: &MountState, g: &mut InodeState, picked: &[(u64, SlotRef)])
     }
     for (_, s) in picked {
         let live = LiveSlot { part: s.part, slot: s.slot, home: s.home, lines: s.lines };
-        zone::copy_home(&state.pool, &state.geo, &live)?;
+        zone::copy_home(&state.pool, &state.zones.space, &live)?;
     }
     state.pool.fence();
     clear(state, g, picked)
@@ -301,11 +442,11 @@ pub(crate) fn write_back(state: &MountState, g: &InodeState) -> Result<()> {
     }
     for s in g.slots.values() {
         let live = LiveSlot { part: s.part, slot: s.slot, home: s.home, lines: s.lines };
-        zone::copy_home(&state.pool, &state.geo, &live)?;
+        zone::copy_home(&state.pool, &state.zones.space, &live)?;
     }
     state.pool.fence();
     let cleared: Vec<(u32, u32)> = g.slots.values().map(|s| (s.part, s.slot)).collect();
-    zone::clear_lines(&state.pool, &state.geo, &cleared)?;
+    zone::clear_lines(&state.pool, &state.zones.space, &cleared)?;
     state.pool.fence();
     Ok(())
 }
@@ -323,7 +464,7 @@ fn clear(state: &MountState, g: &mut InodeState, picked: &[(u64, SlotRef)]) -> R
         return Ok(());
     }
     let cleared: Vec<(u32, u32)> = picked.iter().map(|(_, s)| (s.part, s.slot)).collect();
-    zone::clear_lines(&state.pool, &state.geo, &cleared)?;
+    zone::clear_lines(&state.pool, &state.zones.space, &cleared)?;
     state.pool.fence();
     for (lb, s) in picked {
         g.slots.remove(lb);
@@ -367,19 +508,32 @@ pub(crate) fn homeless<'a>(
 }
 
 /// Mount: fold every live slot home and clear every named descriptor (`bad` too: slots that
-/// failed their checks, which fsck reported), durably.
-pub(crate) fn fold_at_mount(pool: &Pool, g: &Geometry, live: &[LiveSlot], bad: &[LiveSlot]) -> Result<()> {
-    if live.is_empty() && bad.is_empty() {
-        return Ok(());
+/// failed their checks, which fsck reported), durably; then clear every word of the extension
+/// tables (`units` that passed their checks, whose slots `live` and `bad` include, and `stray`
+/// ones that did not): the units are free space from here on.
+pub(crate) fn fold_at_mount(
+    pool: &Pool,
+    g: &Geometry,
+    units: &[Unit],
+    stray: &[Unit],
+    live: &[LiveSlot],
+    bad: &[LiveSlot],
+) -> Result<()> {
+    let space = SlotSpace::new(g);
+    for u in units {
+        space.set_unit_at_mount(u);
     }
-    for s in live {
-        zone::copy_home(pool, g, s)?;
+    if !live.is_empty() || !bad.is_empty() {
+        for s in live {
+            zone::copy_home(pool, &space, s)?;
+        }
+        pool.fence();
+        for s in live.iter().chain(bad) {
+            zone::store_lines(pool, &space, s.part, s.slot, 0)?;
+        }
+        pool.fence();
     }
-    pool.fence();
-    for s in live.iter().chain(bad) {
-        zone::store_lines(pool, g, s.part, s.slot, 0)?;
-    }
-    pool.fence();
-    Ok(())
+    let all: Vec<Unit> = units.iter().chain(stray).copied().collect();
+    zone::clear_units(pool, g, &all)
 }
 

@@ -1,25 +1,135 @@
 //! The DRAM side of the alternate-slot zones (`state::slots`): each zone's free slots, the
 //! owner of each live slot and a CLOCK approximation of least recently used, under one lock
-//! per zone (taken after inode locks, never held while waiting for one).
+//! per zone (taken after inode locks, never held while waiting for one); and where the slots
+//! live (`zone::SlotSpace`), with the units the zones have grown into.
 
+use crate::media::geometry::{EXTENSION_SLOTS, Geometry, ZONE_EXTENSIONS};
+use crate::media::zone::{SlotSpace, unit_first_slot};
 use crate::state::locks::lock;
+use std::ops::Range;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Allocator holder id of zone `part`'s units (`Allocator::set_speculative`): above every
+/// inode number, so the pressure handler tells them from files' preallocation.
+pub(crate) fn unit_holder(part: u32) -> u64 {
+    UNIT_HOLDERS + u64::from(part)
+}
+
+/// First allocator holder id of zone units.
+pub(crate) const UNIT_HOLDERS: u64 = u64::MAX - 512;
 
 /// One zone.
 pub(crate) struct Zone {
     pub free: Vec<u32>,
-    /// Owner (inode, logical block) of each live slot.
+    /// Owner (inode, logical block) of each live slot, by slot number: the zone's own slots,
+    /// then each unit's (units given back leave their range unowned and out of `free`).
     pub owner: Vec<Option<(u64, u64)>>,
     /// Used since the clock hand last passed (CLOCK: such a slot gets a second chance).
     referenced: Vec<bool>,
     hand: usize,
+    /// The zone's own slots.
+    own: u32,
+    /// Table word k held (a unit in use), by k.
+    units: Vec<bool>,
+    /// Units being emptied: their slots are not put back in `free` when released.
+    draining: Vec<bool>,
 }
 
 impl Zone {
     /// Slot `slot` was just used.
     pub fn touch(&mut self, slot: u32) {
         self.referenced[slot as usize] = true;
+    }
+
+    /// Slots the zone has: its own and its units'.
+    pub fn capacity(&self) -> usize {
+        self.own as usize + self.held_units() * EXTENSION_SLOTS as usize
+    }
+
+    /// Units the zone holds.
+    pub fn held_units(&self) -> usize {
+        self.units.iter().filter(|&&u| u).count()
+    }
+
+    /// Table words of the units the zone holds, highest first.
+    pub fn unit_words(&self) -> Vec<u32> {
+        (0..self.units.len()).rev().filter(|&k| self.units[k]).map(|k| k as u32).collect()
+    }
+
+    /// The first table word not in use, if any is left.
+    pub fn free_word(&self) -> Option<u32> {
+        let k = self.units.iter().position(|&u| !u).unwrap_or(self.units.len());
+        u32::try_from(k).ok().filter(|&k| k < ZONE_EXTENSIONS)
+    }
+
+    fn range(&self, k: u32) -> Range<usize> {
+        let first = unit_first_slot(self.own, k) as usize;
+        first..first + EXTENSION_SLOTS as usize
+    }
+
+    /// Unit `k` was added: its slots are free.
+    pub fn add_unit(&mut self, k: u32) {
+        let r = self.range(k);
+        if self.owner.len() < r.end {
+            self.owner.resize(r.end, None);
+            self.referenced.resize(r.end, false);
+        }
+        let ku = k as usize;
+        if self.units.len() <= ku {
+            self.units.resize(ku + 1, false);
+            self.draining.resize(ku + 1, false);
+        }
+        self.units[ku] = true;
+        self.draining[ku] = false;
+        self.free.extend(r.rev().map(|s| s as u32));
+    }
+
+    /// Whether the zone holds unit `k`.
+    pub fn holds(&self, k: u32) -> bool {
+        self.units.get(k as usize) == Some(&true)
+    }
+
+    /// Whether unit `k` is being emptied.
+    pub fn is_draining(&self, k: u32) -> bool {
+        self.draining.get(k as usize) == Some(&true)
+    }
+
+    /// Start emptying unit `k`: its free slots leave `free` (no writer takes them, and slots
+    /// released from now on stay out) and the owners of its live ones come back.
+    pub fn drain_unit(&mut self, k: u32) -> Vec<(u64, u64)> {
+        let r = self.range(k);
+        self.draining[k as usize] = true;
+        self.free.retain(|&s| !r.contains(&(s as usize)));
+        self.unit_owners(k)
+    }
+
+    /// Owners of unit `k`'s live slots.
+    pub fn unit_owners(&self, k: u32) -> Vec<(u64, u64)> {
+        self.owner[self.range(k)].iter().flatten().copied().collect()
+    }
+
+    /// Whether unit `k` has no live slot.
+    pub fn unit_empty(&self, k: u32) -> bool {
+        self.owner[self.range(k)].iter().all(Option::is_none)
+    }
+
+    /// Unit `k` is given back (it has no live slot).
+    pub fn remove_unit(&mut self, k: u32) {
+        self.units[k as usize] = false;
+        self.draining[k as usize] = false;
+    }
+
+    /// Unit `k` could not be emptied: it stays, its free slots are free again.
+    pub fn keep_unit(&mut self, k: u32) {
+        let r = self.range(k);
+        self.draining[k as usize] = false;
+        let free: Vec<u32> = r.filter(|&s| self.owner[s].is_none()).map(|s| s as u32).collect();
+        self.free.extend(free);
+    }
+
+    fn draining(&self, slot: u32) -> bool {
+        slot >= self.own && self.draining.get(((slot - self.own) / EXTENSION_SLOTS) as usize) == Some(&true)
     }
 
     /// Owners of up to `n` live slots not used lately, oldest first as the clock hand finds
@@ -46,6 +156,10 @@ impl Zone {
 /// The zones of a mount, in DRAM.
 pub(crate) struct Zones {
     pub zones: Vec<Mutex<Zone>>,
+    /// Where each slot lives.
+    pub space: SlotSpace,
+    /// Blocks of the units the zones hold, in all.
+    unit_blocks: AtomicU64,
     /// A background write-back was asked for and has not finished.
     pub write_back_asked: AtomicBool,
     /// Test-only: skip the fence between a write's stores and its descriptor store (the crash
@@ -54,20 +168,26 @@ pub(crate) struct Zones {
 }
 
 impl Zones {
-    /// Every slot free (mount folds the live ones home first).
-    pub fn new(partitions: u32, slots: u32) -> Zones {
-        let n = usize::try_from(slots).unwrap_or(0);
+    /// Every slot of `g`'s zones free, no unit held (mount folds the live ones home first and
+    /// gives the units back).
+    pub fn new(g: &Geometry) -> Zones {
+        let n = usize::try_from(g.zone_slots).unwrap_or(0);
         Zones {
-            zones: (0..partitions)
+            zones: (0..g.partitions)
                 .map(|_| {
                     Mutex::new(Zone {
-                        free: (0..slots).rev().collect(),
+                        free: (0..g.zone_slots).rev().collect(),
                         owner: vec![None; n],
                         referenced: vec![false; n],
                         hand: 0,
+                        own: g.zone_slots,
+                        units: Vec::new(),
+                        draining: Vec::new(),
                     })
                 })
                 .collect(),
+            space: SlotSpace::new(g),
+            unit_blocks: AtomicU64::new(0),
             write_back_asked: AtomicBool::new(false),
             broken_skip_fence: AtomicBool::new(false),
         }
@@ -76,7 +196,7 @@ impl Zones {
     /// Slot `slot` of zone `part` is free again.
     pub fn release(&self, part: u32, slot: u32) {
         let mut z = lock(&self.zones[part as usize]);
-        if z.owner[slot as usize].take().is_some() {
+        if z.owner[slot as usize].take().is_some() && !z.draining(slot) {
             z.free.push(slot);
         }
     }
@@ -87,5 +207,19 @@ impl Zones {
             .iter()
             .map(|z| lock(z).owner.iter().filter(|o| o.is_some()).count())
             .sum()
+    }
+
+    /// Blocks of the units the zones hold.
+    pub fn unit_blocks(&self) -> u64 {
+        self.unit_blocks.load(Ordering::Relaxed)
+    }
+
+    /// The units held changed by `delta` blocks.
+    pub fn add_unit_blocks(&self, delta: i64) {
+        if delta >= 0 {
+            self.unit_blocks.fetch_add(delta.unsigned_abs(), Ordering::Relaxed);
+        } else {
+            self.unit_blocks.fetch_sub(delta.unsigned_abs(), Ordering::Relaxed);
+        }
     }
 }

@@ -1,0 +1,184 @@
+//! Slot zones that grow into free space (docs/DESIGN.md §5, "Growth"): a strict hot set larger
+//! than the zones' own slots is still written once per update; the units lent to the zones
+//! come back whenever files need the space, at unmount and at mount; a crash with live slots
+//! in units loses nothing; a damaged table word is refused, and repair clears it.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use winefs::media::geometry::Geometry;
+use winefs::{Consistency, Fs, StatFs};
+
+/// A 4 KiB block of `fill`, distinct per block and fill.
+fn block(lb: u64, fill: u8) -> Vec<u8> {
+    common::pattern(4096, fill.wrapping_add(lb as u8))
+}
+
+/// Strict random 4 KiB overwrites of the first `blocks` blocks of `ino`, recorded in `model`.
+fn overwrite(fs: &Fs, ino: u64, blocks: u64, n: u64, seed: &mut u64, model: &mut HashMap<u64, u8>) {
+    for _ in 0..n {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        let lb = *seed % blocks;
+        let fill = model.get(&lb).map_or(1, |f| f.wrapping_add(1));
+        fs.write(ino, lb * 4096, &block(lb, fill)).unwrap();
+        model.insert(lb, fill);
+    }
+}
+
+/// Every block of `model` reads back as written.
+fn verify(fs: &Fs, ino: u64, model: &HashMap<u64, u8>) {
+    let mut back = vec![0u8; 4096];
+    for (&lb, &fill) in model {
+        fs.read(ino, lb * 4096, &mut back).unwrap();
+        assert!(back == block(lb, fill), "block {lb} does not read back as written (fill {fill})");
+    }
+}
+
+/// Words of the zones' extension tables that are not 0, as (zone, word, value).
+fn table_words(p: &Path, g: &Geometry) -> Vec<(u32, u64, u64)> {
+    let img = std::fs::read(p).unwrap();
+    let mut out = Vec::new();
+    for part in 0..g.partitions {
+        let t = g.zone_table_offset(part) as usize;
+        for k in 0..512 {
+            let w = u64::from_le_bytes(img[t + k * 8..t + k * 8 + 8].try_into().unwrap());
+            if w != 0 {
+                out.push((part, k as u64, w));
+            }
+        }
+    }
+    out
+}
+
+/// A 256 MiB strict pool with a 64 MiB file whose blocks have been overwritten at random long
+/// enough for the zones to grow.
+fn grown() -> (tempfile::TempDir, std::path::PathBuf, Fs, u64, HashMap<u64, u8>, StatFs) {
+    let (d, p) = common::fresh_pool(256 << 20, None);
+    let fs = common::mount_with(&p, Consistency::Strict);
+    let ino = fs.create_file("/big").unwrap().ino();
+    fs.fallocate(ino, 0, 64 << 20, false).unwrap();
+    let before = fs.statfs();
+    let mut model = HashMap::new();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    overwrite(&fs, ino, 16384, 30_000, &mut seed, &mut model);
+    (d, p, fs, ino, model, before)
+}
+
+#[test]
+fn a_hot_set_larger_than_the_fixed_zones_is_written_once() {
+    // 16384 blocks written at random: about half of them hold their newest copy in a slot at
+    // any time, far more than the fixed zones' slots of a 256 MiB pool (1024 in all), so the
+    // zones grow; each update is then one copy, the newest alternating between slot and home.
+    let (_d, p, fs, ino, mut model, before) = grown();
+    let g = fs.geometry();
+    let st = fs.statfs();
+    assert!(
+        st.free_aligned_extents + 10 <= before.free_aligned_extents,
+        "the zones grew into no more than a few units: {} free extents before, {} after",
+        before.free_aligned_extents,
+        st.free_aligned_extents
+    );
+    // Lent, not used: statfs still counts the units' blocks as free.
+    assert_eq!(st.free_blocks, before.free_blocks);
+    assert_eq!(st.preallocated_blocks, before.preallocated_blocks);
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let stats = fs.persist_stats();
+    overwrite(&fs, ino, 16384, 10_000, &mut seed, &mut model);
+    let spent = fs.persist_stats().since(&stats);
+    let per_write = spent.total_bytes() as f64 / 10_000.0;
+    assert!(
+        per_write <= 1.1 * 4096.0,
+        "{per_write:.0} bytes stored per 4 KiB write: {spent:?}"
+    );
+    verify(&fs, ino, &model);
+    let report = fs.check();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    // A clean unmount writes every slot home and gives every unit back.
+    fs.unmount().unwrap();
+    assert_eq!(table_words(&p, &g), vec![]);
+    let fs = common::mount(&p);
+    assert_eq!(fs.statfs().free_aligned_extents, before.free_aligned_extents);
+    verify(&fs, ino, &model);
+}
+
+#[test]
+fn space_lent_to_the_zones_comes_back_when_a_file_needs_it() {
+    let (_d, _p, fs, ino, model, _) = grown();
+    let st = fs.statfs();
+    assert!(fs.statfs().free_aligned_extents < st.free_blocks / 512, "the zones hold units");
+    // Another file takes every block statfs calls free but a few for its map, in one call:
+    // the units go back.
+    let other = fs.create_file("/other").unwrap().ino();
+    fs.fallocate(other, 0, (st.free_blocks - 16) * 4096, false).unwrap();
+    assert!(fs.statfs().free_blocks <= 16);
+    verify(&fs, ino, &model);
+    let report = fs.check();
+    assert!(report.is_clean(), "{:?}", report.problems);
+}
+
+#[test]
+fn a_file_appending_to_itself_gets_the_space_its_own_slots_hold() {
+    // The file whose slots fill the units appends until the pool is full: its own slots (whose
+    // lock the append holds) must not keep the units from it.
+    let (_d, _p, fs, ino, model, _) = grown();
+    let free = fs.statfs().free_blocks;
+    let piece = vec![0x77u8; 1 << 20];
+    let mut appended = 0u64;
+    while fs.append(ino, &piece).is_ok() {
+        appended += piece.len() as u64;
+    }
+    // All but what the file's map and the last partial piece take.
+    assert!(
+        appended + (4 << 20) >= free * 4096,
+        "appended {appended} bytes of {} free",
+        free * 4096
+    );
+    verify(&fs, ino, &model);
+    let report = fs.check();
+    assert!(report.is_clean(), "{:?}", report.problems);
+}
+
+#[test]
+fn a_crash_with_live_slots_in_units_loses_nothing() {
+    let (_d, p, fs, ino, model, before) = grown();
+    let g = fs.geometry();
+    fs.simulate_crash();
+    assert!(!table_words(&p, &g).is_empty(), "the crash left the zones' units named");
+    let fs = common::mount(&p);
+    // Mount wrote the units' slots home and gave the units back.
+    assert_eq!(table_words(&p, &g), vec![]);
+    assert_eq!(fs.statfs().free_aligned_extents, before.free_aligned_extents);
+    verify(&fs, ino, &model);
+    let report = fs.check();
+    assert!(report.is_clean(), "{:?}", report.problems);
+}
+
+#[test]
+fn a_damaged_table_word_is_refused_and_repair_clears_it() {
+    let (_d, p, fs, _, _, _) = grown();
+    let g = fs.geometry();
+    fs.simulate_crash();
+    let (part, k, _) = table_words(&p, &g)[0];
+    common::flip(&p, g.zone_table_offset(part) + k * 8 + 6, 0x10);
+    let e = common::refused(&p, &format!("slot zone {part} extension word {k} fails its check"));
+    assert!(e.contains("fsck --repair"), "{e}");
+    common::repaired(&p, &format!("slot zone {part} extension word {k}"));
+    assert_eq!(table_words(&p, &g), vec![]);
+    common::mount(&p).unmount().unwrap();
+}
+
+#[test]
+fn a_table_word_naming_a_files_blocks_is_refused() {
+    let (_d, p, fs, ino, _, _) = grown();
+    let g = fs.geometry();
+    // A unit of the big file's own blocks, named by a well-formed word.
+    let unit = fs.extents(ino).unwrap().iter().map(|&(_, phys, _)| phys).find(|p| p % 512 == 0).unwrap();
+    fs.simulate_crash();
+    let free_word = (0..256u32).find(|k| !table_words(&p, &g).iter().any(|w| w.0 == 0 && w.1 == u64::from(*k))).unwrap();
+    let word = winefs::media::zone::extension_word(unit, 0, free_word);
+    common::patch(&p, g.zone_table_offset(0) + u64::from(free_word) * 8, &word.to_le_bytes());
+    common::refused(&p, &format!("slot zone 0 extension word {free_word} names unit {unit}, which holds blocks of inode {ino}"));
+}
