@@ -17,8 +17,10 @@ use crate::media::layout::{
     get_u64,
 };
 use crate::media::pool::{Category, Pool};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use hashbrown::HashTable;
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Arc, OnceLock};
 
 /// Where a name lives and what it points to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,11 +44,27 @@ impl DirEntryLoc {
     }
 }
 
+/// One name of a directory's index, with its hash kept: growing the table moves entries
+/// without hashing their names again.
+#[derive(Clone, Debug)]
+struct Named {
+    hash: u64,
+    name: Arc<[u8]>,
+    loc: DirEntryLoc,
+}
+
+/// The hash of a name: SipHash with keys drawn once per process, so names a client picks cannot
+/// be made to collide on purpose.
+fn name_hash(name: &[u8]) -> u64 {
+    static KEYS: OnceLock<RandomState> = OnceLock::new();
+    KEYS.get_or_init(RandomState::new).hash_one(name)
+}
+
 /// The DRAM index of one directory.
 #[derive(Clone, Debug, Default)]
 pub struct DirIndex {
     /// Every name (other than "." and "..") and where its entry lives.
-    pub names: HashMap<Arc<[u8]>, DirEntryLoc>,
+    names: HashTable<Named>,
     /// Per block: slots in use (bit 0, the header, always set).
     used: Vec<u64>,
     /// Per block: the on-media `starts` bitmap.
@@ -81,7 +99,17 @@ impl DirIndex {
 
     /// Where `name` lives, if it is in this directory.
     pub fn get(&self, name: &[u8]) -> Option<&DirEntryLoc> {
-        self.names.get(name)
+        self.names.find(name_hash(name), |e| *e.name == *name).map(|e| &e.loc)
+    }
+
+    /// Every name and where its entry lives, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &DirEntryLoc)> + '_ {
+        self.names.iter().map(|e| (&e.name[..], &e.loc))
+    }
+
+    /// Where every name's entry lives, in no particular order.
+    pub fn values(&self) -> impl Iterator<Item = &DirEntryLoc> + '_ {
+        self.names.iter().map(|e| &e.loc)
     }
 
     fn fit_in(&self, b: u32, n: u32) -> Option<u32> {
@@ -128,14 +156,21 @@ impl DirIndex {
     pub fn insert(&mut self, name: &[u8], loc: DirEntryLoc) {
         self.used[loc.block as usize] |= run_mask(loc.slot, loc.nslots);
         self.starts[loc.block as usize] |= 1u64 << loc.slot;
+        let hash = name_hash(name);
         let name: Arc<[u8]> = Arc::from(name);
         self.by_pos.insert(loc.position(), Arc::clone(&name));
-        self.names.insert(name, loc);
+        match self.names.find_mut(hash, |e| e.name == name) {
+            Some(e) => e.loc = loc,
+            None => {
+                self.names.insert_unique(hash, Named { hash, name, loc }, |e| e.hash);
+            }
+        }
     }
 
     /// Apply a remove to DRAM (after its transaction committed).
     pub fn remove(&mut self, name: &[u8]) -> Option<DirEntryLoc> {
-        let loc = self.names.remove(name)?;
+        let found = self.names.find_entry(name_hash(name), |e| *e.name == *name).ok()?;
+        let loc = found.remove().0.loc;
         self.used[loc.block as usize] &= !run_mask(loc.slot, loc.nslots);
         self.starts[loc.block as usize] &= !(1u64 << loc.slot);
         self.by_pos.remove(&loc.position());
@@ -145,9 +180,9 @@ impl DirIndex {
 
     /// Change where an existing name points (rename over an existing entry, exchange).
     pub fn repoint(&mut self, name: &[u8], ino: u64, kind: FileKind) {
-        if let Some(l) = self.names.get_mut(name) {
-            l.ino = ino;
-            l.kind = kind;
+        if let Some(e) = self.names.find_mut(name_hash(name), |e| *e.name == *name) {
+            e.loc.ino = ino;
+            e.loc.kind = kind;
         }
     }
 
@@ -158,7 +193,7 @@ impl DirIndex {
     ) -> impl Iterator<Item = (u64, &[u8], DirEntryLoc)> + '_ {
         self.by_pos
             .range(after + 1..)
-            .map(|(&p, n)| (p, &n[..], self.names[n]))
+            .filter_map(|(&p, n)| self.get(n).map(|l| (p, &n[..], *l)))
     }
 
     /// Parse one directory block read from media; `b` is the directory block index. Returns
@@ -197,7 +232,7 @@ impl DirIndex {
                     "directory {dir_ino}, block {b}: entries overlap at slot {s}"
                 ));
             }
-            if self.names.contains_key(&name[..]) {
+            if self.get(&name).is_some() {
                 return Err(corrupt!(
                     "directory {dir_ino}: duplicate name {:?}",
                     String::from_utf8_lossy(&name)
@@ -314,6 +349,37 @@ mod tests {
             None,
             "a 3-slot name does not fit a 1-slot gap"
         );
+    }
+
+    #[test]
+    fn names_stay_found_as_the_table_grows() {
+        // Thousands of names: the table grows many times, moving entries by their kept hash.
+        let mut d = DirIndex::default();
+        let n = 5000u32;
+        for i in 0..n {
+            if i % 60 == 0 {
+                d.push_block();
+            }
+            let (ino, block, slot) = (u64::from(i) + 2, i / 60, i % 60 + 1);
+            let loc = DirEntryLoc { ino, kind: FileKind::File, block, slot, nslots: 1 };
+            d.insert(format!("name-{i}").as_bytes(), loc);
+        }
+        assert_eq!(d.len(), n as usize);
+        for i in (0..n).step_by(7) {
+            assert_eq!(d.get(format!("name-{i}").as_bytes()).map(|l| l.ino), Some(u64::from(i) + 2));
+        }
+        assert!(d.get(b"name-5000").is_none());
+        d.repoint(b"name-42", 100_000, FileKind::Dir);
+        assert_eq!(d.get(b"name-42").map(|l| (l.ino, l.kind)), Some((100_000, FileKind::Dir)));
+        assert_eq!(d.remove(b"name-43").map(|l| l.ino), Some(45));
+        assert!(d.get(b"name-43").is_none() && d.remove(b"name-43").is_none());
+        assert_eq!(d.iter().count(), n as usize - 1);
+        assert_eq!(d.values().filter(|l| l.ino == 100_000).count(), 1);
+        // readdir order follows positions, and skips the removed name.
+        let listed: Vec<Vec<u8>> = d.entries_after(0).map(|(_, name, _)| name.to_vec()).collect();
+        assert_eq!(listed.len(), n as usize - 1);
+        assert_eq!(listed[42], b"name-42".to_vec());
+        assert_eq!(listed[43], b"name-44".to_vec());
     }
 
     #[test]

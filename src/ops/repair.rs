@@ -65,7 +65,7 @@ fn entries(state: &MountState) -> Vec<(u64, Vec<u8>, DirEntryLoc)> {
     for a in arcs {
         let g = rlock(&a);
         if let Some(d) = &g.dir {
-            v.extend(d.names.iter().map(|(n, l)| (g.ino, n.to_vec(), *l)));
+            v.extend(d.iter().map(|(n, l)| (g.ino, n.to_vec(), *l)));
         }
     }
     v.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));

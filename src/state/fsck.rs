@@ -152,16 +152,8 @@ pub(crate) fn check(state: &MountState) -> Report {
                     None => p(format!("directory {}: block {k} not mapped", n.ino)),
                 }
             }
-            let a: HashMap<_, _> = fresh
-                .names
-                .iter()
-                .map(|(k, v)| (k.clone(), (v.ino, v.kind)))
-                .collect();
-            let b2: HashMap<_, _> = d
-                .names
-                .iter()
-                .map(|(k, v)| (k.clone(), (v.ino, v.kind)))
-                .collect();
+            let a: HashMap<_, _> = fresh.iter().map(|(k, v)| (k, (v.ino, v.kind))).collect();
+            let b2: HashMap<_, _> = d.iter().map(|(k, v)| (k, (v.ino, v.kind))).collect();
             if a != b2 {
                 p(format!(
                     "directory {}: entries on media differ from memory",

@@ -503,7 +503,7 @@ pub(crate) fn mount_checked(
         .inodes
         .values()
         .filter_map(|n| n.dir.as_ref())
-        .flat_map(|d| d.names.values().map(|l| l.ino))
+        .flat_map(|d| d.values().map(|l| l.ino))
         .collect();
     // Damaged ones and ones sharing blocks (fsck and repair only) are left for repair to judge:
     // freeing one here would give blocks another inode claims to the allocator.

@@ -22,13 +22,13 @@ use crate::media::pool::Pool;
 use crate::state::accounting::Accounting;
 use crate::state::background::Background;
 use crate::state::zones::Zones;
-use crate::state::inode_state::{InodeRef, InodeState};
+use crate::state::inode_state::{InoMap, InodeRef, InodeState};
 use crate::state::leases::Leases;
 use crate::state::locks::lock;
 use crate::state::mappings::FaultService;
 use crate::sys::current_cpu;
 use crate::types::{Attr, Consistency, OverwritePath, StatFs};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -45,7 +45,7 @@ pub(crate) struct MountState {
     /// (empty otherwise: the lowest free number is taken).
     pub inode_cursor: Vec<std::sync::atomic::AtomicU64>,
     /// Every in-use inode.
-    pub inodes: RwLock<HashMap<u64, InodeRef>>,
+    pub inodes: RwLock<InoMap<InodeRef>>,
     /// The namespace lock (see the lock order above); it guards no data of its own.
     pub namespace: RwLock<()>,
     pub consistency: Consistency,

@@ -22,7 +22,7 @@ pub(crate) fn namespace(
     let mut subdirs: HashMap<u64, u32> = HashMap::new();
     for n in nodes.values() {
         let Some(d) = &n.dir else { continue };
-        for (name, loc) in &d.names {
+        for (name, loc) in d.iter() {
             let nm = String::from_utf8_lossy(name);
             match nodes.get(&loc.ino) {
                 None => p(format!(
@@ -101,7 +101,7 @@ pub(crate) fn namespace(
             continue;
         }
         if let Some(dx) = nodes.get(&d).and_then(|n| n.dir.as_ref()) {
-            for loc in dx.names.values() {
+            for loc in dx.values() {
                 if nodes.get(&loc.ino).is_some_and(|c| c.is_dir()) {
                     q.push_back(loc.ino);
                 } else {
