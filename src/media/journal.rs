@@ -168,6 +168,9 @@ struct JournalState {
     /// Bounce buffer for staging undo images ([`STAGE_CHUNK`] bytes), kept so a commit does
     /// not zero a fresh one every time.
     scratch: Vec<u8>,
+    /// The encoded entries of the transaction being committed, kept so a commit does not
+    /// allocate them every time.
+    entries: Vec<u8>,
 }
 
 struct Journal {
@@ -240,6 +243,7 @@ impl Journals {
                         generation: 1,
                         stage_next: 0,
                         scratch: vec![0; STAGE_CHUNK],
+                        entries: Vec::new(),
                     }),
                 })
                 .collect(),
@@ -353,8 +357,10 @@ impl Journals {
         // Undo images first: staged ones are copied (with their checksum) and fenced before any
         // entry that refers to them is written, so a valid entry points at a complete image
         // and recovery can tell a damaged image from a good one.
-        let mut entries = Vec::with_capacity(need - 1);
-        entries.push(entry_of(KIND_START, 0, &[], 0));
+        // The entries but COMMIT, encoded into the journal's reused buffer.
+        let mut all = std::mem::take(&mut st.entries);
+        all.clear();
+        all.extend_from_slice(&entry_of(KIND_START, 0, &[], 0));
         let stage_from = match self.rotate_staging.load(Ordering::Relaxed) {
             true if st.stage_next + tx.staged_bytes() <= self.staging_len => st.stage_next,
             _ => 0,
@@ -367,7 +373,7 @@ impl Journals {
             {
                 let mut old = [0u8; INLINE_MAX];
                 pool.read(w.off, &mut old[..len])?;
-                entries.push(entry_of(KIND_UNDO_INLINE, w.off, &old[..len], inline_len));
+                all.extend_from_slice(&entry_of(KIND_UNDO_INLINE, w.off, &old[..len], inline_len));
             } else {
                 let len = len as u64;
                 let crc = stage_image(pool, w.off, j.staging_off + staged, len, &mut st.scratch)?;
@@ -376,19 +382,16 @@ impl Journals {
                 put_u32(&mut p, entry::STAGED_LEN - entry::PAYLOAD, staged_field(len)?);
                 put_u32(&mut p, entry::STAGED_CRC - entry::PAYLOAD, crc);
                 staged += len.next_multiple_of(CACHE_LINE);
-                entries.push(entry_of(KIND_UNDO_STAGED, w.off, &p, 0));
+                all.extend_from_slice(&entry_of(KIND_UNDO_STAGED, w.off, &p, 0));
             }
         }
         if staged > stage_from {
             pool.fence();
         }
         st.stage_next = staged;
-        let mut all = Vec::with_capacity(entries.len() * ENTRY);
-        for e in &entries {
-            all.extend_from_slice(e);
-        }
         pool.write(base, &all, Category::Journal)?;
         pool.flush(base, all.len() as u64, Category::Journal);
+        st.entries = all;
         if !self.broken_skip_undo_fence.load(Ordering::Relaxed) {
             pool.fence();
         }

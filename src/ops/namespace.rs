@@ -25,7 +25,7 @@ use crate::state::inode_state::{InodeRef, InodeState, rlock, wlock};
 use crate::state::mount_state::MountState;
 use crate::state::tx::Reserved;
 use crate::types::{Attr, DirEntry, RenameFlags};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
@@ -54,7 +54,7 @@ fn is_dot(name: &[u8]) -> bool {
 #[derive(Default)]
 pub(crate) struct DirEdit {
     /// Directory block header (`dir::header_offset`) → (directory, block index, new `starts`).
-    starts: HashMap<u64, (u64, u32, u64)>,
+    starts: BTreeMap<u64, (u64, u32, u64)>,
     inserts: Vec<(u64, Vec<u8>, DirEntryLoc)>,
     removes: Vec<(u64, Vec<u8>)>,
     repoints: Vec<(u64, Vec<u8>, u64, FileKind)>,
@@ -193,7 +193,7 @@ pub(crate) fn edit_tx(edit: &DirEdit, tx: &mut Tx<'_>) {
     }
 }
 
-pub(crate) fn apply_edit(edit: DirEdit, guards: &mut HashMap<u64, RwLockWriteGuard<'_, InodeState>>) {
+pub(crate) fn apply_edit(edit: DirEdit, guards: &mut BTreeMap<u64, RwLockWriteGuard<'_, InodeState>>) {
     for d in &edit.new_blocks {
         if let Some(dx) = guards.get_mut(d).and_then(|g| g.dir.as_mut()) {
             dx.push_block();
@@ -216,7 +216,7 @@ pub(crate) fn apply_edit(edit: DirEdit, guards: &mut HashMap<u64, RwLockWriteGua
     }
 }
 
-pub(crate) fn lock_all<'a>(arcs: &'a [(u64, InodeRef)]) -> HashMap<u64, RwLockWriteGuard<'a, InodeState>> {
+pub(crate) fn lock_all<'a>(arcs: &'a [(u64, InodeRef)]) -> BTreeMap<u64, RwLockWriteGuard<'a, InodeState>> {
     arcs.iter().map(|(i, a)| (*i, wlock(a))).collect()
 }
 
@@ -376,7 +376,7 @@ pub(crate) fn make_inode(
         .write()
         .unwrap_or_else(|e| e.into_inner())
         .insert(ino, Arc::new(RwLock::new(node)));
-    let mut guards = HashMap::new();
+    let mut guards = BTreeMap::new();
     guards.insert(parent, pg);
     apply_edit(edit, &mut guards);
     Ok(attr)

@@ -90,7 +90,7 @@ fn dir_tx(
     dino: u64,
     other: Option<u64>,
     plan: impl FnOnce(
-        &mut std::collections::HashMap<u64, std::sync::RwLockWriteGuard<'_, crate::state::inode_state::InodeState>>,
+        &mut std::collections::BTreeMap<u64, std::sync::RwLockWriteGuard<'_, crate::state::inode_state::InodeState>>,
         &mut DirEdit,
         &mut Tx<'_>,
         &mut Reserved<'_>,
