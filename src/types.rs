@@ -156,11 +156,14 @@ pub struct StatFs {
     pub block_size: u64,
     /// Blocks in the data area.
     pub blocks: u64,
-    /// Blocks a write can use: free blocks plus `preallocated_blocks`.
+    /// Blocks a write can use: free blocks plus `preallocated_blocks` and `zone_blocks`.
     pub free_blocks: u64,
     /// Of `free_blocks`, those files hold as speculative preallocation past their end, given
     /// back when a small file is closed or when an allocation would otherwise fail.
     pub preallocated_blocks: u64,
+    /// Of `free_blocks`, those lent to the alternate-slot zones (whole 2 MiB units), given back
+    /// when space runs short, at unmount and at mount.
+    pub zone_blocks: u64,
     /// Inodes in all.
     pub inodes: u64,
     /// Free inodes.

@@ -81,9 +81,11 @@ fn a_hot_set_larger_than_the_fixed_zones_is_written_once() {
         before.free_aligned_extents,
         st.free_aligned_extents
     );
-    // Lent, not used: statfs still counts the units' blocks as free.
+    // Lent, not used: statfs still counts the units' blocks as free, and says they are lent.
     assert_eq!(st.free_blocks, before.free_blocks);
     assert_eq!(st.preallocated_blocks, before.preallocated_blocks);
+    assert_eq!(before.zone_blocks, 0);
+    assert_eq!(st.zone_blocks, 512 * (before.free_aligned_extents - st.free_aligned_extents));
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let stats = fs.persist_stats();
     overwrite(&fs, ino, 16384, 10_000, &mut seed, &mut model);
@@ -101,6 +103,7 @@ fn a_hot_set_larger_than_the_fixed_zones_is_written_once() {
     assert_eq!(table_words(&p, &g), vec![]);
     let fs = common::mount(&p);
     assert_eq!(fs.statfs().free_aligned_extents, before.free_aligned_extents);
+    assert_eq!(fs.statfs().zone_blocks, 0);
     verify(&fs, ino, &model);
 }
 
@@ -114,6 +117,7 @@ fn space_lent_to_the_zones_comes_back_when_a_file_needs_it() {
     let other = fs.create_file("/other").unwrap().ino();
     fs.fallocate(other, 0, (st.free_blocks - 16) * 4096, false).unwrap();
     assert!(fs.statfs().free_blocks <= 16);
+    assert_eq!(fs.statfs().zone_blocks, 0, "every unit went back");
     verify(&fs, ino, &model);
     let report = fs.check();
     assert!(report.is_clean(), "{:?}", report.problems);

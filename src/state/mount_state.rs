@@ -453,6 +453,7 @@ impl MountState {
             // on demand, so writes can use them.
             free_blocks: self.alloc.available_blocks(),
             preallocated_blocks: self.alloc.speculative_blocks() - self.zones.unit_blocks(),
+            zone_blocks: self.zones.unit_blocks(),
             inodes: self.geo.total_inodes(),
             free_inodes,
             name_max: NAME_MAX as u32,
