@@ -100,11 +100,6 @@ impl SlotSpace {
         }
     }
 
-    /// The geometry the zones were laid out by.
-    pub fn geometry(&self) -> &Geometry {
-        &self.geo
-    }
-
     /// First block of unit `k` of zone `part`, if it has one.
     pub fn unit(&self, part: u32, k: u32) -> Option<u64> {
         let w = self.units.get(part as usize)?.get(k as usize)?.load(Ordering::Acquire);
