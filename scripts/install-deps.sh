@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what building, mounting and testing winefs needs on Debian/Ubuntu (run as root, or
-# with sudo available): a C toolchain and pkg-config for the build, fuse3 for mounting, and the
+# with sudo available): a C toolchain and pkg-config for the build, fuse3 for mounting,
+# libfuse3-dev for the example `winefs bench fuse` measures beside winefs, and the
 # tools the FUSE integration tests drive (rsync, git, sqlite3, fio, attr), and the unmodified
 # programs and libraries the preload tests run (lmdb-utils, liblmdb-dev, python3-lmdb,
 # librocksdb-dev, rocksdb-tools, libleveldb-dev). Checks that cargo is new enough for Rust
@@ -22,7 +23,7 @@ if ! command -v cargo >/dev/null 2>&1 && [ -x "${HOME:-/root}/.cargo/bin/cargo" 
 fi
 
 missing=()
-for pkg in build-essential pkg-config ca-certificates fuse3 rsync git sqlite3 fio attr tar \
+for pkg in build-essential pkg-config ca-certificates fuse3 libfuse3-dev rsync git sqlite3 fio attr tar \
     lmdb-utils liblmdb-dev python3-lmdb librocksdb-dev rocksdb-tools libleveldb-dev; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done

@@ -1,5 +1,7 @@
 //! The FUSE benchmark (`winefs bench fuse`): the same `std::fs` calls on a FUSE mount of winefs
-//! (served by this process, strict mode) and on a tmpfs directory, in one run.
+//! (served by this process, strict mode), on libfuse's own `passthrough_ll` example passing
+//! through to tmpfs (the floor any /dev/fuse file system pays; built from the example source
+//! when it is installed, Debian `libfuse3-dev`), and on a tmpfs directory, in one run.
 //!
 //! Rows: create+close and unlink of many empty files; 4 KiB and 1 MiB sequential writes and reads
 //! of one file. Reads reopen the file first, which drops the kernel's page cache for a FUSE file
@@ -14,7 +16,12 @@ use fuser::{Config, MountOption, Session};
 use std::fmt;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Where Debian's `libfuse3-dev` puts libfuse's examples.
+pub const PASSTHROUGH_EXAMPLES: &str = "/usr/share/doc/libfuse3-dev/examples";
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -59,6 +66,8 @@ pub struct FuseRow {
     pub winefs_ops_per_s: f64,
     /// Operations per second on tmpfs.
     pub tmpfs_ops_per_s: f64,
+    /// Operations per second on libfuse's `passthrough_ll` over tmpfs (None: not measured).
+    pub passthrough_ops_per_s: Option<f64>,
 }
 
 impl FuseRow {
@@ -69,6 +78,11 @@ impl FuseRow {
         } else {
             0.0
         }
+    }
+
+    /// winefs ops/s divided by `passthrough_ll`'s, if that was measured.
+    pub fn vs_passthrough(&self) -> Option<f64> {
+        self.passthrough_ops_per_s.filter(|&p| p > 0.0).map(|p| self.winefs_ops_per_s / p)
     }
 }
 
@@ -85,6 +99,8 @@ pub struct FuseBenchReport {
     pub threads: usize,
     /// Timed repetitions per measurement.
     pub repeats: u32,
+    /// Why `passthrough_ll` was not measured (None: it was).
+    pub passthrough_skipped: Option<String>,
 }
 
 impl fmt::Display for FuseBenchReport {
@@ -97,14 +113,17 @@ impl fmt::Display for FuseBenchReport {
             self.dir_fs,
             self.repeats
         )?;
+        if let Some(why) = &self.passthrough_skipped {
+            writeln!(f, "passthrough_ll not measured: {why}")?;
+        }
         writeln!(f)?;
         writeln!(
             f,
-            "| operation        |    ops | winefs/FUSE ops/s | tmpfs ops/s | winefs MB/s | tmpfs MB/s | ratio |"
+            "| operation        |    ops | winefs/FUSE ops/s | passthrough_ll ops/s | tmpfs ops/s | winefs MB/s | passthrough MB/s | tmpfs MB/s | vs passthrough | vs tmpfs |"
         )?;
         writeln!(
             f,
-            "|------------------|-------:|------------------:|------------:|------------:|-----------:|------:|"
+            "|------------------|-------:|------------------:|---------------------:|------------:|------------:|-----------------:|-----------:|---------------:|---------:|"
         )?;
         for r in &self.rows {
             let mbs = |ops: f64| {
@@ -114,15 +133,19 @@ impl fmt::Display for FuseBenchReport {
                     format!("{:.0}", ops * r.bytes as f64 / 1e6)
                 }
             };
+            let pt = r.passthrough_ops_per_s;
             writeln!(
                 f,
-                "| {:<16} | {:>6} | {:>17} | {:>11} | {:>11} | {:>10} | {:>5.2} |",
+                "| {:<16} | {:>6} | {:>17} | {:>20} | {:>11} | {:>11} | {:>16} | {:>10} | {:>14} | {:>8.2} |",
                 r.name,
                 r.ops,
                 fmt_rate(r.winefs_ops_per_s),
+                pt.map_or("-".to_string(), fmt_rate),
                 fmt_rate(r.tmpfs_ops_per_s),
                 mbs(r.winefs_ops_per_s),
+                pt.map_or("-".to_string(), mbs),
                 mbs(r.tmpfs_ops_per_s),
+                r.vs_passthrough().map_or("-".to_string(), |x| format!("{x:.2}")),
                 r.ratio()
             )?;
         }
@@ -244,6 +267,10 @@ pub fn fuse_bench(cfg: &FuseBenchConfig) -> Result<FuseBenchReport> {
             check.problems
         )));
     }
+    let (pt, passthrough_skipped) = match passthrough_side(&root.0, cfg) {
+        Ok(v) => (Some(v), None),
+        Err(why) => (None, Some(why)),
+    };
     let t = run_side(&host, cfg)?;
     let names = [
         "create",
@@ -264,6 +291,7 @@ pub fn fuse_bench(cfg: &FuseBenchConfig) -> Result<FuseBenchReport> {
             bytes: bytes[i],
             winefs_ops_per_s: w[i],
             tmpfs_ops_per_s: t[i],
+            passthrough_ops_per_s: pt.map(|p| p[i]),
         })
         .collect();
     Ok(FuseBenchReport {
@@ -272,7 +300,111 @@ pub fn fuse_bench(cfg: &FuseBenchConfig) -> Result<FuseBenchReport> {
         dir: base,
         threads: cfg.threads,
         repeats: cfg.repeats,
+        passthrough_skipped,
     })
+}
+
+/// Build libfuse's `passthrough_ll` example into `dir`, mount it over a fresh directory of
+/// `dir` and run the workload there. Err: why it was not measured (the example source, a C
+/// compiler or pkg-config missing, or the mount failing), in one line.
+fn passthrough_side(dir: &Path, cfg: &FuseBenchConfig) -> std::result::Result<[f64; 6], String> {
+    let examples = Path::new(PASSTHROUGH_EXAMPLES);
+    let src = examples.join("passthrough_ll.c");
+    if !src.exists() {
+        return Err(format!("{} is not installed (Debian: libfuse3-dev)", src.display()));
+    }
+    let flags = Command::new("pkg-config")
+        .args(["fuse3", "--cflags", "--libs"])
+        .output()
+        .map_err(|e| format!("pkg-config: {e}"))?;
+    if !flags.status.success() {
+        return Err("pkg-config knows no fuse3 (Debian: libfuse3-dev)".into());
+    }
+    let flags = String::from_utf8_lossy(&flags.stdout).into_owned();
+    let bin = dir.join("passthrough_ll");
+    let built = Command::new("cc")
+        .args(["-O2", "-Wall", "-I"])
+        .arg(examples)
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .args(flags.split_whitespace())
+        .output()
+        .map_err(|e| format!("cc: {e}"))?;
+    if !built.status.success() {
+        return Err(format!(
+            "building {} failed: {}",
+            src.display(),
+            String::from_utf8_lossy(&built.stderr).lines().next().unwrap_or("")
+        ));
+    }
+    let source = dir.join("passthrough-source");
+    std::fs::create_dir(&source).map_err(|e| format!("mkdir {}: {e}", source.display()))?;
+    let mnt = TempDir(
+        std::env::temp_dir().join(format!("winefs-fusebench-pt-{}", std::process::id())),
+    );
+    std::fs::create_dir_all(&mnt.0).map_err(|e| format!("mkdir {}: {e}", mnt.0.display()))?;
+    let child = Command::new(&bin)
+        .arg("-f")
+        .arg("-o")
+        .arg(format!("source={}", source.display()))
+        .arg(&mnt.0)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("start {}: {e}", bin.display()))?;
+    let mounted = Mounted { child, at: mnt.0.clone() };
+    mounted.wait_mounted()?;
+    let r = run_side(&mounted.at, cfg).map_err(|e| format!("on passthrough_ll: {e}"));
+    drop(mounted);
+    r
+}
+
+/// A running `passthrough_ll`, unmounted and reaped on drop.
+struct Mounted {
+    child: Child,
+    at: PathBuf,
+}
+
+impl Mounted {
+    /// Wait (up to 10 s) until the mount shows in /proc/self/mountinfo; Err if the daemon
+    /// exits first or the time runs out.
+    fn wait_mounted(&self) -> std::result::Result<(), String> {
+        let at = self.at.to_string_lossy().into_owned();
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            if info.lines().any(|l| l.split(' ').nth(4) == Some(at.as_str())) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(format!("passthrough_ll did not mount {at} within 10 s"))
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let unmounted = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.at)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !unmounted {
+            let _ = Command::new("umount").arg("-l").arg(&self.at).status();
+        }
+        // With -f the daemon exits once unmounted; kill it if it has not.
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 #[cfg(test)]
@@ -293,8 +425,12 @@ mod tests {
         };
         let rep = fuse_bench(&cfg).unwrap();
         assert_eq!(rep.rows.len(), 6);
+        // Where libfuse's example source is installed, its floor is measured beside winefs.
+        let floor = Path::new(PASSTHROUGH_EXAMPLES).join("passthrough_ll.c").exists();
+        assert_eq!(rep.passthrough_skipped.is_none(), floor, "{:?}", rep.passthrough_skipped);
         for r in &rep.rows {
             assert!(r.winefs_ops_per_s > 0.0 && r.tmpfs_ops_per_s > 0.0, "{r:?}");
+            assert_eq!(r.passthrough_ops_per_s.is_some_and(|p| p > 0.0), floor, "{r:?}");
         }
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
         let text = rep.to_string();
