@@ -349,8 +349,9 @@ fn passthrough_side(dir: &Path, cfg: &FuseBenchConfig) -> std::result::Result<[f
         .arg("-o")
         .arg(format!("source={}", source.display()))
         .arg(&mnt.0)
+        // Nothing reads its output while it serves: a pipe that filled would stall it.
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("start {}: {e}", bin.display()))?;
     let mounted = Mounted { child, at: mnt.0.clone() };
