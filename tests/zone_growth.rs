@@ -37,6 +37,13 @@ fn verify(fs: &Fs, ino: u64, model: &HashMap<u64, u8>) {
     }
 }
 
+/// [`verify`], then fsck of the live mount finds nothing.
+fn verify_checked(fs: &Fs, ino: u64, model: &HashMap<u64, u8>) {
+    verify(fs, ino, model);
+    let report = fs.check();
+    assert!(report.is_clean(), "{:?}", report.problems);
+}
+
 /// Words of the zones' extension tables that are not 0, as (zone, word, value).
 fn table_words(p: &Path, g: &Geometry) -> Vec<(u32, u64, u64)> {
     let img = std::fs::read(p).unwrap();
@@ -95,9 +102,7 @@ fn a_hot_set_larger_than_the_fixed_zones_is_written_once() {
         per_write <= 1.1 * 4096.0,
         "{per_write:.0} bytes stored per 4 KiB write: {spent:?}"
     );
-    verify(&fs, ino, &model);
-    let report = fs.check();
-    assert!(report.is_clean(), "{:?}", report.problems);
+    verify_checked(&fs, ino, &model);
     // A clean unmount writes every slot home and gives every unit back.
     fs.unmount().unwrap();
     assert_eq!(table_words(&p, &g), vec![]);
@@ -118,9 +123,7 @@ fn space_lent_to_the_zones_comes_back_when_a_file_needs_it() {
     fs.fallocate(other, 0, (st.free_blocks - 16) * 4096, false).unwrap();
     assert!(fs.statfs().free_blocks <= 16);
     assert_eq!(fs.statfs().zone_blocks, 0, "every unit went back");
-    verify(&fs, ino, &model);
-    let report = fs.check();
-    assert!(report.is_clean(), "{:?}", report.problems);
+    verify_checked(&fs, ino, &model);
 }
 
 #[test]
@@ -140,9 +143,7 @@ fn a_file_appending_to_itself_gets_the_space_its_own_slots_hold() {
         "appended {appended} bytes of {} free",
         free * 4096
     );
-    verify(&fs, ino, &model);
-    let report = fs.check();
-    assert!(report.is_clean(), "{:?}", report.problems);
+    verify_checked(&fs, ino, &model);
 }
 
 #[test]
@@ -155,9 +156,7 @@ fn a_crash_with_live_slots_in_units_loses_nothing() {
     // Mount wrote the units' slots home and gave the units back.
     assert_eq!(table_words(&p, &g), vec![]);
     assert_eq!(fs.statfs().free_aligned_extents, before.free_aligned_extents);
-    verify(&fs, ino, &model);
-    let report = fs.check();
-    assert!(report.is_clean(), "{:?}", report.problems);
+    verify_checked(&fs, ino, &model);
 }
 
 #[test]

@@ -108,7 +108,7 @@ impl SlotSpace {
 
     /// Byte offset of word `k` of zone `part`'s extension table.
     fn word_offset(&self, part: u32, k: u32) -> u64 {
-        self.geo.zone_table_offset(part) + u64::from(k) * 8 + ext::UNIT as u64
+        word_offset(&self.geo, part, k)
     }
 
     /// The units the zones hold now.
@@ -169,6 +169,11 @@ impl SlotSpace {
     pub fn slot_offset(&self, part: u32, slot: u32) -> Result<u64> {
         self.locate(part, slot).map(|(_, b)| b)
     }
+}
+
+/// Byte offset of word `k` of zone `part`'s extension table in a pool laid out by `g`.
+fn word_offset(g: &Geometry, part: u32, k: u32) -> u64 {
+    g.zone_table_offset(part) + u64::from(k) * 8 + ext::UNIT as u64
 }
 
 /// First slot number of unit `k` of a zone with `zone_slots` slots of its own.
@@ -264,7 +269,7 @@ pub(crate) fn clear_units(pool: &Pool, g: &Geometry, units: &[Unit]) -> Result<(
         return Ok(());
     }
     for u in units {
-        let word = g.zone_table_offset(u.part) + u64::from(u.k) * 8 + ext::UNIT as u64;
+        let word = word_offset(g, u.part, u.k);
         pool.store_u64_flush(word, 0, Category::Slot)?;
     }
     pool.fence();

@@ -51,16 +51,21 @@ pub(crate) fn on_last_close(state: &MountState, g: &mut InodeState) -> Result<()
 /// skipped rather than waited for, so this never deadlocks whatever locks the caller holds.
 pub(crate) fn reclaim(state: &MountState, need: u64) -> u64 {
     let mut freed = 0;
+    let mut zones_tried = false;
     for (ino, _) in state.alloc.speculative_holders() {
         if freed >= need {
             break;
         }
         if ino >= UNIT_HOLDERS {
-            // The zones' units: their slots go home (files locked now are skipped), then the
-            // units go back; all of them, since a unit is taken back whole.
-            match slots::shrink(state, need - freed, false) {
-                Ok(n) => freed += n,
-                Err(e) => log::warn!("cannot give the slot zones' units back: {e}"),
+            // The zones' units (one holder per zone; `shrink` goes through every zone, so only
+            // the first holder calls it): their slots go home, then the units go back, whole,
+            // until enough came back.
+            if !zones_tried {
+                zones_tried = true;
+                match slots::shrink(state, need - freed, false) {
+                    Ok(n) => freed += n,
+                    Err(e) => log::warn!("cannot give the slot zones' units back: {e}"),
+                }
             }
             continue;
         }

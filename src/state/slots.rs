@@ -219,10 +219,16 @@ fn grow(state: &MountState, part: u32, z: &mut Zone) -> Result<bool> {
     }
     z.add_unit(k);
     log::debug!("slot zone {part} grew into the unit at block {start} (table word {k})");
-    state.zones.add_unit_blocks(BLOCKS_PER_HUGE as i64);
+    units_changed(state, part, z, BLOCKS_PER_HUGE as i64);
+    Ok(true)
+}
+
+/// Zone `part` (`z`, locked) just gained or gave back a unit (`delta` blocks): the count of
+/// lent blocks and the zone's speculative holding follow.
+fn units_changed(state: &MountState, part: u32, z: &Zone, delta: i64) {
+    state.zones.add_unit_blocks(delta);
     let held = z.held_units() as u64 * BLOCKS_PER_HUGE;
     state.alloc.set_speculative(unit_holder(part), held);
-    Ok(true)
 }
 
 /// Give zone units back to the allocator, the highest of each zone first, until `need` blocks
@@ -290,9 +296,7 @@ fn empty_unit(state: &MountState, part: u32, k: u32, wait: bool) -> Result<bool>
                 return Err(e);
             }
             z.remove_unit(k);
-            state.zones.add_unit_blocks(-(BLOCKS_PER_HUGE as i64));
-            let held = z.held_units() as u64 * BLOCKS_PER_HUGE;
-            state.alloc.set_speculative(unit_holder(part), held);
+            units_changed(state, part, &z, -(BLOCKS_PER_HUGE as i64));
             drop(z);
             give_unit(state, start);
             return Ok(true);
