@@ -4,7 +4,9 @@
 # libfuse3-dev for the example `winefs bench fuse` measures beside winefs, and the
 # tools the FUSE integration tests drive (rsync, git, sqlite3, fio, attr), and the unmodified
 # programs and libraries the preload tests run (lmdb-utils, liblmdb-dev, python3-lmdb,
-# librocksdb-dev, rocksdb-tools, libleveldb-dev). Checks that cargo is new enough for Rust
+# librocksdb-dev, rocksdb-tools, libleveldb-dev), and the NFS server and client the export test
+# runs (nfs-ganesha with its VFS backend, which brings rpcbind; libnfs-utils, a user-space
+# client, since the kernel here has none). Checks that cargo is new enough for Rust
 # edition 2024. Installs nothing that is already there.
 set -euo pipefail
 
@@ -24,7 +26,8 @@ fi
 
 missing=()
 for pkg in build-essential pkg-config ca-certificates fuse3 libfuse3-dev rsync git sqlite3 fio attr tar \
-    lmdb-utils liblmdb-dev python3-lmdb librocksdb-dev rocksdb-tools libleveldb-dev; do
+    lmdb-utils liblmdb-dev python3-lmdb librocksdb-dev rocksdb-tools libleveldb-dev \
+    nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
 command -v cargo >/dev/null 2>&1 || missing+=(cargo rustc)

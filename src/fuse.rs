@@ -27,15 +27,23 @@
 //! mode of a new inode (the caller's ids, the umask, the BSD group rule of set-group-ID
 //! directories), and dropping set-user/group-ID bits and file capabilities after a write,
 //! truncate or chown (`FUSE_HANDLE_KILLPRIV_V2`). Besides:
-//! - inode numbers pass through unchanged (the root is inode 1 in both);
+//! - inode numbers pass through unchanged (the root is inode 1 in both), with the inode's
+//!   generation, one more each time its slot is reused; with `FUSE_EXPORT_SUPPORT` and lookups of
+//!   "." (any inode) and ".." (directories) that makes file handles (`name_to_handle_at`, an NFS
+//!   server exporting the mount) outlive the kernel's caches, unmount and remount, and a
+//!   reused inode number gives ESTALE;
 //! - lookup counts are not tracked: an inode lives while it has links or open handles (`open` and
 //!   `release` feed the core's open count), which is what unlinked-but-open files need;
-//! - no writeback cache: every `write(2)` reaches the core before it returns, so strict mode's
+//! - no writeback cache unless asked (`with_writeback_cache`, `mount --relaxed
+//!   --writeback-cache`): every `write(2)` reaches the core before it returns, so strict mode's
 //!   "durable when it returns" holds for applications too;
-//! - attributes and entries are cached by the kernel for `TTL` (1 s); winefs is the only writer
-//!   of its metadata, so that view cannot go stale behind its back;
+//! - attributes, entries and the absence of names are cached by the kernel for `TTL` (an hour):
+//!   every change of metadata reaches winefs through the kernel, which updates or drops what it
+//!   cached; the changes the kernel does not make itself (a write dropping set-user-ID, the
+//!   direct path's appends and hole filling) are followed by `FUSE_NOTIFY_INVAL_INODE`, and a
+//!   file with direct appenders is answered with no attribute caching at all;
 //! - regular files are opened with `FOPEN_DIRECT_IO` (and mmap allowed, `FUSE_DIRECT_IO_ALLOW_MMAP`)
-//!   when the kernel offers it: processes on the direct path (`channel`, the preload library)
+//!   when the kernel offers it and no writeback cache was asked for: processes on the direct path (`channel`, the preload library)
 //!   store into the pool itself, so a page cache of file data would be a second, stale copy.
 
 use crate::{
@@ -57,8 +65,11 @@ pub mod channel;
 mod privs;
 pub mod proto;
 
-/// How long the kernel may cache attributes and directory entries.
-pub(crate) const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may cache attributes, directory entries and names found missing. Long:
+/// winefs has no writer the kernel does not see, except those it tells the kernel about (see
+/// the module doc); a short one costs a LOOKUP and a GETATTR round trip per `stat` of a file
+/// not touched for that long.
+pub(crate) const TTL: Duration = Duration::from_secs(3600);
 
 /// How long the kernel may cache the attributes of `ino`: `TTL`, or not at all while a
 /// direct-path client appends to it (its size then changes without a request).
@@ -84,6 +95,9 @@ pub struct WinefsFuse {
     channel: Option<String>,
     /// The kernel lets direct-I/O files be mapped: regular files are opened direct-I/O.
     direct_io: bool,
+    /// The kernel caches file data and writes it back later (`FUSE_WRITEBACK_CACHE`, asked
+    /// for by `with_writeback_cache`): files are opened with the page cache.
+    writeback_cache: bool,
 }
 
 impl WinefsFuse {
@@ -120,7 +134,18 @@ impl WinefsFuse {
             notifier: Arc::new(OnceLock::new()),
             channel: None,
             direct_io: false,
+            writeback_cache: false,
         }
+    }
+
+    /// Ask the kernel for its writeback cache: `write(2)` lands in the page cache and reaches
+    /// winefs later (at the latest at fsync and close), and the kernel keeps mtime itself,
+    /// sending it with SETATTR. For relaxed mounts with no direct path (the mount command
+    /// enforces both): strict mode's "durable when the write returns" cannot hold, and a
+    /// direct-path store would miss the cached copy.
+    pub fn with_writeback_cache(mut self) -> Self {
+        self.writeback_cache = true;
+        self
     }
 
     /// Advertise the direct-path channel `name` to the preload library.
@@ -131,7 +156,7 @@ impl WinefsFuse {
 
     /// How a regular file is opened: direct I/O when the kernel allows mapping such files.
     fn file_open_flags(&self) -> FopenFlags {
-        if self.direct_io {
+        if self.direct_io && !self.writeback_cache {
             FopenFlags::FOPEN_DIRECT_IO
         } else {
             FopenFlags::empty()
@@ -217,9 +242,36 @@ pub(crate) fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
+/// The attributes of a negative entry: node 0 tells the kernel the name does not exist.
+fn missing_name_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: crate::media::layout::BLOCK_SIZE as u32,
+        flags: 0,
+    }
+}
+
 fn reply_entry(reply: ReplyEntry, r: crate::Result<Attr>, fs: &Fs) {
     match r {
-        Ok(a) => reply.entry(&ttl(fs, a.ino), &file_attr(&a), Generation(a.generation as u64)),
+        // The name may be cached long even when the attributes may not be.
+        Ok(a) => reply.entry_with_ttls(
+            &ttl(fs, a.ino),
+            &TTL,
+            &file_attr(&a),
+            Generation(a.generation as u64),
+        ),
         Err(e) => reply.error(errno(&e)),
     }
 }
@@ -254,14 +306,20 @@ impl Filesystem for WinefsFuse {
         // Optional capabilities: a kernel without them still works, only slower.
         let wanted = InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_EXPORT_SUPPORT
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         let caps = config.add_capabilities(wanted);
+        if self.writeback_cache {
+            config
+                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+                .map_err(|_| std::io::Error::other("the kernel offers no FUSE writeback cache"))?;
+        }
         // Without it a direct-I/O file cannot be mapped shared: keep the page cache then.
         self.direct_io = config
             .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
             .is_ok();
-        if !self.direct_io {
+        if !self.direct_io && !self.writeback_cache {
             log::warn!(
                 "the kernel cannot map direct-I/O FUSE files: file data is cached by the kernel, \
                  and a store through a direct-path mapping may be missed by read(2) through \
@@ -285,7 +343,23 @@ impl Filesystem for WinefsFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        reply_entry(reply, self.fs.lookup(parent.0, name.as_bytes()), &self.fs);
+        // The kernel asks for "." of any inode (a directory or not) to turn a file handle
+        // (`open_by_handle_at`, an NFS server) whose inode it no longer caches back into one;
+        // a freed inode answers ESTALE, a reused one a new generation, which the kernel
+        // compares with the handle's.
+        if name.as_bytes() == b"." {
+            return reply_entry(reply, self.fs.getattr(parent.0), &self.fs);
+        }
+        match self.fs.lookup(parent.0, name.as_bytes()) {
+            // A missing name is cached as missing (node 0): only a request through the kernel
+            // can make it, and that replaces the kernel's negative entry.
+            Err(e) if e.errno() == libc::ENOENT => reply.entry(
+                &TTL,
+                &missing_name_attr(),
+                Generation(0),
+            ),
+            r => reply_entry(reply, r, &self.fs),
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {

@@ -1948,3 +1948,427 @@ fn stat_reports_the_write_accounting_of_a_live_mount() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("only while a pool is mounted"), "{err}");
 }
+
+/// The kernel keeps attributes, entries and missing names for an hour (`fuse::TTL`): every
+/// change made through the mount must still show at once, past the old one-second cache too.
+#[test]
+fn long_cached_metadata_follows_every_change() {
+    use std::os::unix::fs::symlink;
+    let mut m = Mounted::new();
+    let gone = |rel: &str| {
+        let e = fs::symlink_metadata(m.path(rel)).expect_err(rel);
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{rel}: {e}");
+    };
+    // Missing names, cached as missing, then made by each kind of request.
+    for rel in ["file", "dir", "link", "sym", "moved"] {
+        gone(rel);
+    }
+    // Older than any one-second cache.
+    thread::sleep(Duration::from_millis(1200));
+    fs::write(m.path("file"), b"abc").unwrap();
+    fs::create_dir(m.path("dir")).unwrap();
+    fs::hard_link(m.path("file"), m.path("link")).unwrap();
+    symlink("file", m.path("sym")).unwrap();
+    fs::write(m.path("src"), b"12345").unwrap();
+    fs::rename(m.path("src"), m.path("moved")).unwrap();
+    gone("src");
+    assert_eq!(fs::metadata(m.path("file")).unwrap().nlink(), 2);
+    assert!(fs::metadata(m.path("dir")).unwrap().is_dir());
+    assert_eq!(fs::read_link(m.path("sym")).unwrap(), Path::new("file"));
+    assert_eq!(fs::metadata(m.path("moved")).unwrap().len(), 5);
+    thread::sleep(Duration::from_millis(1200));
+    // A link dropped by another name, and a rename over the other link: the surviving inode's
+    // link count and ctime come from the daemon, not a stale copy.
+    let before = fs::symlink_metadata(m.path("file")).unwrap();
+    fs::remove_file(m.path("link")).unwrap();
+    let after = fs::symlink_metadata(m.path("file")).unwrap();
+    assert_eq!(after.nlink(), 1);
+    assert!(
+        (after.ctime(), after.ctime_nsec()) > (before.ctime(), before.ctime_nsec()),
+        "ctime {} after unlinking another name, was {}",
+        after.ctime(),
+        before.ctime()
+    );
+    gone("link");
+    fs::hard_link(m.path("moved"), m.path("second")).unwrap();
+    fs::rename(m.path("file"), m.path("second")).unwrap();
+    assert_eq!(fs::metadata(m.path("moved")).unwrap().nlink(), 1);
+    assert_eq!(fs::read(m.path("second")).unwrap(), b"abc");
+    gone("file");
+    // A name removed comes back as a new inode with its own attributes.
+    fs::remove_file(m.path("moved")).unwrap();
+    gone("moved");
+    fs::write(m.path("moved"), b"xy").unwrap();
+    assert_eq!(fs::metadata(m.path("moved")).unwrap().len(), 2);
+    // An extended attribute changes ctime; chmod and truncate show at once.
+    let before = fs::symlink_metadata(m.path("second")).unwrap();
+    thread::sleep(Duration::from_millis(20));
+    setfattr(&m.path("second"), "user.k", Some("v"));
+    let after = fs::symlink_metadata(m.path("second")).unwrap();
+    assert!(
+        (after.ctime(), after.ctime_nsec()) > (before.ctime(), before.ctime_nsec()),
+        "ctime after setxattr"
+    );
+    fs::set_permissions(m.path("second"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(fs::metadata(m.path("second")).unwrap().mode() & 0o7777, 0o600);
+    File::options().write(true).open(m.path("second")).unwrap().set_len(10_000).unwrap();
+    assert_eq!(fs::metadata(m.path("second")).unwrap().len(), 10_000);
+    // Removing a directory and making a file by its name.
+    fs::remove_dir(m.path("dir")).unwrap();
+    fs::write(m.path("dir"), b"now a file").unwrap();
+    assert!(fs::metadata(m.path("dir")).unwrap().is_file());
+    m.stop(); // fsck clean
+}
+
+/// What the kernel cached answers without the daemon: with it stopped (SIGSTOP), `stat` of files
+/// and of a missing name seen more than a second ago (the old cache's life) returns at once.
+#[test]
+fn cached_names_and_attributes_answer_while_the_daemon_is_stopped() {
+    let mut m = Mounted::new();
+    fs::create_dir(m.path("d")).unwrap();
+    for i in 0..50 {
+        fs::write(m.path(&format!("d/f{i}")), vec![7u8; i]).unwrap();
+    }
+    let missing = m.path("d/missing");
+    assert!(fs::symlink_metadata(&missing).is_err());
+    for i in 0..50 {
+        fs::symlink_metadata(m.path(&format!("d/f{i}"))).unwrap();
+    }
+    thread::sleep(Duration::from_millis(1500));
+    let pid = m.daemon.as_ref().unwrap().id().to_string();
+    ok(cmd("kill").args(["-STOP", &pid]));
+    // `stat` in a child killed after 10 s: a request to the stopped daemon would hang it.
+    let mut probe = Command::new("timeout");
+    probe.args(["-s", "KILL", "10", "stat", "-c", "%s"]);
+    for i in 0..50 {
+        probe.arg(m.path(&format!("d/f{i}")));
+    }
+    probe.arg(&missing);
+    let out = run_timeout(&mut probe, 30);
+    ok(cmd("kill").args(["-CONT", &pid]));
+    let sizes: Vec<String> =
+        String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
+    let want: Vec<String> = (0..50).map(|i| i.to_string()).collect();
+    assert_eq!(sizes, want, "stat with the daemon stopped: {out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() == Some(1) && err.contains("No such file or directory"),
+        "the missing name, with the daemon stopped: {out:?}"
+    );
+    m.stop(); // fsck clean
+}
+
+/// Which file a handle opens, by its content and inode number.
+fn open_handle(m: &Mounted, h: &winefs::sys::FileHandle) -> std::io::Result<(Vec<u8>, u64)> {
+    let root = File::open(&m.mnt).unwrap();
+    let mut f = winefs::sys::open_by_handle(&root, h)?;
+    let ino = f.metadata().unwrap().ino();
+    let mut data = Vec::new();
+    if f.metadata().unwrap().is_file() {
+        f.read_to_end(&mut data).unwrap();
+    }
+    Ok((data, ino))
+}
+
+fn drop_kernel_caches() {
+    fs::write("/proc/sys/vm/drop_caches", "3").expect("drop caches (root)");
+}
+
+/// File handles, as an NFS server uses them: they open the same file after the kernel dropped
+/// its caches, across a rename, an unmount and remount and a `kill -9` of the daemon; a handle
+/// of a file that is gone, or whose inode number a new file took, gives ESTALE.
+#[test]
+fn file_handles_outlive_caches_remounts_and_kill_9_and_go_stale_on_reuse() {
+    use winefs::sys::file_handle;
+    let mut m = Mounted::new();
+    fs::create_dir(m.path("d")).unwrap();
+    fs::create_dir(m.path("e")).unwrap();
+    let a_data = pseudo_random(1, 10_000);
+    fs::write(m.path("a"), &a_data).unwrap();
+    fs::write(m.path("d/b"), b"bee").unwrap();
+    let ino = |rel: &str| fs::metadata(m.path(rel)).unwrap().ino();
+    let (a_ino, b_ino, d_ino) = (ino("a"), ino("d/b"), ino("d"));
+    let ha = file_handle(&m.path("a")).unwrap();
+    let hb = file_handle(&m.path("d/b")).unwrap();
+    let hd = file_handle(&m.path("d")).unwrap();
+    let check = |m: &Mounted, when: &str| {
+        let open = |h, what| open_handle(m, h).unwrap_or_else(|e| panic!("{when}: {what}: {e}"));
+        assert_eq!(open(&ha, "a"), (a_data.clone(), a_ino), "{when}");
+        assert_eq!(open(&hb, "b"), (b"bee".to_vec(), b_ino), "{when}");
+        assert_eq!(open(&hd, "d").1, d_ino, "{when}");
+    };
+    check(&m, "mounted");
+    // A handle names the file, not its path.
+    fs::rename(m.path("d/b"), m.path("e/b")).unwrap();
+    drop_kernel_caches();
+    check(&m, "after dropping the kernel's caches");
+    m.remount();
+    check(&m, "after unmount and mount");
+    m.crash();
+    m.start();
+    check(&m, "after kill -9 and mount");
+    // Gone: ESTALE, from a fresh kernel view too.
+    fs::remove_file(m.path("e/b")).unwrap();
+    let stale = |m: &Mounted, h: &winefs::sys::FileHandle, what: &str| {
+        let e = open_handle(m, h).expect_err(what);
+        assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{what}: {e}");
+    };
+    stale(&m, &hb, "an unlinked file");
+    drop_kernel_caches();
+    stale(&m, &hb, "an unlinked file, caches dropped");
+    // Reused: a new file takes a's inode number; a's handle must not open it.
+    fs::remove_file(m.path("a")).unwrap();
+    let mut reused = None;
+    for i in 0..2000 {
+        let p = m.path(&format!("n{i}"));
+        fs::write(&p, b"new").unwrap();
+        if fs::metadata(&p).unwrap().ino() == a_ino {
+            reused = Some(p);
+            break;
+        }
+    }
+    let reused = reused.expect("no new file took the freed inode number in 2000 creates");
+    let hn = file_handle(&reused).unwrap();
+    assert_ne!(hn, ha, "a reused inode number must carry a new generation");
+    stale(&m, &ha, "a reused inode number");
+    m.remount();
+    stale(&m, &ha, "a reused inode number, after remount");
+    assert_eq!(open_handle(&m, &hn).unwrap(), (b"new".to_vec(), a_ino));
+    m.stop(); // fsck clean
+}
+
+/// A running NFS-Ganesha exporting a directory over NFSv3 on 127.0.0.1 (its VFS backend, which
+/// keeps file handles of the exported file system), stopped on drop.
+struct Ganesha {
+    child: Child,
+    log: PathBuf,
+    /// rpcbind, when this test had to start it.
+    started_rpcbind: bool,
+}
+
+/// Ports the test's NFS server listens on (not the standard ones, which a system NFS server
+/// may hold).
+const NFS_PORT: u16 = 20049;
+const MOUNTD_PORT: u16 = 20048;
+
+impl Ganesha {
+    fn export(dir: &Path, work: &Path) -> Ganesha {
+        require("ganesha.nfsd", "nfs-ganesha");
+        require("nfs-cp", "libnfs-utils");
+        require("rpcinfo", "rpcbind");
+        // Whether a command exits 0 (its output thrown away).
+        let succeeds = |c: &mut Command| {
+            c.stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .unwrap()
+                .success()
+        };
+        assert!(
+            succeeds(Command::new("sh").args(["-c", "ls /usr/lib/*/ganesha/libfsalvfs.so"])),
+            "NFS-Ganesha's VFS backend is not installed: apt-get install nfs-ganesha-vfs"
+        );
+        // NFSv3 finds the server's ports through rpcbind.
+        let rpcbind_up = || succeeds(Command::new("rpcinfo").args(["-p", "127.0.0.1"]));
+        let started_rpcbind = !rpcbind_up();
+        if started_rpcbind {
+            ok(cmd("rpcbind").arg("-w"));
+            let t = Instant::now();
+            while !rpcbind_up() {
+                assert!(t.elapsed() < MOUNT_WAIT, "rpcbind did not start");
+                thread::sleep(Duration::from_millis(100));
+            }
+        }
+        for d in ["/var/run/ganesha", "/var/lib/nfs/ganesha"] {
+            fs::create_dir_all(d).unwrap();
+        }
+        let conf = work.join("ganesha.conf");
+        fs::write(
+            &conf,
+            format!(
+                "NFS_CORE_PARAM {{ Protocols = 3; NFS_Port = {NFS_PORT}; MNT_Port = {MOUNTD_PORT}; \
+                 Bind_addr = 127.0.0.1; Enable_NLM = false; Enable_RQUOTA = false; }}\n\
+                 NFSV4 {{ Graceless = true; }}\n\
+                 EXPORT {{ Export_Id = 1; Path = {}; Pseudo = /winefs; Access_Type = RW; \
+                 Squash = No_Root_Squash; Protocols = 3; Transports = TCP; SecType = sys; \
+                 FSAL {{ Name = VFS; }} }}\n\
+                 LOG {{ Default_Log_Level = EVENT; }}\n",
+                dir.display()
+            ),
+        )
+        .unwrap();
+        let log = work.join("ganesha.log");
+        let child = Command::new("ganesha.nfsd")
+            .arg("-F")
+            .arg("-f")
+            .arg(&conf)
+            .arg("-L")
+            .arg(&log)
+            .arg("-p")
+            .arg(work.join("ganesha.pid"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start ganesha.nfsd");
+        let mut g = Ganesha {
+            child,
+            log,
+            started_rpcbind,
+        };
+        // Serving once a listing of the export works.
+        let t = Instant::now();
+        loop {
+            if let Ok(Some(status)) = g.child.try_wait() {
+                panic!("ganesha.nfsd exited ({status}); its log ends:\n{}", g.log_tail());
+            }
+            let out = run_timeout(Command::new("nfs-ls").arg(g.url(dir, "")), CMD_WAIT);
+            if out.status.success() {
+                return g;
+            }
+            if t.elapsed() > Duration::from_secs(60) {
+                // Another NFS server registered with rpcbind would take the test's requests.
+                let registered = run_timeout(cmd("rpcinfo").args(["-p", "127.0.0.1"]), CMD_WAIT);
+                panic!(
+                    "NFS-Ganesha did not serve {} within 60 s (it should listen on port \
+                     {NFS_PORT}): {}\nrpcbind lists:\n{}\nits log ends:\n{}",
+                    dir.display(),
+                    String::from_utf8_lossy(&out.stderr),
+                    String::from_utf8_lossy(&registered.stdout),
+                    g.log_tail()
+                );
+            }
+            thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// The libnfs URL of `rel` in the export of `dir`.
+    fn url(&self, dir: &Path, rel: &str) -> String {
+        format!("nfs://127.0.0.1{}/{rel}", dir.display())
+    }
+
+    fn log_tail(&self) -> String {
+        let all = fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = all.lines().collect();
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    }
+}
+
+impl Drop for Ganesha {
+    fn drop(&mut self) {
+        let _ = cmd("kill").arg(self.child.id().to_string()).status();
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(15) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if self.started_rpcbind {
+            let _ = cmd("pkill").args(["-x", "rpcbind"]).status();
+        }
+    }
+}
+
+/// The mount exported over NFS by a real server (NFS-Ganesha's VFS backend, which names files by
+/// the kernel's file handles of the FUSE mount) and used by a user-space client (libnfs):
+/// files copied in arrive byte for byte on the mount, files written on the mount copy out the
+/// same, after the kernel dropped its caches too, and the pool checks clean.
+#[test]
+fn nfs_export_through_ganesha_copies_files_in_and_out() {
+    let mut m = Mounted::new();
+    let work = tempfile::tempdir().unwrap();
+    fs::create_dir(m.path("in")).unwrap();
+    let sizes = [0usize, 100, 16_000, 3_000_000, 9 << 20];
+    let mut local = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let p = work.path().join(format!("src{i}"));
+        fs::write(&p, pseudo_random(100 + i as u64, n)).unwrap();
+        local.push(p);
+    }
+    let out_data = pseudo_random(7, 5 << 20);
+    fs::write(m.path("made-here"), &out_data).unwrap();
+    let g = Ganesha::export(&m.mnt, work.path());
+    for (i, p) in local.iter().enumerate() {
+        ok(Command::new("nfs-cp").arg(p).arg(g.url(&m.mnt, &format!("in/f{i}"))));
+        assert_bytes(&m.path(&format!("in/f{i}")), &fs::read(p).unwrap());
+    }
+    let listing = ok(Command::new("nfs-ls").arg(g.url(&m.mnt, "in")));
+    for i in 0..sizes.len() {
+        assert!(listing.contains(&format!("f{i}")), "f{i} missing from {listing}");
+    }
+    for round in 0..2 {
+        let back = work.path().join(format!("back{round}"));
+        let _ = fs::remove_file(&back);
+        ok(Command::new("nfs-cp").arg(g.url(&m.mnt, "made-here")).arg(&back));
+        assert_bytes(&back, &out_data);
+        let back3 = work.path().join(format!("back3-{round}"));
+        ok(Command::new("nfs-cp").arg(g.url(&m.mnt, "in/f3")).arg(&back3));
+        assert_bytes(&back3, &fs::read(&local[3]).unwrap());
+        // The server's handles must work when the kernel no longer caches the inodes.
+        drop_kernel_caches();
+    }
+    drop(g);
+    m.stop(); // fsck clean
+}
+
+/// `--writeback-cache` (relaxed mounts only): the kernel caches writes and sends them later, so
+/// what fsync made durable — bytes, size and the kernel's mtime — survives `kill -9` of the
+/// daemon; bytes written after it may or may not, but never tear what was synced.
+#[test]
+fn writeback_cache_keeps_fsynced_data_size_and_mtime_through_kill_9() {
+    use std::os::unix::fs::FileExt;
+    let mut m = Mounted::new();
+    // Strict mode promises durability when write(2) returns: no writeback cache there.
+    let out = run_timeout(
+        Command::new(BIN)
+            .arg("mount")
+            .arg("--writeback-cache")
+            .arg(&m.pool)
+            .arg(&m.mnt),
+        CMD_WAIT,
+    );
+    assert!(!out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--relaxed"), "{out:?}");
+    m.stop();
+    m.args = vec!["--relaxed", "--writeback-cache"];
+    m.start();
+    let mut want = pseudo_random(11, (3 << 20) + 1234);
+    let mut f = File::create(m.path("wb")).unwrap();
+    for piece in want.chunks(4096) {
+        f.write_all(piece).unwrap();
+    }
+    f.sync_all().unwrap();
+    f.write_all_at(&[0xab; 100], 1 << 20).unwrap();
+    want[1 << 20..(1 << 20) + 100].fill(0xab);
+    f.sync_all().unwrap();
+    let synced = f.metadata().unwrap();
+    assert_eq!(synced.len(), want.len() as u64);
+    // Cached, not synced, when the daemon dies.
+    thread::sleep(Duration::from_millis(20));
+    f.write_all_at(&[0xcd; 4096], want.len() as u64).unwrap();
+    m.crash();
+    drop(f);
+    m.start();
+    let got = fs::read(m.path("wb")).unwrap();
+    assert!(
+        got.len() == want.len() || got.len() == want.len() + 4096,
+        "size {} after kill -9; synced {}",
+        got.len(),
+        want.len()
+    );
+    assert!(got[..want.len()] == want[..], "{}", first_difference(&got[..want.len()], &want));
+    if got.len() > want.len() {
+        assert!(got[want.len()..].iter().all(|&b| b == 0xcd), "the unsynced page tore");
+    } else {
+        let now = fs::metadata(m.path("wb")).unwrap();
+        assert_eq!(
+            (now.mtime(), now.mtime_nsec()),
+            (synced.mtime(), synced.mtime_nsec()),
+            "mtime after kill -9 is not what fsync made durable"
+        );
+    }
+    m.stop(); // fsck clean
+}

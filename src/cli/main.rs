@@ -77,6 +77,11 @@ enum Cmd {
         /// (docs/DESIGN.md §7b).
         #[arg(long)]
         no_direct: bool,
+        /// Let the kernel cache file data and write it back later (FUSE writeback cache):
+        /// faster small writes, durable at fsync (and close), not when write(2) returns. Only
+        /// with --relaxed; no direct path.
+        #[arg(long, requires = "relaxed", conflicts_with = "read_only")]
+        writeback_cache: bool,
         /// Wear-aware allocation: small allocations spread over every hole (next fit) instead
         /// of reusing the lowest ones; aligned extents are handed out as before.
         #[arg(long)]
@@ -228,7 +233,8 @@ enum BenchCmd {
     /// LMDB (a YCSB-like C driver) and RocksDB db_bench on a hugepage tmpfs, a winefs FUSE
     /// mount, and that mount with the preload library; clean and aged (root).
     App(AppArgs),
-    /// create/unlink and 4 KiB / 1 MiB sequential I/O: a FUSE mount of winefs vs tmpfs.
+    /// create/unlink, 4 KiB / 1 MiB sequential I/O and a many-files directory (create, cached
+    /// stat, ls -l, unlink): a FUSE mount of winefs vs libfuse's passthrough_ll and tmpfs.
     Fuse {
         /// Directory for the pool and the tmpfs files (default: /dev/shm).
         #[arg(long)]
@@ -236,6 +242,9 @@ enum BenchCmd {
         /// Files created and unlinked per run.
         #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
         files: u64,
+        /// Files of the many-files directory (0 leaves those rows out).
+        #[arg(long, default_value_t = 100_000)]
+        dir_files: u64,
         /// Size of the sequentially written and read file (K/M/G/T suffixes).
         #[arg(long, default_value = "64M", value_parser = parse_nonzero_size)]
         size: u64,
@@ -480,6 +489,7 @@ fn main() -> ExitCode {
             nonempty,
             read_only,
             no_direct,
+            writeback_cache,
             wear_aware,
             size,
             log,
@@ -496,6 +506,7 @@ fn main() -> ExitCode {
             nonempty,
             read_only,
             no_direct,
+            writeback_cache,
             wear_aware,
             size,
             log,
@@ -559,6 +570,7 @@ fn main() -> ExitCode {
                 BenchCmd::Fuse {
                     dir,
                     files,
+                    dir_files,
                     size,
                     threads,
                     repeats,
@@ -567,13 +579,15 @@ fn main() -> ExitCode {
             let cfg = FuseBenchConfig {
                 dir,
                 files,
+                dir_files,
                 file_size: size,
                 threads,
                 repeats,
                 ..Default::default()
             };
             eprintln!(
-                "running: {files} files, {} file, best of {repeats}...",
+                "running: {files} files, {} file, a directory of {dir_files} files, best of \
+                 {repeats}...",
                 human(size)
             );
             match fuse_bench(&cfg) {

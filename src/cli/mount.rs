@@ -34,6 +34,8 @@ pub struct MountArgs {
     pub read_only: bool,
     /// Start no direct-path channel (the preload library then keeps to FUSE).
     pub no_direct: bool,
+    /// The kernel caches file data and writes it back (relaxed mode only; no direct path).
+    pub writeback_cache: bool,
     /// Wear-aware allocation (`MountOptions::wear_aware`).
     pub wear_aware: bool,
     /// Size of a new default pool (None: [`DEFAULT_SIZE`]).
@@ -251,8 +253,14 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
         (false, Consistency::Strict) => "strict",
         (false, Consistency::Relaxed) => "relaxed",
     };
+    let front = Front {
+        // Stores through the pool would bypass the kernel's cache of the same bytes.
+        direct: !a.no_direct && !a.writeback_cache,
+        writeback_cache: a.writeback_cache,
+    };
+    let cache = if a.writeback_cache { ", writeback cache" } else { "" };
     let summary = format!(
-        "mounted {p} on {} ({mode} mode, {threads} threads)",
+        "mounted {p} on {} ({mode} mode{cache}, {threads} threads)",
         canon_mnt.display()
     );
     let how_to_unmount = if sys::euid() == 0 {
@@ -261,7 +269,7 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
         format!("fusermount3 -u {}", canon_mnt.display())
     };
     if a.foreground {
-        return serve(fs, &pool, &canon_mnt, threads, !a.no_direct, |r| {
+        return serve(fs, &pool, &canon_mnt, threads, front, |r| {
             // A failure is returned by `serve`, and `main` prints it.
             if r.is_ok() {
                 println!("winefs: {summary}; stop with Ctrl-C or: {how_to_unmount}");
@@ -313,7 +321,7 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
                 return Ok(1);
             }
             log::info!("pid {} serving {summary}", std::process::id());
-            serve(fs, &pool, &canon_mnt, threads, !a.no_direct, move |r| {
+            serve(fs, &pool, &canon_mnt, threads, front, move |r| {
                 let _ = match r {
                     Ok(()) => writeln!(writer, "ok"),
                     Err(e) => writeln!(writer, "err {e}"),
@@ -326,12 +334,21 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
 
 /// Mount `fs` on `mnt` and serve it until unmounted; `ready` hears whether the kernel mount
 /// worked. Returns the exit code.
+/// How the FUSE front end serves a mount.
+#[derive(Clone, Copy)]
+struct Front {
+    /// Offer the direct-path channel.
+    direct: bool,
+    /// Ask for the kernel's writeback cache.
+    writeback_cache: bool,
+}
+
 fn serve(
     fs: Fs,
     pool: &Path,
     mnt: &Path,
     threads: usize,
-    direct: bool,
+    front: Front,
     ready: impl FnOnce(Result<(), String>),
 ) -> Result<u8, Fail> {
     // Every thread started from here on inherits the mask; only the signal thread sees them.
@@ -359,9 +376,12 @@ fn serve(
     cfg.n_threads = Some(threads);
     cfg.clone_fd = true;
     let mut adapter = WinefsFuse::new(Arc::clone(&fs));
+    if front.writeback_cache {
+        adapter = adapter.with_writeback_cache();
+    }
     let notifier = adapter.notifier_slot();
     // The direct path (docs/DESIGN.md §7b): not on a read-only mount, which writes nothing.
-    let channel = if direct && !fs.is_read_only() {
+    let channel = if front.direct && !fs.is_read_only() {
         match Channel::start(Arc::clone(&fs), Arc::clone(&notifier)) {
             Ok(ch) => {
                 adapter = adapter.with_channel(ch.name());

@@ -220,8 +220,13 @@ impl Session<'_> {
             // The size now changes without a request: the kernel's cached attributes go.
             self.attributes_changed(ino);
             l
+        } else if flags & proto::MAP_NO_FILL == 0 {
+            let l = self.fs.lease(ino, off, len, true);
+            // Filling holes changes the blocks the file holds (`st_blocks`) without a request.
+            self.attributes_changed(ino);
+            l
         } else {
-            self.fs.lease(ino, off, len, flags & proto::MAP_NO_FILL == 0)
+            self.fs.lease(ino, off, len, false)
         };
         let l = l.map_err(|e| e.errno())?;
         self.next_lease += 1;

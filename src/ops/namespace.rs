@@ -26,7 +26,6 @@ use crate::state::mount_state::MountState;
 use crate::state::tx::Reserved;
 use crate::types::{Attr, DirEntry, RenameFlags};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
 /// Validate a single path component.
@@ -261,6 +260,17 @@ impl NewInode<'_> {
     }
 }
 
+/// The generation of a new inode in slot `ino`: one more than the slot's last inode had (a
+/// freed slot keeps its header), so a file handle of a file that is gone never names the file
+/// that reuses its number (it gets ESTALE), across remounts too.
+fn next_generation(state: &MountState, ino: u64) -> Result<u32> {
+    let mut last = [0u8; 4];
+    state
+        .pool
+        .read(state.inode_off(ino) + layout::ino::GENERATION as u64, &mut last)?;
+    Ok(u32::from_le_bytes(last).wrapping_add(1))
+}
+
 /// Create an inode named `name` in `parent`.
 pub(crate) fn make_inode(
     state: &MountState,
@@ -305,7 +315,7 @@ pub(crate) fn make_inode(
         uid,
         gid,
         nlink: if kind == FileKind::Dir { 2 } else { 1 },
-        generation: state.generation.fetch_add(1, Ordering::Relaxed),
+        generation: next_generation(state, ino)?,
         parent: if kind == FileKind::Dir { parent } else { 0 },
         atime: now,
         mtime: now,

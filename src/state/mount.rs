@@ -27,11 +27,10 @@ use crate::state::inode_state::{InodeState, wlock};
 use crate::state::validate;
 use crate::state::mkfs::write_state;
 use crate::state::mount_state::MountState;
-use crate::sys::now_ns;
 use crate::types::MountOptions;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// Read and validate the superblock of the pool at `path` without mounting it (nothing is
@@ -552,10 +551,6 @@ pub(crate) fn mount_checked(
         prefault_thread: std::sync::Mutex::new(None),
         record: Mutex::new(record),
         read_only: false,
-        // Seeded from the low 32 bits of the clock.
-        generation: AtomicU32::new(
-            u32::try_from(now_ns() & i64::from(u32::MAX)).expect("masked to 32 bits"),
-        ),
         recovery: report,
         damaged_inodes: loaded.damaged,
         unloadable_inodes: loaded.unloadable,

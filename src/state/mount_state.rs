@@ -29,7 +29,7 @@ use crate::state::mappings::FaultService;
 use crate::sys::current_cpu;
 use crate::types::{Attr, Consistency, OverwritePath, StatFs};
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// Shared state of a mounted pool.
@@ -70,8 +70,6 @@ pub(crate) struct MountState {
     /// Mounted read-only: nothing reaches the pool, and calls that would change it are
     /// refused (`check_writable`).
     pub read_only: bool,
-    /// Generation number of the next inode.
-    pub generation: AtomicU32,
     /// What recovery did at mount.
     pub recovery: RecoveryReport,
     /// In-use inodes that failed their checksum at mount (only a mount for fsck or repair

@@ -1,6 +1,6 @@
 //! The system calls std does not offer, and the only `unsafe` code besides the pool mapping:
 //! process-level calls here (ids, the current CPU, the clock, forking a daemon, signal masks,
-//! lazy unmount, file-system statistics) and virtual-memory calls in `vm`.
+//! lazy unmount, file-system statistics, file handles) and virtual-memory calls in `vm`.
 #![allow(unsafe_code)] // one of the few modules allowed `unsafe` (Cargo.toml [lints])
 
 pub(crate) mod vm;
@@ -198,6 +198,87 @@ pub fn get_xattr(path: &Path, name: &str) -> io::Result<Vec<u8>> {
     let len = usize::try_from(r).map_err(|_| io::Error::last_os_error())?;
     buf.truncate(len);
     Ok(buf)
+}
+
+/// Bytes a file handle may take (`MAX_HANDLE_SZ`).
+const MAX_HANDLE: usize = 128;
+
+/// A file handle (`name_to_handle_at`): what an NFS server hands its clients to name a file
+/// without a path. Opaque: the file system's type tag and bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileHandle {
+    /// `handle_type`.
+    pub kind: i32,
+    /// `f_handle`, `handle_bytes` long.
+    pub bytes: Vec<u8>,
+}
+
+/// `struct file_handle` in 8-byte words: the header (`handle_bytes`, `handle_type`) then the
+/// bytes, with room for `MAX_HANDLE` of them.
+fn handle_words(kind: i32, bytes: &[u8]) -> Vec<u64> {
+    let mut raw = Vec::with_capacity(8 + MAX_HANDLE);
+    raw.extend_from_slice(&(bytes.len() as u32).to_ne_bytes());
+    raw.extend_from_slice(&kind.to_ne_bytes());
+    raw.extend_from_slice(bytes);
+    raw.resize(8 + MAX_HANDLE, 0);
+    raw.chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
+        .collect()
+}
+
+/// The file handle of `path` (symlinks not followed). Errors keep their errno.
+pub fn file_handle(path: &Path) -> io::Result<FileHandle> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    let mut words = handle_words(0, &[0u8; MAX_HANDLE]);
+    let mut mount_id: libc::c_int = 0;
+    // SAFETY: `words` is 8-byte aligned and holds a `file_handle` header saying `MAX_HANDLE`
+    // bytes follow, which they do; the kernel writes at most that many. `c` is NUL-terminated
+    // and outlives the call.
+    let rc = unsafe {
+        libc::name_to_handle_at(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            words.as_mut_ptr().cast::<libc::file_handle>(),
+            &mut mount_id,
+            0,
+        )
+    };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    let raw: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let len = u32::from_ne_bytes([raw[0], raw[1], raw[2], raw[3]]) as usize;
+    let kind = i32::from_ne_bytes([raw[4], raw[5], raw[6], raw[7]]);
+    Ok(FileHandle {
+        kind,
+        bytes: raw[8..8 + len.min(MAX_HANDLE)].to_vec(),
+    })
+}
+
+/// Open for reading the file `handle` names on the file system of `mount` (any open file or
+/// directory of it). Needs `CAP_DAC_READ_SEARCH`. Errors keep their errno (ESTALE: the file is
+/// gone).
+pub fn open_by_handle(mount: &std::fs::File, handle: &FileHandle) -> io::Result<std::fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    if handle.bytes.len() > MAX_HANDLE {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "file handle too long"));
+    }
+    let mut words = handle_words(handle.kind, &handle.bytes);
+    // SAFETY: `words` is an 8-byte aligned `file_handle` whose header gives the length of the
+    // bytes that follow it; `mount` is an open descriptor for the duration of the call.
+    let fd = unsafe {
+        libc::open_by_handle_at(
+            mount.as_raw_fd(),
+            words.as_mut_ptr().cast::<libc::file_handle>(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened by the kernel for us and nothing else owns it.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
 /// Give the calling thread the lowest scheduling priority (nice 19), for background work that
