@@ -42,8 +42,9 @@
 //!   cached; the changes the kernel does not make itself (a write dropping set-user-ID, the
 //!   direct path's appends and hole filling) are followed by `FUSE_NOTIFY_INVAL_INODE`, and a
 //!   file with direct appenders is answered with no attribute caching at all;
-//! - regular files are opened with `FOPEN_DIRECT_IO` (and mmap allowed, `FUSE_DIRECT_IO_ALLOW_MMAP`)
-//!   when the kernel offers it and no writeback cache was asked for: processes on the direct path (`channel`, the preload library)
+//! - regular files are opened with `FOPEN_DIRECT_IO` and `FOPEN_PARALLEL_DIRECT_WRITES` (and mmap
+//!   allowed, `FUSE_DIRECT_IO_ALLOW_MMAP`) when the kernel offers it and no writeback cache was
+//!   asked for: processes on the direct path (`channel`, the preload library)
 //!   store into the pool itself, so a page cache of file data would be a second, stale copy.
 
 use crate::{
@@ -157,7 +158,9 @@ impl WinefsFuse {
     /// How a regular file is opened: direct I/O when the kernel allows mapping such files.
     fn file_open_flags(&self) -> FopenFlags {
         if self.direct_io && !self.writeback_cache {
-            FopenFlags::FOPEN_DIRECT_IO
+            // Writes inside the file need not hold the kernel's inode lock: the core orders
+            // overlapping writes itself.
+            FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
         } else {
             FopenFlags::empty()
         }

@@ -6,7 +6,8 @@
 //!
 //! Rows: create+close and unlink of many empty files; 4 KiB and 1 MiB sequential writes and reads
 //! of one file. Reads reopen the file first, which drops the kernel's page cache for a FUSE file
-//! (no `FOPEN_KEEP_CACHE`), so every read reaches winefs. Best of `repeats` runs per row. Then a
+//! (no `FOPEN_KEEP_CACHE`), so every read reaches winefs. Random 4 KiB overwrites and reads of
+//! one laid-out file by four threads at once. Best of `repeats` runs per row. Then a
 //! many-files directory (`dir_files`, 100,000 by default): its creates, `stat` of every file
 //! (once the kernel has seen them: the cached-metadata case), `ls -l` of the directory, and its
 //! unlinks, each once but for `stat` and `ls -l` (best of `repeats`).
@@ -176,13 +177,15 @@ impl fmt::Display for FuseBenchReport {
 
 /// The rows in report order: name, bytes per op (0: namespace), and whether the row belongs to
 /// the many-files directory (its op count is `dir_files`).
-const ROWS: [(&str, u64, bool); 10] = [
+const ROWS: [(&str, u64, bool); 12] = [
     ("create", 0, false),
     ("unlink", 0, false),
     ("write 4K seq", 4096, false),
     ("read 4K seq", 4096, false),
     ("write 1M seq", 1 << 20, false),
     ("read 1M seq", 1 << 20, false),
+    ("write 4K rand x4", 4096, false),
+    ("read 4K rand x4", 4096, false),
     ("create, big dir", 0, true),
     ("stat, cached", 0, true),
     ("ls -l, big dir", 0, true),
@@ -242,20 +245,88 @@ fn run_side(dir: &Path, cfg: &FuseBenchConfig, big: bool) -> Result<[f64; ROWS.l
         }
         std::fs::remove_file(&p).map_err(io_err(format!("unlink {}", p.display())))?;
     }
+    (out[6], out[7]) = parallel_random(dir, cfg)?;
     if big && cfg.dir_files > 0 {
         let big = cfg.dir_files;
         let d = dir.join("big");
         let (c, u) = create_unlink(&d, big, |d| {
             // Every name once first, so the kernel has seen them all: the cached case.
             stat_all(d, big)?;
-            out[7] = best_of(reps, big, |_| stat_all(d, big))?;
-            out[8] = best_of(reps, big, |_| list_long(d))?;
+            out[9] = best_of(reps, big, |_| stat_all(d, big))?;
+            out[10] = best_of(reps, big, |_| list_long(d))?;
             Ok(())
         })?;
-        out[6] = c;
-        out[9] = u;
+        out[8] = c;
+        out[11] = u;
     }
     Ok(out)
+}
+
+/// Threads of the parallel rows.
+const PARALLEL: u64 = 4;
+
+/// Random 4 KiB writes, then reads, by `PARALLEL` threads into one file of `file_size` bytes
+/// (each thread its own descriptor): (writes/s, reads/s), best of `repeats`. The reads check
+/// that every block holds what some thread wrote there.
+fn parallel_random(dir: &Path, cfg: &FuseBenchConfig) -> Result<(f64, f64)> {
+    use std::os::unix::fs::FileExt;
+    let p = dir.join("parallel");
+    let blocks = (cfg.file_size / 4096).max(1);
+    // Laid out first, so the rows measure overwrites and reads of data that is there.
+    let f = std::fs::File::create(&p).map_err(io_err(format!("create {}", p.display())))?;
+    f.set_len(blocks * 4096).map_err(io_err(format!("truncate {}", p.display())))?;
+    let per_thread = blocks.div_ceil(PARALLEL);
+    let run = |write: bool| -> Result<()> {
+        std::thread::scope(|s| {
+            let workers: Vec<_> = (0..PARALLEL)
+                .map(|t| {
+                    let p = &p;
+                    s.spawn(move || -> Result<()> {
+                        let f = std::fs::OpenOptions::new()
+                            .read(true)
+                            .write(true)
+                            .open(p)
+                            .map_err(io_err(format!("open {}", p.display())))?;
+                        let mut buf = [0u8; 4096];
+                        // A different multiplicative walk over the blocks per thread.
+                        let mut x = t.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                        for _ in 0..per_thread {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            let b = x % blocks;
+                            if write {
+                                buf.fill((b % 251) as u8);
+                                f.write_all_at(&buf, b * 4096)
+                                    .map_err(io_err(format!("write {}", p.display())))?;
+                            } else {
+                                f.read_exact_at(&mut buf, b * 4096)
+                                    .map_err(io_err(format!("read {}", p.display())))?;
+                                if buf[0] != 0 && buf.iter().any(|&v| v != (b % 251) as u8) {
+                                    return Err(Error::Corrupted(format!(
+                                        "{} block {b} holds bytes no writer wrote there",
+                                        p.display()
+                                    )));
+                                }
+                            }
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            // The scope joins every thread; the first error is reported.
+            workers.into_iter().try_for_each(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(Error::Invalid("a benchmark thread panicked".into())))
+            })
+        })
+    };
+    let ops = per_thread * PARALLEL;
+    let w = best_of(cfg.repeats, ops, |_| run(true))?;
+    let r = best_of(cfg.repeats, ops, |_| run(false))?;
+    drop(f);
+    std::fs::remove_file(&p).map_err(io_err(format!("unlink {}", p.display())))?;
+    Ok((w, r))
 }
 
 /// Name of file `i` of a benchmark directory.
