@@ -332,8 +332,6 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
     }
 }
 
-/// Mount `fs` on `mnt` and serve it until unmounted; `ready` hears whether the kernel mount
-/// worked. Returns the exit code.
 /// How the FUSE front end serves a mount.
 #[derive(Clone, Copy)]
 struct Front {
@@ -343,6 +341,8 @@ struct Front {
     writeback_cache: bool,
 }
 
+/// Mount `fs` on `mnt` and serve it until unmounted; `ready` hears whether the kernel mount
+/// worked. Returns the exit code.
 fn serve(
     fs: Fs,
     pool: &Path,
