@@ -30,12 +30,57 @@ pub struct Extent {
     pub slot: SlotId,
 }
 
+/// The free slots of a file's map: the eight inline ones as bits, index-block ones in a B-tree,
+/// so that a new or small file allocates nothing for them.
+#[derive(Clone, Debug, Default)]
+struct FreeSlots {
+    /// Bit `s` set: inline slot `s` is free.
+    inline: u8,
+    /// Free slots of the extent-index blocks (all ≥ `INLINE_SLOTS`).
+    chained: BTreeSet<SlotId>,
+}
+
+const _: () = assert!(INLINE_SLOTS == u8::BITS as usize, "one bit per inline slot");
+
+impl FreeSlots {
+    /// Every inline slot free.
+    fn all_inline() -> FreeSlots {
+        FreeSlots {
+            inline: u8::MAX,
+            chained: BTreeSet::new(),
+        }
+    }
+
+    fn insert(&mut self, slot: SlotId) {
+        match u8::try_from(slot) {
+            Ok(s) if usize::from(s) < INLINE_SLOTS => self.inline |= 1 << s,
+            _ => {
+                self.chained.insert(slot);
+            }
+        }
+    }
+
+    /// The lowest free slot (inline ones first: they have the lowest numbers), taken.
+    fn pop_first(&mut self) -> Option<SlotId> {
+        if self.inline != 0 {
+            let s = self.inline.trailing_zeros();
+            self.inline &= !(1 << s);
+            return Some(s);
+        }
+        self.chained.pop_first()
+    }
+
+    fn len(&self) -> usize {
+        self.inline.count_ones() as usize + self.chained.len()
+    }
+}
+
 /// A file's logical-to-physical map.
 #[derive(Clone, Debug, Default)]
 pub struct FileMap {
     /// Extents by first logical block.
     pub extents: BTreeMap<u64, Extent>,
-    free_slots: BTreeSet<SlotId>,
+    free_slots: FreeSlots,
     /// The extent-index block chain, in order (block k holds slots `8 + k*255 ..`).
     pub index_blocks: Vec<u64>,
 }
@@ -108,9 +153,7 @@ impl FileMap {
     pub fn new() -> FileMap {
         FileMap {
             extents: BTreeMap::new(),
-            free_slots: (0..INLINE_SLOTS)
-                .map(|s| SlotId::try_from(s).expect("8 inline slots"))
-                .collect(),
+            free_slots: FreeSlots::all_inline(),
             index_blocks: Vec::new(),
         }
     }
@@ -436,7 +479,7 @@ impl FileMap {
     ) -> Result<LoadedMap> {
         let mut m = FileMap {
             extents: BTreeMap::new(),
-            free_slots: BTreeSet::new(),
+            free_slots: FreeSlots::default(),
             index_blocks: Vec::new(),
         };
         let mut dead = Vec::new();
@@ -607,6 +650,37 @@ mod tests {
 
     fn run(start: u64, len: u64) -> BlockRun {
         BlockRun { start, len }
+    }
+
+    /// Free slots come back lowest first, inline before chained, whatever order they were
+    /// freed in; the count covers both kinds.
+    #[test]
+    fn free_slots_are_taken_lowest_first() {
+        let mut f = FreeSlots::all_inline();
+        assert_eq!(f.len(), INLINE_SLOTS);
+        let taken: Vec<SlotId> = std::iter::from_fn(|| f.pop_first()).collect();
+        assert_eq!(taken, (0..8).collect::<Vec<SlotId>>());
+        assert_eq!(f.len(), 0);
+        for s in [300, 9, 5, 8, 2, 7, 263] {
+            f.insert(s);
+        }
+        assert_eq!(f.len(), 7);
+        let taken: Vec<SlotId> = std::iter::from_fn(|| f.pop_first()).collect();
+        assert_eq!(taken, vec![2, 5, 7, 8, 9, 263, 300]);
+        // The same as a plain ordered set, on a longer mixed sequence.
+        let mut want = BTreeSet::new();
+        let mut x = 7u32;
+        for i in 0..2000u32 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            let slot = (x >> 8) % 600;
+            if i % 3 == 2 {
+                assert_eq!(f.pop_first(), want.pop_first());
+            } else {
+                f.insert(slot);
+                want.insert(slot);
+            }
+            assert_eq!(f.len(), want.len());
+        }
     }
 
     #[test]
