@@ -119,6 +119,8 @@ pub struct FuseBenchReport {
     pub passthrough_skipped: Option<String>,
     /// Why its many-files rows were not measured when the others were (None: they were).
     pub passthrough_big_skipped: Option<String>,
+    /// Why its run with `-o default_permissions` was not measured when the first one was.
+    pub passthrough_perm_skipped: Option<String>,
 }
 
 impl fmt::Display for FuseBenchReport {
@@ -136,6 +138,9 @@ impl fmt::Display for FuseBenchReport {
         }
         if let Some(why) = &self.passthrough_big_skipped {
             writeln!(f, "passthrough_ll's many-files rows not measured: {why}")?;
+        }
+        if let Some(why) = &self.passthrough_perm_skipped {
+            writeln!(f, "passthrough_ll -o default_permissions not measured: {why}")?;
         }
         writeln!(f)?;
         writeln!(
@@ -247,13 +252,13 @@ fn run_side(dir: &Path, cfg: &FuseBenchConfig, big: bool) -> Result<[f64; ROWS.l
     }
     (out[6], out[7]) = parallel_random(dir, cfg)?;
     if big && cfg.dir_files > 0 {
-        let big = cfg.dir_files;
+        let files = cfg.dir_files;
         let d = dir.join("big");
-        let (c, u) = create_unlink(&d, big, |d| {
+        let (c, u) = create_unlink(&d, files, |d| {
             // Every name once first, so the kernel has seen them all: the cached case.
-            stat_all(d, big)?;
-            out[9] = best_of(reps, big, |_| stat_all(d, big))?;
-            out[10] = best_of(reps, big, |_| list_long(d))?;
+            stat_all(d, files)?;
+            out[9] = best_of(reps, files, |_| stat_all(d, files))?;
+            out[10] = best_of(reps, files, |_| list_long(d))?;
             Ok(())
         })?;
         out[8] = c;
@@ -437,17 +442,16 @@ pub fn fuse_bench(cfg: &FuseBenchConfig) -> Result<FuseBenchReport> {
         Ok(v) => (Some(v), None),
         Err(why) => (None, Some(why)),
     };
-    let pt_perm = match pt {
-        Some(_) => passthrough_side(&root.0, cfg, &["-o", "default_permissions"]).ok(),
-        None => None,
+    let (pt_perm, passthrough_perm_skipped) = match pt {
+        Some(_) => match passthrough_side(&root.0, cfg, &["-o", "default_permissions"]) {
+            Ok(v) => (Some(v), None),
+            Err(why) => (None, Some(why)),
+        },
+        None => (None, None),
     };
     let t = run_side(&host, cfg, true)?;
-    let descriptors = cfg.files.max(cfg.dir_files) + 1024;
-    let passthrough_big_skipped = match open_files_hard_limit() {
-        Some(hard) if pt.is_some() && cfg.dir_files > 0 && hard < descriptors => Some(format!(
-            "it holds a descriptor per file, and the hard limit of open files here is {hard} \
-             ({descriptors} needed)"
-        )),
+    let passthrough_big_skipped = match (pt, passthrough_descriptors(cfg)) {
+        (Some(_), Err(why)) if cfg.dir_files > 0 => Some(why),
         _ => None,
     };
     let rows = rows_of(cfg)
@@ -473,6 +477,7 @@ pub fn fuse_bench(cfg: &FuseBenchConfig) -> Result<FuseBenchReport> {
         repeats: cfg.repeats,
         passthrough_skipped,
         passthrough_big_skipped,
+        passthrough_perm_skipped,
     })
 }
 
@@ -484,11 +489,12 @@ fn passthrough_side(
     cfg: &FuseBenchConfig,
     opts: &[&str],
 ) -> std::result::Result<[f64; ROWS.len()], String> {
-    // passthrough_ll holds a descriptor per inode the kernel knows: its soft limit is raised
-    // to what the rows need, through a shell that then becomes the daemon; the many-files rows
-    // are left out where the hard limit is lower.
-    let descriptors = cfg.files.max(cfg.dir_files) + 1024;
-    let big = open_files_hard_limit().is_none_or(|hard| hard >= descriptors);
+    // Its soft limit of descriptors is raised to what the rows need, through a shell that then
+    // becomes the daemon; the many-files rows are left out where the hard limit is lower.
+    let (descriptors, big) = match passthrough_descriptors(cfg) {
+        Ok(n) => (n, true),
+        Err(_) => (cfg.files + 1024, false),
+    };
     let bin = dir.join("passthrough_ll");
     if !bin.exists() {
         build_passthrough(&bin)?;
@@ -560,13 +566,23 @@ fn build_passthrough(bin: &Path) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// This process's hard limit of open files (from /proc/self/limits; None: unlimited or
-/// unknown). Children inherit it, and only a privileged process may raise it.
-fn open_files_hard_limit() -> Option<u64> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    // "Max open files  <soft>  <hard>  files"
-    line.split_whitespace().nth(4)?.parse().ok()
+/// Descriptors `passthrough_ll` needs for every row (it holds one per inode the kernel knows),
+/// or why this process's hard limit of open files (from /proc/self/limits; children inherit it
+/// and only a privileged process may raise it) is too low for the many-files rows.
+fn passthrough_descriptors(cfg: &FuseBenchConfig) -> std::result::Result<u64, String> {
+    let need = cfg.files.max(cfg.dir_files) + 1024;
+    let hard = std::fs::read_to_string("/proc/self/limits").ok().and_then(|limits| {
+        let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+        // "Max open files  <soft>  <hard>  files"
+        line.split_whitespace().nth(4)?.parse::<u64>().ok()
+    });
+    match hard {
+        Some(hard) if hard < need => Err(format!(
+            "it holds a descriptor per file, and the hard limit of open files here is {hard} \
+             ({need} needed)"
+        )),
+        _ => Ok(need),
+    }
 }
 
 /// A running `passthrough_ll`, unmounted and reaped on drop.
