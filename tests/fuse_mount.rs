@@ -2372,3 +2372,100 @@ fn writeback_cache_keeps_fsynced_data_size_and_mtime_through_kill_9() {
     }
     m.stop(); // fsck clean
 }
+
+// ---------------------------------------------------------------------------------------------
+// FUSE over io_uring (`--transport`). CI runs this file twice: with the kernel's default
+// (`enable_uring` off) and with it on and `WINEFS_TRANSPORT=uring`, so every test above also
+// runs on the io_uring transport; this test checks each transport does what it says.
+
+/// Voluntary context switches of the daemon's io_uring queue threads (`fuser-uring-N`), and
+/// how many there are.
+fn uring_threads(pid: u32) -> (usize, u64) {
+    let mut threads = 0;
+    let mut switches = 0;
+    for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let comm = fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("fuser-uring-") {
+            continue;
+        }
+        threads += 1;
+        let status = fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        switches += status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    (threads, switches)
+}
+
+#[test]
+fn transport_uring_serves_requests_from_its_queues_or_is_refused_in_one_line() {
+    use std::os::unix::fs::FileExt;
+    let offered = fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|s| s.trim() == "Y");
+    let mut m = Mounted::new();
+    m.stop();
+
+    // `dev` never registers queues, whatever the kernel offers.
+    m.args = vec!["--transport", "dev"];
+    m.start();
+    assert_eq!(uring_threads(m.pid()).0, 0, "{}", m.daemon_log());
+    assert!(m.daemon_log().contains("requests travel by /dev/fuse"), "{}", m.daemon_log());
+    fs::write(m.path("f"), b"by /dev/fuse").unwrap();
+    m.stop();
+
+    // `auto` follows the kernel's offer.
+    m.args = vec!["--transport", "auto"];
+    m.start();
+    let want = if offered { "requests travel by FUSE over io_uring" } else { "requests travel by /dev/fuse" };
+    assert!(m.daemon_log().contains(want), "enable_uring {offered}: {}", m.daemon_log());
+    assert_eq!(fs::read(m.path("f")).unwrap(), b"by /dev/fuse");
+    m.stop();
+
+    if !offered {
+        let mut c = mount_cmd(&m.pool, &m.mnt);
+        c.args(["--transport", "uring"]);
+        refused(&mut c, &m.mnt, "no FUSE over io_uring: the kernel did not offer FUSE over io_uring");
+        fsck_clean(&m.pool);
+        return;
+    }
+
+    // `uring`: one queue thread per possible CPU, and they serve the requests.
+    m.args = vec!["--transport", "uring"];
+    m.start();
+    assert!(m.daemon_log().contains("requests travel by FUSE over io_uring"), "{}", m.daemon_log());
+    let possible = fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+    let cpus = possible
+        .trim()
+        .split([',', '-'])
+        .filter_map(|n| n.parse::<usize>().ok())
+        .max()
+        .unwrap()
+        + 1;
+    let (threads, before) = uring_threads(m.pid());
+    assert_eq!(threads, cpus, "queue threads vs possible CPUs ({possible})");
+    // Every write(2) of a direct-I/O file is one WRITE request; a queue thread waits for each.
+    let f = File::options().create(true).truncate(true).write(true).read(true).open(m.path("g")).unwrap();
+    const WRITES: u64 = 400;
+    for i in 0..WRITES {
+        f.write_all_at(&[i as u8; 100], i * 100).unwrap();
+    }
+    let (_, after) = uring_threads(m.pid());
+    assert!(
+        after - before >= WRITES / 2,
+        "{WRITES} writes woke the io_uring queue threads only {} times: the requests went elsewhere",
+        after - before
+    );
+    // Replies carry data (a 1 MiB read fills a ring payload) and errors.
+    let big: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+    fs::write(m.path("big"), &big).unwrap();
+    assert_eq!(fs::read(m.path("big")).unwrap(), big);
+    assert_eq!(fs::read(m.path("missing")).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+    let mut back = vec![0u8; 100];
+    f.read_exact_at(&mut back, 100 * (WRITES - 1)).unwrap();
+    assert_eq!(back, vec![(WRITES - 1) as u8; 100]);
+    drop(f);
+    m.stop();
+    fsck_clean(&m.pool);
+}

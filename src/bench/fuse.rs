@@ -70,8 +70,10 @@ pub struct FuseRow {
     pub ops: u64,
     /// Bytes per op (0 for namespace rows).
     pub bytes: u64,
-    /// Operations per second on the winefs FUSE mount.
+    /// Operations per second on the winefs FUSE mount (requests on /dev/fuse).
     pub winefs_ops_per_s: f64,
+    /// The same with requests over io_uring (`--transport uring`; None: not measured).
+    pub uring_ops_per_s: Option<f64>,
     /// Operations per second on tmpfs.
     pub tmpfs_ops_per_s: f64,
     /// Operations per second on libfuse's `passthrough_ll` over tmpfs (None: not measured).
@@ -96,6 +98,13 @@ impl FuseRow {
         self.passthrough_ops_per_s.filter(|&p| p > 0.0).map(|p| self.winefs_ops_per_s / p)
     }
 
+    /// winefs over io_uring divided by winefs over /dev/fuse, if io_uring was measured.
+    pub fn uring_vs_dev(&self) -> Option<f64> {
+        self.uring_ops_per_s
+            .filter(|_| self.winefs_ops_per_s > 0.0)
+            .map(|u| u / self.winefs_ops_per_s)
+    }
+
     /// winefs ops/s divided by `passthrough_ll -o default_permissions`'s, if that was measured.
     pub fn vs_passthrough_perm(&self) -> Option<f64> {
         self.passthrough_perm_ops_per_s.filter(|&p| p > 0.0).map(|p| self.winefs_ops_per_s / p)
@@ -115,6 +124,8 @@ pub struct FuseBenchReport {
     pub threads: usize,
     /// Timed repetitions per measurement.
     pub repeats: u32,
+    /// Why winefs over io_uring was not measured (None: it was).
+    pub uring_skipped: Option<String>,
     /// Why `passthrough_ll` was not measured (None: it was).
     pub passthrough_skipped: Option<String>,
     /// Why its many-files rows were not measured when the others were (None: they were).
@@ -133,6 +144,9 @@ impl fmt::Display for FuseBenchReport {
             self.dir_fs,
             self.repeats
         )?;
+        if let Some(why) = &self.uring_skipped {
+            writeln!(f, "winefs over io_uring not measured: {why}")?;
+        }
         if let Some(why) = &self.passthrough_skipped {
             writeln!(f, "passthrough_ll not measured: {why}")?;
         }
@@ -145,11 +159,11 @@ impl fmt::Display for FuseBenchReport {
         writeln!(f)?;
         writeln!(
             f,
-            "| operation          |    ops | winefs/FUSE ops/s | passthrough_ll ops/s | passthrough_ll -o default_permissions ops/s | tmpfs ops/s | winefs MB/s | tmpfs MB/s | vs passthrough | vs passthrough -o default_permissions | vs tmpfs |"
+            "| operation          |    ops | winefs/FUSE ops/s | winefs/io_uring ops/s | io_uring vs /dev/fuse | passthrough_ll ops/s | passthrough_ll -o default_permissions ops/s | tmpfs ops/s | winefs MB/s | tmpfs MB/s | vs passthrough | vs passthrough -o default_permissions | vs tmpfs |"
         )?;
         writeln!(
             f,
-            "|--------------------|-------:|------------------:|---------------------:|-------------------------------------------:|------------:|------------:|-----------:|---------------:|--------------------------------------:|---------:|"
+            "|--------------------|-------:|------------------:|----------------------:|----------------------:|---------------------:|-------------------------------------------:|------------:|------------:|-----------:|---------------:|--------------------------------------:|---------:|"
         )?;
         let ratio = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
         for r in &self.rows {
@@ -162,10 +176,12 @@ impl fmt::Display for FuseBenchReport {
             };
             writeln!(
                 f,
-                "| {:<18} | {:>6} | {:>17} | {:>20} | {:>42} | {:>11} | {:>11} | {:>10} | {:>14} | {:>37} | {:>8.2} |",
+                "| {:<18} | {:>6} | {:>17} | {:>21} | {:>21} | {:>20} | {:>42} | {:>11} | {:>11} | {:>10} | {:>14} | {:>37} | {:>8.2} |",
                 r.name,
                 r.ops,
                 fmt_rate(r.winefs_ops_per_s),
+                r.uring_ops_per_s.map_or("-".to_string(), fmt_rate),
+                ratio(r.uring_vs_dev()),
                 r.passthrough_ops_per_s.map_or("-".to_string(), fmt_rate),
                 r.passthrough_perm_ops_per_s.map_or("-".to_string(), fmt_rate),
                 fmt_rate(r.tmpfs_ops_per_s),
@@ -406,38 +422,13 @@ pub fn fuse_bench(cfg: &FuseBenchConfig) -> Result<FuseBenchReport> {
             ..Default::default()
         },
     )?;
-    let fs = Arc::new(Fs::mount(
-        &pool,
-        MountOptions {
-            consistency: Consistency::Strict,
-            ..Default::default()
-        },
-    )?);
-    let mut fc = Config::default();
-    fc.mount_options = vec![
-        MountOption::FSName("winefs-bench".into()),
-        MountOption::DefaultPermissions,
-    ];
-    fc.n_threads = Some(cfg.threads.max(1));
-    fc.clone_fd = true;
-    let session = Session::new(WinefsFuse::new(Arc::clone(&fs)), &mnt.0, &fc)
-        .map_err(io_err(format!("FUSE mount on {}", mnt.0.display())))?
-        .spawn()
-        .map_err(io_err("start the FUSE session".into()))?;
-    let measured = run_side(&mnt.0, cfg, true);
-    let stopped = session.umount_and_join();
-    let fs = Arc::try_unwrap(fs)
-        .map_err(|_| Error::Busy("the benchmark's pool is still referenced".into()))?;
-    let check = fs.check();
-    fs.unmount()?;
-    let w = measured?;
-    stopped.map_err(io_err("stop the FUSE session".into()))?;
-    if !check.is_clean() {
-        return Err(Error::Corrupted(format!(
-            "fsck after the benchmark: {:?}",
-            check.problems
-        )));
-    }
+    let w = winefs_side(&pool, &mnt.0, cfg, false)?
+        .ok_or_else(|| Error::Busy("FUSE over /dev/fuse refused".into()))?;
+    let (u, uring_skipped) = match winefs_side(&pool, &mnt.0, cfg, true) {
+        Ok(Some(u)) => (Some(u), None),
+        Ok(None) => (None, Some(uring_unavailable())),
+        Err(e) => return Err(e),
+    };
     let (pt, passthrough_skipped) = match passthrough_side(&root.0, cfg, &[]) {
         Ok(v) => (Some(v), None),
         Err(why) => (None, Some(why)),
@@ -464,6 +455,7 @@ pub fn fuse_bench(cfg: &FuseBenchConfig) -> Result<FuseBenchReport> {
             },
             bytes,
             winefs_ops_per_s: w[i],
+            uring_ops_per_s: u.map(|u| u[i]).filter(|&x| x > 0.0),
             tmpfs_ops_per_s: t[i],
             passthrough_ops_per_s: pt.map(|p| p[i]).filter(|&x| x > 0.0),
             passthrough_perm_ops_per_s: pt_perm.map(|p| p[i]).filter(|&x| x > 0.0),
@@ -475,10 +467,75 @@ pub fn fuse_bench(cfg: &FuseBenchConfig) -> Result<FuseBenchReport> {
         dir: base,
         threads: cfg.threads,
         repeats: cfg.repeats,
+        uring_skipped,
         passthrough_skipped,
         passthrough_big_skipped,
         passthrough_perm_skipped,
     })
+}
+
+/// Why FUSE over io_uring is not offered here, in one line.
+fn uring_unavailable() -> String {
+    match std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring") {
+        Ok(v) if v.trim() == "Y" => "the kernel refused the io_uring queues (see the log)".into(),
+        Ok(_) => "the kernel does not offer it (as root: echo 1 > \
+                  /sys/module/fuse/parameters/enable_uring)"
+            .into(),
+        Err(_) => "this kernel has no FUSE over io_uring (CONFIG_FUSE_IO_URING)".into(),
+    }
+}
+
+/// Mount the pool with the FUSE front end (requests over io_uring if `io_uring`) and run
+/// every row on it; None when io_uring was asked for and the kernel does not offer it. The
+/// pool must check clean afterwards.
+fn winefs_side(
+    pool: &Path,
+    mnt: &Path,
+    cfg: &FuseBenchConfig,
+    io_uring: bool,
+) -> Result<Option<[f64; ROWS.len()]>> {
+    let fs = Arc::new(Fs::mount(
+        pool,
+        MountOptions {
+            consistency: Consistency::Strict,
+            ..Default::default()
+        },
+    )?);
+    let mut fc = Config::default();
+    fc.mount_options = vec![
+        MountOption::FSName("winefs-bench".into()),
+        MountOption::DefaultPermissions,
+    ];
+    fc.n_threads = Some(cfg.threads.max(1));
+    fc.clone_fd = true;
+    fc.io_uring = io_uring;
+    let session = Session::new(WinefsFuse::new(Arc::clone(&fs)), mnt, &fc)
+        .map_err(io_err(format!("FUSE mount on {}", mnt.display())))?;
+    if io_uring && session.io_uring().is_err() {
+        drop(session);
+        let fs = Arc::try_unwrap(fs)
+            .map_err(|_| Error::Busy("the benchmark's pool is still referenced".into()))?;
+        fs.unmount()?;
+        return Ok(None);
+    }
+    let session = session
+        .spawn()
+        .map_err(io_err("start the FUSE session".into()))?;
+    let measured = run_side(mnt, cfg, true);
+    let stopped = session.umount_and_join();
+    let fs = Arc::try_unwrap(fs)
+        .map_err(|_| Error::Busy("the benchmark's pool is still referenced".into()))?;
+    let check = fs.check();
+    fs.unmount()?;
+    let w = measured?;
+    stopped.map_err(io_err("stop the FUSE session".into()))?;
+    if !check.is_clean() {
+        return Err(Error::Corrupted(format!(
+            "fsck after the benchmark: {:?}",
+            check.problems
+        )));
+    }
+    Ok(Some(w))
 }
 
 /// Build libfuse's `passthrough_ll` example into `dir`, mount it over a fresh directory of
@@ -654,8 +711,13 @@ mod tests {
         // Where libfuse's example source is installed, its floor is measured beside winefs.
         let floor = Path::new(PASSTHROUGH_EXAMPLES).join("passthrough_ll.c").exists();
         assert_eq!(rep.passthrough_skipped.is_none(), floor, "{:?}", rep.passthrough_skipped);
+        // Where the kernel offers FUSE over io_uring, winefs is measured on it too.
+        let uring = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+            .is_ok_and(|v| v.trim() == "Y");
+        assert_eq!(rep.uring_skipped.is_none(), uring, "{:?}", rep.uring_skipped);
         for (r, &(_, _, big)) in rep.rows.iter().zip(&ROWS) {
             assert!(r.winefs_ops_per_s > 0.0 && r.tmpfs_ops_per_s > 0.0, "{r:?}");
+            assert_eq!(r.uring_ops_per_s.is_some_and(|u| u > 0.0), uring, "{r:?}");
             // The many-files rows also need descriptors enough for passthrough_ll.
             let measured = floor && !(big && rep.passthrough_big_skipped.is_some());
             assert_eq!(r.passthrough_ops_per_s.is_some_and(|p| p > 0.0), measured, "{r:?}");

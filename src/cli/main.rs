@@ -82,6 +82,12 @@ enum Cmd {
         /// with --relaxed; no direct path.
         #[arg(long, requires = "relaxed", conflicts_with = "read_only")]
         writeback_cache: bool,
+        /// How requests travel between the kernel and the daemon: `uring` (FUSE over io_uring,
+        /// Linux 6.14+ with /sys/module/fuse/parameters/enable_uring = Y; refused where the
+        /// kernel does not offer it), `dev` (reads and writes on /dev/fuse), or `auto` (io_uring
+        /// where offered, else /dev/fuse). The environment variable sets the default.
+        #[arg(long, value_enum, env = "WINEFS_TRANSPORT", default_value_t = mount::Transport::Auto)]
+        transport: mount::Transport,
         /// Wear-aware allocation: small allocations spread over every hole (next fit) instead
         /// of reusing the lowest ones; aligned extents are handed out as before.
         #[arg(long)]
@@ -490,6 +496,7 @@ fn main() -> ExitCode {
             read_only,
             no_direct,
             writeback_cache,
+            transport,
             wear_aware,
             size,
             log,
@@ -507,6 +514,7 @@ fn main() -> ExitCode {
             read_only,
             no_direct,
             writeback_cache,
+            transport,
             wear_aware,
             size,
             log,

@@ -36,11 +36,25 @@ pub struct MountArgs {
     pub no_direct: bool,
     /// The kernel caches file data and writes it back (relaxed mode only; no direct path).
     pub writeback_cache: bool,
+    /// How FUSE requests travel.
+    pub transport: Transport,
     /// Wear-aware allocation (`MountOptions::wear_aware`).
     pub wear_aware: bool,
     /// Size of a new default pool (None: [`DEFAULT_SIZE`]).
     pub size: Option<u64>,
     pub log: Option<PathBuf>,
+}
+
+/// How FUSE requests travel between the kernel and the daemon (docs/DESIGN.md, "FUSE over
+/// io_uring").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Transport {
+    /// FUSE over io_uring where the kernel offers it, else /dev/fuse.
+    Auto,
+    /// FUSE over io_uring, or no mount.
+    Uring,
+    /// Reads and writes on /dev/fuse.
+    Dev,
 }
 
 /// Name of the default pool file (on the hugepage tmpfs, or /dev/shm).
@@ -257,10 +271,12 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
         // Stores through the pool would bypass the kernel's cache of the same bytes.
         direct: !a.no_direct && !a.writeback_cache,
         writeback_cache: a.writeback_cache,
+        transport: a.transport,
     };
     let cache = if a.writeback_cache { ", writeback cache" } else { "" };
+    // Closed by the transport, which the daemon decides once the kernel has answered INIT.
     let summary = format!(
-        "mounted {p} on {} ({mode} mode{cache}, {threads} threads)",
+        "mounted {p} on {} ({mode} mode{cache}, {threads} threads",
         canon_mnt.display()
     );
     let how_to_unmount = if sys::euid() == 0 {
@@ -271,8 +287,8 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
     if a.foreground {
         return serve(fs, &pool, &canon_mnt, threads, front, |r| {
             // A failure is returned by `serve`, and `main` prints it.
-            if r.is_ok() {
-                println!("winefs: {summary}; stop with Ctrl-C or: {how_to_unmount}");
+            if let Ok(transport) = r {
+                println!("winefs: {summary}, {transport}); stop with Ctrl-C or: {how_to_unmount}");
                 let _ = std::io::stdout().flush();
             }
         });
@@ -291,9 +307,9 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
             log::debug!("forked the mount daemon, pid {child}; waiting for it to mount");
             let mut line = String::new();
             let _ = BufReader::new(reader).read_line(&mut line);
-            match line.trim_end().strip_prefix("ok") {
-                Some(_) => {
-                    println!("winefs: {summary}, daemon pid {child}");
+            match line.trim_end().strip_prefix("ok ") {
+                Some(transport) => {
+                    println!("winefs: {summary}, {transport}), daemon pid {child}");
                     println!("  log:     {}", log.display());
                     println!("  unmount: {how_to_unmount}");
                     Ok(0)
@@ -320,10 +336,10 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
                 let _ = writeln!(writer, "err cannot start the daemon: {e}");
                 return Ok(1);
             }
-            log::info!("pid {} serving {summary}", std::process::id());
+            log::info!("pid {} serving {summary})", std::process::id());
             serve(fs, &pool, &canon_mnt, threads, front, move |r| {
                 let _ = match r {
-                    Ok(()) => writeln!(writer, "ok"),
+                    Ok(transport) => writeln!(writer, "ok {transport}"),
                     Err(e) => writeln!(writer, "err {e}"),
                 };
                 // `writer` drops here, closing the pipe: the parent stops waiting.
@@ -339,6 +355,7 @@ struct Front {
     direct: bool,
     /// Ask for the kernel's writeback cache.
     writeback_cache: bool,
+    transport: Transport,
 }
 
 /// Mount `fs` on `mnt` and serve it until unmounted; `ready` hears whether the kernel mount
@@ -349,7 +366,7 @@ fn serve(
     mnt: &Path,
     threads: usize,
     front: Front,
-    ready: impl FnOnce(Result<(), String>),
+    ready: impl FnOnce(Result<String, String>),
 ) -> Result<u8, Fail> {
     // Every thread started from here on inherits the mask; only the signal thread sees them.
     sys::block_signals(&SIGNALS).map_err(|e| fail("block signals", e))?;
@@ -375,6 +392,7 @@ fn serve(
     };
     cfg.n_threads = Some(threads);
     cfg.clone_fd = true;
+    cfg.io_uring = front.transport != Transport::Dev;
     let mut adapter = WinefsFuse::new(Arc::clone(&fs));
     if front.writeback_cache {
         adapter = adapter.with_writeback_cache();
@@ -413,8 +431,27 @@ fn serve(
             return Err(fail(format!("mount on {}", mnt.display()), why));
         }
     };
+    let transport = match (front.transport, session.io_uring()) {
+        (_, Ok(queues)) => format!("FUSE over io_uring, {queues} queues"),
+        (Transport::Uring, Err(e)) => {
+            let why = format!("no FUSE over io_uring: {e}");
+            ready(Err(why.clone()));
+            stop_channel();
+            drop(session);
+            if let Ok(fs) = Arc::try_unwrap(fs) {
+                let _ = fs.unmount();
+            }
+            return Err(fail(format!("mount on {}", mnt.display()), why));
+        }
+        (Transport::Auto, Err(e)) => {
+            log::info!("serving over /dev/fuse: {e}");
+            "/dev/fuse".to_string()
+        }
+        (Transport::Dev, Err(_)) => "/dev/fuse".to_string(),
+    };
+    log::info!("requests travel by {transport}");
     let _ = notifier.set(session.notifier());
-    ready(Ok(()));
+    ready(Ok(transport));
 
     let mut unmounter = session.unmount_callable();
     let mnt_owned = mnt.to_path_buf();

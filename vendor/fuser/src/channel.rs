@@ -82,6 +82,14 @@ impl Channel {
 #[derive(Clone, Debug)]
 pub(crate) struct ChannelSender(Arc<DevFuse>);
 
+// winefs: the io_uring transport issues its commands on the device descriptor.
+#[cfg(feature = "io-uring")]
+impl std::os::fd::AsRawFd for ChannelSender {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
 impl ChannelSender {
     pub(crate) fn send(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<()> {
         let rc = nix::sys::uio::writev(&self.0, bufs)?;

@@ -101,6 +101,8 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+#[cfg(feature = "io-uring")]
+mod uring;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]
@@ -387,6 +389,16 @@ impl KernelConfig {
 
     fn max_pages(&self) -> u16 {
         ((max(self.max_write, self.max_readahead) - 1) / page_size::get() as u32) as u16 + 1
+    }
+
+    /// winefs: the largest payload of one request or reply, as the kernel computes it for a
+    /// FUSE-over-io_uring entry (max write, or max pages).
+    #[cfg(feature = "io-uring")]
+    pub(crate) fn max_payload(&self) -> usize {
+        max(
+            self.max_write as usize,
+            usize::from(self.max_pages()) * page_size::get(),
+        )
     }
 }
 

@@ -34,6 +34,9 @@ use crate::session::SessionEventLoop;
 pub(crate) struct RequestWithSender<'a> {
     /// Channel sender for sending the reply
     ch: ChannelSender,
+    /// winefs: the ring entry the request came in (and its reply goes) through.
+    #[cfg(feature = "io-uring")]
+    uring: Option<crate::uring::UringSender>,
     /// Parsed request
     pub(crate) request: ll::AnyRequest<'a>,
 }
@@ -49,7 +52,34 @@ impl<'a> RequestWithSender<'a> {
             }
         };
 
-        Some(Self { ch, request })
+        Some(Self {
+            ch,
+            request,
+            #[cfg(feature = "io-uring")]
+            uring: None,
+        })
+    }
+
+    /// winefs: a request that came through a FUSE-over-io_uring entry; its reply goes back
+    /// through `uring`.
+    #[cfg(feature = "io-uring")]
+    pub(crate) fn new_uring(
+        ch: ChannelSender,
+        uring: crate::uring::UringSender,
+        data: &'a [u8],
+    ) -> Option<RequestWithSender<'a>> {
+        let mut req = Self::new(ch, data)?;
+        req.uring = Some(uring);
+        Some(req)
+    }
+
+    /// Where this request's reply goes.
+    fn sender(&self) -> ReplySender {
+        #[cfg(feature = "io-uring")]
+        if let Some(uring) = &self.uring {
+            return ReplySender::Uring(uring.clone());
+        }
+        ReplySender::Channel(self.ch.clone())
     }
 
     /// Dispatch request to the given filesystem.
@@ -304,7 +334,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectory::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -479,7 +509,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectoryPlus::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -552,7 +582,7 @@ impl<'a> RequestWithSender<'a> {
     /// Create a reply object for this request that can be passed to the filesystem
     /// implementation and makes sure that a request is replied exactly once
     pub(crate) fn reply<T: Reply>(&self) -> T {
-        Reply::new(self.request.unique(), ReplySender::Channel(self.ch.clone()))
+        Reply::new(self.request.unique(), self.sender())
     }
 
     /// Returns a Request reference for this request

@@ -139,6 +139,13 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// winefs: the largest request payload, when FUSE over io_uring was agreed at INIT.
+    #[cfg(feature = "io-uring")]
+    uring_payload: Option<usize>,
+    /// winefs: the FUSE-over-io_uring queues, registered after INIT, or why there are none;
+    /// `None` when `Config::io_uring` is off.
+    #[cfg(feature = "io-uring")]
+    uring: Option<io::Result<crate::uring::Rings<FS>>>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,9 +193,15 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            #[cfg(feature = "io-uring")]
+            uring_payload: None,
+            #[cfg(feature = "io-uring")]
+            uring: None,
         };
 
         session.handshake()?;
+        #[cfg(feature = "io-uring")]
+        session.start_io_uring();
 
         Ok(session)
     }
@@ -214,9 +227,15 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            #[cfg(feature = "io-uring")]
+            uring_payload: None,
+            #[cfg(feature = "io-uring")]
+            uring: None,
         };
 
         session.handshake()?;
+        #[cfg(feature = "io-uring")]
+        session.start_io_uring();
 
         Ok(session)
     }
@@ -252,6 +271,10 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            #[cfg(feature = "io-uring")]
+            uring_payload: _,
+            #[cfg(feature = "io-uring")]
+            uring,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -286,7 +309,28 @@ impl<FS: Filesystem> Session<FS> {
                 channels.push(ch.clone());
             }
         }
+        #[cfg(feature = "io-uring")]
+        let uring_ch = ch.clone();
         channels.push(ch);
+
+        // winefs: the io_uring queues serve beside the event loops, which still carry FORGET,
+        // INTERRUPT and whatever the kernel sends before the queues are ready.
+        #[cfg(feature = "io-uring")]
+        let uring_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        #[cfg(feature = "io-uring")]
+        let uring_threads = match uring {
+            Some(Ok(rings)) => rings.serve(
+                |thread_name| SessionEventLoop {
+                    thread_name,
+                    ch: uring_ch.clone(),
+                    filesystem: filesystem.clone(),
+                    allowed,
+                    session_owner,
+                },
+                &uring_stop,
+            ),
+            _ => Vec::new(),
+        };
 
         let mut threads = Vec::with_capacity(n_threads);
 
@@ -317,6 +361,24 @@ impl<FS: Filesystem> Session<FS> {
             if let Err(e) = res {
                 if reply.is_ok() {
                     reply = Err(e);
+                }
+            }
+        }
+
+        // winefs: the connection is gone; queue threads end when the kernel tears their entries
+        // down, or at their next look at `uring_stop`.
+        #[cfg(feature = "io-uring")]
+        {
+            uring_stop.store(true, std::sync::atomic::Ordering::Release);
+            for thread in uring_threads {
+                match thread.join() {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        if reply.is_ok() {
+                            reply = Err(e);
+                        }
+                    }
+                    Err(_) => return Err(io::Error::other("io_uring queue thread panicked")),
                 }
             }
         }
@@ -469,11 +531,53 @@ impl<FS: Filesystem> Session<FS> {
                 config.max_write
             );
 
+            // winefs: FUSE over io_uring when asked for and offered (the kernel offers it only
+            // while `enable_uring` is on).
+            #[cfg(feature = "io-uring")]
+            if self.config.io_uring
+                && config
+                    .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                    .is_ok()
+            {
+                self.uring_payload = Some(config.max_payload());
+            }
+
             let response = init.reply(&config);
             <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
                 .send_ll(&response);
 
             return Ok(());
+        }
+    }
+
+    /// winefs: register the FUSE-over-io_uring queues when `Config::io_uring` asked for them.
+    #[cfg(feature = "io-uring")]
+    fn start_io_uring(&mut self) {
+        if !self.config.io_uring {
+            return;
+        }
+        self.uring = Some(match self.uring_payload {
+            None => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the kernel did not offer FUSE over io_uring at INIT \
+                 (it needs CONFIG_FUSE_IO_URING and /sys/module/fuse/parameters/enable_uring = Y)",
+            )),
+            Some(payload) => crate::uring::Rings::register(self.ch.sender(), payload),
+        });
+    }
+
+    /// winefs: whether requests are served over io_uring: the number of queues (one per
+    /// possible CPU), or why not (not asked for in `Config::io_uring`, not offered by the
+    /// kernel, refused when registering).
+    #[cfg(feature = "io-uring")]
+    pub fn io_uring(&self) -> io::Result<usize> {
+        match &self.uring {
+            None => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "FUSE over io_uring was not asked for",
+            )),
+            Some(Ok(rings)) => Ok(rings.len()),
+            Some(Err(e)) => Err(io::Error::new(e.kind(), e.to_string())),
         }
     }
 

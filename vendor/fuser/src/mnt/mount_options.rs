@@ -18,6 +18,11 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// winefs: serve requests over io_uring (FUSE over io_uring, Linux 6.14+) when the kernel
+    /// offers it at INIT; `Session::io_uring` tells whether it is in use. Needs the
+    /// `io-uring` feature.
+    #[cfg(feature = "io-uring")]
+    pub io_uring: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
