@@ -2378,14 +2378,14 @@ fn writeback_cache_keeps_fsynced_data_size_and_mtime_through_kill_9() {
 // (`enable_uring` off) and with it on and `WINEFS_TRANSPORT=uring`, so every test above also
 // runs on the io_uring transport; this test checks each transport does what it says.
 
-/// Voluntary context switches of the daemon's io_uring queue threads (`fuser-uring-N`), and
-/// how many there are.
-fn uring_threads(pid: u32) -> (usize, u64) {
-    let mut threads = 0;
-    let mut switches = 0;
+/// The daemon's FUSE threads of one kind — the io_uring queue threads (`fuser-uring-N`) or the
+/// `/dev/fuse` event loops (`fuser-N`) — : how many, their voluntary context switches (each wait
+/// for a request that then comes is one) and their time on a CPU in nanoseconds.
+fn fuse_threads(pid: u32, uring: bool) -> (usize, u64, u64) {
+    let (mut threads, mut switches, mut cpu_ns) = (0, 0, 0);
     for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
         let comm = fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if !comm.starts_with("fuser-uring-") {
+        if !comm.starts_with("fuser-") || comm.starts_with("fuser-uring-") != uring {
             continue;
         }
         threads += 1;
@@ -2395,8 +2395,10 @@ fn uring_threads(pid: u32) -> (usize, u64) {
             .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
             .and_then(|v| v.trim().parse::<u64>().ok())
             .unwrap_or(0);
+        let sched = fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        cpu_ns += sched.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     }
-    (threads, switches)
+    (threads, switches, cpu_ns)
 }
 
 #[test]
@@ -2410,7 +2412,7 @@ fn transport_uring_serves_requests_from_its_queues_or_is_refused_in_one_line() {
     // `dev` never registers queues, whatever the kernel offers.
     m.args = vec!["--transport", "dev"];
     m.start();
-    assert_eq!(uring_threads(m.pid()).0, 0, "{}", m.daemon_log());
+    assert_eq!(fuse_threads(m.pid(), true).0, 0, "{}", m.daemon_log());
     assert!(m.daemon_log().contains("requests travel by /dev/fuse"), "{}", m.daemon_log());
     fs::write(m.path("f"), b"by /dev/fuse").unwrap();
     m.stop();
@@ -2443,20 +2445,30 @@ fn transport_uring_serves_requests_from_its_queues_or_is_refused_in_one_line() {
         .max()
         .unwrap()
         + 1;
-    let (threads, before) = uring_threads(m.pid());
+    let (threads, _, uring_cpu) = fuse_threads(m.pid(), true);
     assert_eq!(threads, cpus, "queue threads vs possible CPUs ({possible})");
-    // Every write(2) of a direct-I/O file is one WRITE request; a queue thread waits for each.
+    // The event loops start once the mount is announced.
+    let deadline = Instant::now() + MOUNT_WAIT;
+    while fuse_threads(m.pid(), false).0 < 4 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(10));
+    }
+    let (loops, loop_switches, _) = fuse_threads(m.pid(), false);
+    assert_eq!(loops, 4, "/dev/fuse event loops beside the queues (--threads 4)");
+    // Every write(2) of a direct-I/O file is one WRITE request. Over /dev/fuse each would wake
+    // an event loop; here the queue threads do the work and the event loops sleep on.
     let f = File::options().create(true).truncate(true).write(true).read(true).open(m.path("g")).unwrap();
     const WRITES: u64 = 400;
     for i in 0..WRITES {
         f.write_all_at(&[i as u8; 100], i * 100).unwrap();
     }
-    let (_, after) = uring_threads(m.pid());
+    let (_, loop_switches_after, _) = fuse_threads(m.pid(), false);
+    let (_, _, uring_cpu_after) = fuse_threads(m.pid(), true);
     assert!(
-        after - before >= WRITES / 2,
-        "{WRITES} writes woke the io_uring queue threads only {} times: the requests went elsewhere",
-        after - before
+        loop_switches_after - loop_switches < WRITES / 10,
+        "{WRITES} writes woke the /dev/fuse event loops {} times: the requests did not go over io_uring",
+        loop_switches_after - loop_switches
     );
+    assert!(uring_cpu_after > uring_cpu, "the io_uring queue threads did not run");
     // Replies carry data (a 1 MiB read fills a ring payload) and errors.
     let big: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
     fs::write(m.path("big"), &big).unwrap();

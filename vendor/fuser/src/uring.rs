@@ -18,7 +18,13 @@
 //! so the request reads as one slice (the write data is not copied again). A reply goes into
 //! the entry's buffers; when the request's payload is still borrowed by the dispatch (a write's
 //! data, a name), it is staged and moved in after the dispatch returns. A reply sent later from
-//! another thread commits the entry itself.
+//! another thread is handed to the queue's thread through an eventfd (the ring is
+//! single-issuer).
+//!
+//! A queue thread that has just answered polls for the next request for up to `SPIN` before it
+//! sleeps: the kernel flags pending work in the ring's shared memory (`TASKRUN_FLAG`), so a
+//! caller that comes back quickly wakes nobody. That is where the transport's gain over
+//! `/dev/fuse` comes from on a virtual machine, at the price of CPU time.
 
 use std::alloc::Layout;
 use std::io;
@@ -78,6 +84,10 @@ const PREFIX: usize = IN_HEADER + OP_IN_SIZE;
 const MIN_PAYLOAD: usize = 8192;
 /// Entries per queue: the kernel queues further requests until one is committed.
 const DEPTH: usize = 2;
+/// How long a queue thread that has just answered looks for the next request before it sleeps
+/// (measured on a 2-CPU VM: 20-200 us all gave the same gain over sleeping at once, about 1.3x
+/// on creates; 50 us bounds the CPU time a burst's end costs).
+const SPIN: Duration = Duration::from_micros(50);
 /// How often an idle queue thread looks whether the session has ended.
 const POLL: Duration = Duration::from_secs(1);
 
@@ -386,6 +396,7 @@ impl Queue {
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .setup_single_issuer()
             .setup_defer_taskrun()
+            .setup_taskrun_flag()
             .build(2 * DEPTH as u32 + 2)?;
         let entries = (0..DEPTH)
             .map(|_| {
@@ -488,6 +499,32 @@ impl Queue {
         }
     }
 
+    /// Submit what is queued, then look for completions without sleeping for up to `spin`: the
+    /// kernel flags work it has for this thread (a request to copy in) and this thread runs it
+    /// with a non-blocking enter. A request that comes within `spin` of the last reply then
+    /// costs no wake-up of this thread.
+    fn poll(&self, spin: Duration) -> io::Result<Vec<(usize, i32)>> {
+        self.ring.submit()?;
+        let deadline = std::time::Instant::now() + spin;
+        loop {
+            // SAFETY: only the queue's thread touches the submission queue (reading its flags).
+            let flagged = unsafe { self.ring.submission_shared() }.taskrun();
+            if flagged {
+                // SAFETY: a plain enter with no argument: IORING_ENTER_GETEVENTS (1), waiting for
+                // nothing, runs the work deferred to this thread.
+                unsafe { self.ring.submitter().enter::<libc::sigset_t>(0, 0, 1, None) }?;
+            }
+            // SAFETY: one consumer, the queue's thread; nothing is taken here.
+            if !unsafe { self.ring.completion_shared() }.is_empty() {
+                return Ok(self.reap());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(Vec::new());
+            }
+            std::hint::spin_loop();
+        }
+    }
+
     /// Take every completion (only the queue's own thread).
     fn reap(&self) -> Vec<(usize, i32)> {
         // SAFETY: the completion queue has one consumer, the queue's thread.
@@ -506,6 +543,7 @@ impl Queue {
         let timeout = types::Timespec::from(POLL);
         let args = types::SubmitArgs::new().timespec(&timeout);
         let mut scratch: Vec<u64> = Vec::new();
+        let mut served = false;
         loop {
             for (index, res) in work.drain(..) {
                 if index as u64 == WAKE {
@@ -537,9 +575,17 @@ impl Queue {
                     continue;
                 }
                 self.dispatch(index, se, &mut scratch);
+                served = true;
             }
             if live == 0 || stop.load(Ordering::Acquire) {
                 return Ok(());
+            }
+            if served && !SPIN.is_zero() {
+                served = false;
+                work = self.poll(SPIN)?;
+                if !work.is_empty() {
+                    continue;
+                }
             }
             match self.ring.submitter().submit_with_args(1, &args) {
                 Ok(_) => {}
