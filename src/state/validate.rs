@@ -5,7 +5,7 @@ use crate::media::layout::{FileKind, Geometry, ROOT_INO};
 use crate::media::pool::Pool;
 use crate::meta::xattr;
 use crate::state::inode_state::InodeState;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 /// Link counts, entry types and the directory tree: every entry names an in-use inode of the
 /// type it says, link counts equal the entries (and subdirectories) that name an inode, every
@@ -18,30 +18,42 @@ pub(crate) fn namespace(
     problems: &mut Vec<String>,
 ) {
     let mut p = |s: String| problems.push(s);
-    let mut refs: HashMap<u64, u32> = HashMap::new();
-    let mut subdirs: HashMap<u64, u32> = HashMap::new();
+    // Tables indexed by inode number (numbers are dense, from 1 to the table's size): a mount
+    // runs this over every inode, and hashed lookups were most of its time. A number beyond the
+    // table (damage) finds nothing.
+    let len = nodes.keys().max().map_or(0, |&m| m as usize + 1);
+    let mut by_ino: Vec<Option<&InodeState>> = vec![None; len];
+    for (&ino, &n) in nodes {
+        by_ino[ino as usize] = Some(n);
+    }
+    let node = |ino: u64| by_ino.get(ino as usize).copied().flatten();
+    let mut refs = vec![0u32; len];
+    let mut subdirs = vec![0u32; len];
     for n in nodes.values() {
         let Some(d) = &n.dir else { continue };
         for (name, loc) in d.iter() {
-            let nm = String::from_utf8_lossy(name);
-            match nodes.get(&loc.ino) {
+            let nm = || String::from_utf8_lossy(name);
+            match node(loc.ino) {
                 None => p(format!(
-                    "directory {}: entry {nm:?} points at free inode {}",
-                    n.ino, loc.ino
+                    "directory {}: entry {:?} points at free inode {}",
+                    n.ino,
+                    nm(),
+                    loc.ino
                 )),
                 Some(c) => {
-                    *refs.entry(loc.ino).or_default() += 1;
+                    refs[loc.ino as usize] += 1;
                     if c.kind() != loc.kind {
                         p(format!(
-                            "directory {}: entry {nm:?} says {:?} but inode {} is {:?}",
+                            "directory {}: entry {:?} says {:?} but inode {} is {:?}",
                             n.ino,
+                            nm(),
                             loc.kind,
                             loc.ino,
                             c.kind()
                         ));
                     }
                     if c.is_dir() {
-                        *subdirs.entry(n.ino).or_default() += 1;
+                        subdirs[n.ino as usize] += 1;
                         if c.hdr.parent != n.ino {
                             p(format!(
                                 "directory {}: parent field is {} but it is listed in {}",
@@ -64,12 +76,12 @@ pub(crate) fn namespace(
     // An orphan has no links and no entry names it; a named inode with no links is damage
     // (freeing it as an orphan would leave its entries dangling).
     let orphan = |n: &InodeState| {
-        n.hdr.nlink == 0 && !refs.contains_key(&n.ino) && (at_mount || n.open > 0)
+        n.hdr.nlink == 0 && refs[n.ino as usize] == 0 && (at_mount || n.open > 0)
     };
     for n in nodes.values() {
-        let rc = refs.get(&n.ino).copied().unwrap_or(0);
+        let rc = refs[n.ino as usize];
         if n.is_dir() {
-            let want = 2 + subdirs.get(&n.ino).copied().unwrap_or(0);
+            let want = 2 + subdirs[n.ino as usize];
             if n.hdr.nlink != want {
                 p(format!(
                     "directory {}: link count {} but {} expected",
@@ -93,25 +105,26 @@ pub(crate) fn namespace(
             p(format!("symlink {}: target length {}", n.ino, n.hdr.size));
         }
     }
-    let mut seen = HashSet::new();
+    let mut seen = vec![false; len];
     let mut q = VecDeque::from([ROOT_INO]);
     while let Some(d) = q.pop_front() {
-        if !seen.insert(d) {
+        let Some(dn) = node(d) else { continue };
+        if std::mem::replace(&mut seen[d as usize], true) {
             p(format!("directory {d} is reachable twice (a cycle)"));
             continue;
         }
-        if let Some(dx) = nodes.get(&d).and_then(|n| n.dir.as_ref()) {
+        if let Some(dx) = dn.dir.as_ref() {
             for loc in dx.values() {
-                if nodes.get(&loc.ino).is_some_and(|c| c.is_dir()) {
-                    q.push_back(loc.ino);
-                } else {
-                    seen.insert(loc.ino);
+                match node(loc.ino) {
+                    Some(c) if c.is_dir() => q.push_back(loc.ino),
+                    Some(_) => seen[loc.ino as usize] = true,
+                    None => {}
                 }
             }
         }
     }
     for n in nodes.values() {
-        if !seen.contains(&n.ino) && !orphan(n) {
+        if !seen[n.ino as usize] && !orphan(n) {
             p(format!(
                 "inode {} ({:?}) is not reachable from the root",
                 n.ino,
