@@ -81,11 +81,6 @@ fn ttl(fs: &Fs, ino: u64) -> Duration {
 /// Largest write the kernel may send in one request (it needs `FUSE_MAX_PAGES`).
 pub(crate) const MAX_WRITE: u32 = 1 << 20;
 
-thread_local! {
-    /// The buffer a serving thread reads file data into before it replies (`read`).
-    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 /// Directory entries fetched from the core per readdir page.
 const READDIR_PAGE: usize = 256;
 
@@ -571,18 +566,10 @@ impl Filesystem for WinefsFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        // One buffer per serving thread, grown to the largest read and never zeroed again: a
-        // fresh zeroed megabyte per 1 MiB read cost as much as copying the data (and page
-        // faults when the allocator mapped it anew). Only the bytes `Fs::read` filled are sent.
-        READ_BUF.with_borrow_mut(|buf| {
-            let size = size as usize;
-            if buf.len() < size {
-                buf.resize(size, 0);
-            }
-            match self.fs.read(ino.0, offset, &mut buf[..size]) {
-                Ok(n) => reply.data(&buf[..n]),
-                Err(e) => reply.error(errno(&e)),
-            }
+        // Straight into the reply: over io_uring that is the ring entry's payload, which the
+        // kernel copies to the caller (one copy fewer than a buffer of our own).
+        reply.data_with(size as usize, |buf| {
+            self.fs.read(ino.0, offset, buf).map_err(|e| errno(&e))
         })
     }
 

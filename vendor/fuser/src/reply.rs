@@ -34,6 +34,11 @@ use crate::ll::reply::Response;
 use crate::ll::{self};
 use crate::passthrough::BackingId;
 
+thread_local! {
+    /// winefs: the buffer `ReplyData::data_with` fills when the reply cannot be written in place.
+    static DATA_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Generic reply callback to send data
 #[derive(Debug)]
 pub(crate) enum ReplySender {
@@ -216,6 +221,36 @@ impl ReplyData {
     /// Reply to a request with the given data
     pub fn data(self, data: &[u8]) {
         self.reply.send_ll(&ll::ResponseSlice(data));
+    }
+
+    /// winefs: reply with the data `fill` writes into a buffer of `size` bytes, whose length it
+    /// returns (or an error to reply with instead). Over io_uring the buffer is the ring entry's
+    /// payload, which the kernel copies to the caller: the data is not copied once more, as
+    /// `data` would. Otherwise it is a buffer of the calling thread, kept for its next reply.
+    pub fn data_with(mut self, size: usize, fill: impl FnOnce(&mut [u8]) -> Result<usize, Errno>) {
+        #[cfg(feature = "io-uring")]
+        if let Some(ReplySender::Uring(sender)) = &self.reply.sender
+            && sender.can_fill(size)
+        {
+            let Some(ReplySender::Uring(sender)) = self.reply.sender.take() else {
+                unreachable!("checked above")
+            };
+            sender.send_filled(self.reply.unique.0, size, fill);
+            return;
+        }
+        DATA_BUF.with_borrow_mut(|buf| {
+            if buf.len() < size {
+                buf.resize(size, 0);
+            }
+            match fill(&mut buf[..size]) {
+                Ok(n) if n <= size => self.data(&buf[..n]),
+                Ok(n) => {
+                    error!("a read reply of {n} bytes from a {size}-byte buffer");
+                    self.error(Errno::EIO);
+                }
+                Err(e) => self.error(e),
+            }
+        });
     }
 
     /// Reply to a request with the given error code

@@ -788,6 +788,56 @@ impl UringSender {
         }
     }
 
+    /// Whether a reply of up to `size` bytes can be written straight into the entry's payload:
+    /// its request is being dispatched, has no payload of its own there, and is unanswered.
+    pub(crate) fn can_fill(&self, size: usize) -> bool {
+        let entry = &self.queue().entries[self.index];
+        size <= entry.bufs.payload
+            && entry.state.lock().0
+                == (Phase::Dispatching {
+                    borrowed: false,
+                    replied: false,
+                })
+    }
+
+    /// Reply to request `unique` with what `fill` writes into the entry's payload (see
+    /// `can_fill`, checked by the caller).
+    pub(crate) fn send_filled(
+        &self,
+        unique: u64,
+        size: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize, crate::Errno>,
+    ) {
+        let entry = &self.queue().entries[self.index];
+        let mut st = entry.state.lock();
+        let bufs = &entry.bufs;
+        // SAFETY: `size <= payload` (`can_fill`), so the range is inside the data buffer. No
+        // other reference covers it: the request being dispatched has no payload there (its
+        // slice ends at `PREFIX`, or lives in a copy), and the entry's lock is held.
+        let buf = unsafe { std::slice::from_raw_parts_mut(bufs.data.add(PREFIX), size) };
+        match fill(buf) {
+            Ok(n) if n <= size => {
+                let mut head = [0u8; OUT_HEADER];
+                head[0..4].copy_from_slice(&((OUT_HEADER + n) as u32).to_ne_bytes());
+                head[8..16].copy_from_slice(&unique.to_ne_bytes());
+                // SAFETY: OUT_HEADER bytes at the start of the header buffer.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(head.as_ptr(), bufs.header.add(IN_OUT), OUT_HEADER)
+                };
+                bufs.set_payload_size(n);
+            }
+            Ok(n) => {
+                error!("a read reply of {n} bytes from a {size}-byte buffer");
+                bufs.write_error(unique, libc::EIO);
+            }
+            Err(e) => bufs.write_error(unique, e.code()),
+        }
+        st.0 = Phase::Dispatching {
+            borrowed: false,
+            replied: true,
+        };
+    }
+
     pub(crate) fn open_backing(&self, fd: std::os::fd::BorrowedFd<'_>) -> io::Result<BackingId> {
         self.queue().dev.open_backing(fd)
     }
