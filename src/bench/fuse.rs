@@ -423,11 +423,10 @@ pub fn fuse_bench(cfg: &FuseBenchConfig) -> Result<FuseBenchReport> {
         },
     )?;
     let w = winefs_side(&pool, &mnt.0, cfg, false)?
-        .ok_or_else(|| Error::Busy("FUSE over /dev/fuse refused".into()))?;
-    let (u, uring_skipped) = match winefs_side(&pool, &mnt.0, cfg, true) {
-        Ok(Some(u)) => (Some(u), None),
-        Ok(None) => (None, Some(uring_unavailable())),
-        Err(e) => return Err(e),
+        .map_err(|why| Error::Busy(format!("FUSE over /dev/fuse: {why}")))?;
+    let (u, uring_skipped) = match winefs_side(&pool, &mnt.0, cfg, true)? {
+        Ok(u) => (Some(u), None),
+        Err(why) => (None, Some(why)),
     };
     let (pt, passthrough_skipped) = match passthrough_side(&root.0, cfg, &[]) {
         Ok(v) => (Some(v), None),
@@ -474,26 +473,15 @@ pub fn fuse_bench(cfg: &FuseBenchConfig) -> Result<FuseBenchReport> {
     })
 }
 
-/// Why FUSE over io_uring is not offered here, in one line.
-fn uring_unavailable() -> String {
-    match std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring") {
-        Ok(v) if v.trim() == "Y" => "the kernel refused the io_uring queues (see the log)".into(),
-        Ok(_) => "the kernel does not offer it (as root: echo 1 > \
-                  /sys/module/fuse/parameters/enable_uring)"
-            .into(),
-        Err(_) => "this kernel has no FUSE over io_uring (CONFIG_FUSE_IO_URING)".into(),
-    }
-}
-
 /// Mount the pool with the FUSE front end (requests over io_uring if `io_uring`) and run
-/// every row on it; None when io_uring was asked for and the kernel does not offer it. The
-/// pool must check clean afterwards.
+/// every row on it; Ok(Err(why)) when io_uring was asked for and does not serve (the session
+/// says why). The pool must check clean afterwards.
 fn winefs_side(
     pool: &Path,
     mnt: &Path,
     cfg: &FuseBenchConfig,
     io_uring: bool,
-) -> Result<Option<[f64; ROWS.len()]>> {
+) -> Result<std::result::Result<[f64; ROWS.len()], String>> {
     let fs = Arc::new(Fs::mount(
         pool,
         MountOptions {
@@ -511,12 +499,12 @@ fn winefs_side(
     fc.io_uring = io_uring;
     let session = Session::new(WinefsFuse::new(Arc::clone(&fs)), mnt, &fc)
         .map_err(io_err(format!("FUSE mount on {}", mnt.display())))?;
-    if io_uring && session.io_uring().is_err() {
+    if let (true, Err(why)) = (io_uring, session.io_uring()) {
         drop(session);
         let fs = Arc::try_unwrap(fs)
             .map_err(|_| Error::Busy("the benchmark's pool is still referenced".into()))?;
         fs.unmount()?;
-        return Ok(None);
+        return Ok(Err(why.to_string()));
     }
     let session = session
         .spawn()
@@ -535,7 +523,7 @@ fn winefs_side(
             check.problems
         )));
     }
-    Ok(Some(w))
+    Ok(Ok(w))
 }
 
 /// Build libfuse's `passthrough_ll` example into `dir`, mount it over a fresh directory of

@@ -418,10 +418,22 @@ fn serve(
             ch.stop();
         }
     };
-    let mut session = match Session::new(adapter, mnt, &cfg) {
+    // The session, and the transport it serves by; or why there is no mount.
+    let started = Session::new(adapter, mnt, &cfg)
+        .map_err(|e| explain_mount_error(&e))
+        .and_then(|session| match (front.transport, session.io_uring()) {
+            (_, Ok(queues)) => Ok((session, format!("FUSE over io_uring, {queues} queues"))),
+            // Dropping the session unmounts it.
+            (Transport::Uring, Err(e)) => Err(format!("no FUSE over io_uring: {e}")),
+            (Transport::Auto, Err(e)) => {
+                log::info!("serving over /dev/fuse: {e}");
+                Ok((session, "/dev/fuse".to_string()))
+            }
+            (Transport::Dev, Err(_)) => Ok((session, "/dev/fuse".to_string())),
+        });
+    let (mut session, transport) = match started {
         Ok(s) => s,
-        Err(e) => {
-            let why = explain_mount_error(&e);
+        Err(why) => {
             ready(Err(why.clone()));
             stop_channel();
             // Nothing was served: the pool is still consistent, so close it cleanly.
@@ -430,24 +442,6 @@ fn serve(
             }
             return Err(fail(format!("mount on {}", mnt.display()), why));
         }
-    };
-    let transport = match (front.transport, session.io_uring()) {
-        (_, Ok(queues)) => format!("FUSE over io_uring, {queues} queues"),
-        (Transport::Uring, Err(e)) => {
-            let why = format!("no FUSE over io_uring: {e}");
-            ready(Err(why.clone()));
-            stop_channel();
-            drop(session);
-            if let Ok(fs) = Arc::try_unwrap(fs) {
-                let _ = fs.unmount();
-            }
-            return Err(fail(format!("mount on {}", mnt.display()), why));
-        }
-        (Transport::Auto, Err(e)) => {
-            log::info!("serving over /dev/fuse: {e}");
-            "/dev/fuse".to_string()
-        }
-        (Transport::Dev, Err(_)) => "/dev/fuse".to_string(),
     };
     log::info!("requests travel by {transport}");
     let _ = notifier.set(session.notifier());

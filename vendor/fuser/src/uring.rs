@@ -309,13 +309,18 @@ impl Buffers {
     }
 
     fn write_error(&self, unique: u64, errno: i32) {
+        self.write_out_header(unique, -errno, 0);
+    }
+
+    /// The `fuse_out_header` of a reply with `body` bytes in the payload, and its size.
+    fn write_out_header(&self, unique: u64, error: i32, body: usize) {
         let mut head = [0u8; OUT_HEADER];
-        head[0..4].copy_from_slice(&(OUT_HEADER as u32).to_ne_bytes());
-        head[4..8].copy_from_slice(&(-errno).to_ne_bytes());
+        head[0..4].copy_from_slice(&((OUT_HEADER + body) as u32).to_ne_bytes());
+        head[4..8].copy_from_slice(&error.to_ne_bytes());
         head[8..16].copy_from_slice(&unique.to_ne_bytes());
         // SAFETY: OUT_HEADER bytes at the start of the header buffer.
         unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), self.header.add(IN_OUT), OUT_HEADER) };
-        self.set_payload_size(0);
+        self.set_payload_size(body);
     }
 
     fn set_payload_size(&self, n: usize) {
@@ -816,16 +821,7 @@ impl UringSender {
         // slice ends at `PREFIX`, or lives in a copy), and the entry's lock is held.
         let buf = unsafe { std::slice::from_raw_parts_mut(bufs.data.add(PREFIX), size) };
         match fill(buf) {
-            Ok(n) if n <= size => {
-                let mut head = [0u8; OUT_HEADER];
-                head[0..4].copy_from_slice(&((OUT_HEADER + n) as u32).to_ne_bytes());
-                head[8..16].copy_from_slice(&unique.to_ne_bytes());
-                // SAFETY: OUT_HEADER bytes at the start of the header buffer.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(head.as_ptr(), bufs.header.add(IN_OUT), OUT_HEADER)
-                };
-                bufs.set_payload_size(n);
-            }
+            Ok(n) if n <= size => bufs.write_out_header(unique, 0, n),
             Ok(n) => {
                 error!("a read reply of {n} bytes from a {size}-byte buffer");
                 bufs.write_error(unique, libc::EIO);
