@@ -6,7 +6,8 @@
 # programs and libraries the preload tests run (lmdb-utils, liblmdb-dev, python3-lmdb,
 # librocksdb-dev, rocksdb-tools, libleveldb-dev), and the NFS server and client the export test
 # runs (nfs-ganesha with its VFS backend, which brings rpcbind; libnfs-utils, a user-space
-# client, since the kernel here has none). Checks that cargo is new enough for Rust
+# client, since the kernel here has none), and e2fsprogs and xfsprogs for the ext4 and xfs loop
+# images `winefs bench workload` compares against. Checks that cargo is new enough for Rust
 # edition 2024. Installs nothing that is already there.
 set -euo pipefail
 
@@ -27,7 +28,7 @@ fi
 missing=()
 for pkg in build-essential pkg-config ca-certificates fuse3 libfuse3-dev rsync git sqlite3 fio attr tar \
     lmdb-utils liblmdb-dev python3-lmdb librocksdb-dev rocksdb-tools libleveldb-dev \
-    nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils; do
+    nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils e2fsprogs xfsprogs; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
 command -v cargo >/dev/null 2>&1 || missing+=(cargo rustc)

@@ -553,24 +553,7 @@ fn passthrough_side(
         std::process::id()
     )));
     std::fs::create_dir_all(&mnt.0).map_err(|e| format!("mkdir {}: {e}", mnt.0.display()))?;
-    let child = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -n \"$1\" 2>/dev/null; shift; exec \"$@\"")
-        .arg("sh")
-        .arg(descriptors.to_string())
-        .arg(&bin)
-        .arg("-f")
-        .arg("-o")
-        .arg(format!("source={}", source.display()))
-        .args(opts)
-        .arg(&mnt.0)
-        // Nothing reads its output while it serves: a pipe that filled would stall it.
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("start {}: {e}", bin.display()))?;
-    let mounted = Mounted { child, at: mnt.0.clone() };
-    mounted.wait_mounted()?;
+    let mounted = Mounted::start(&bin, &source, &mnt.0, descriptors, opts)?;
     let r = run_side(&mounted.at, cfg, big).map_err(|e| format!("on passthrough_ll: {e}"));
     drop(mounted);
     r
@@ -578,7 +561,7 @@ fn passthrough_side(
 
 /// Build libfuse's `passthrough_ll` example as `bin`. Err: why not (the example source, a C
 /// compiler or pkg-config missing, or the build failing), in one line.
-fn build_passthrough(bin: &Path) -> std::result::Result<(), String> {
+pub(crate) fn build_passthrough(bin: &Path) -> std::result::Result<(), String> {
     let examples = Path::new(PASSTHROUGH_EXAMPLES);
     let src = examples.join("passthrough_ll.c");
     if !src.exists() {
@@ -631,12 +614,43 @@ fn passthrough_descriptors(cfg: &FuseBenchConfig) -> std::result::Result<u64, St
 }
 
 /// A running `passthrough_ll`, unmounted and reaped on drop.
-struct Mounted {
+pub(crate) struct Mounted {
     child: Child,
-    at: PathBuf,
+    pub(crate) at: PathBuf,
 }
 
 impl Mounted {
+    /// Start `bin` (passthrough_ll) in the foreground passing `source` through on `mnt`, with
+    /// `opts`, its soft limit of descriptors raised to `descriptors` (through a shell that then
+    /// becomes the daemon); returns once the mount is in place, Err(why) in one line.
+    pub(crate) fn start(
+        bin: &Path,
+        source: &Path,
+        mnt: &Path,
+        descriptors: u64,
+        opts: &[&str],
+    ) -> std::result::Result<Mounted, String> {
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg("ulimit -n \"$1\" 2>/dev/null; shift; exec \"$@\"")
+            .arg("sh")
+            .arg(descriptors.to_string())
+            .arg(bin)
+            .arg("-f")
+            .arg("-o")
+            .arg(format!("source={}", source.display()))
+            .args(opts)
+            .arg(mnt)
+            // Nothing reads its output while it serves: a pipe that filled would stall it.
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("start {}: {e}", bin.display()))?;
+        let mounted = Mounted { child, at: mnt.to_path_buf() };
+        mounted.wait_mounted()?;
+        Ok(mounted)
+    }
+
     /// Wait (up to 10 s) until the mount shows in /proc/self/mountinfo; Err if the daemon
     /// exits first or the time runs out.
     fn wait_mounted(&self) -> std::result::Result<(), String> {

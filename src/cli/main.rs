@@ -7,6 +7,7 @@
 //! (a background mount's log file) as `winefs: [level: ]message` lines.
 
 mod age;
+mod bench;
 mod crashtest;
 mod demo;
 mod fail;
@@ -21,8 +22,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use winefs::bench::{
-    AppBenchConfig, FuseBenchConfig, MmapBenchConfig, SmallBenchConfig, SpaceBenchConfig,
-    SyscallBenchConfig, WearBenchConfig, app_bench, fuse_bench, mmap_bench, small_bench,
+    FuseBenchConfig, MmapBenchConfig, SmallBenchConfig, SpaceBenchConfig,
+    SyscallBenchConfig, WearBenchConfig, fuse_bench, mmap_bench, small_bench,
     space_bench, syscall_bench, wear_bench,
 };
 use winefs::media::layout::{BLOCK_SIZE, FORMAT_VERSION};
@@ -238,7 +239,11 @@ enum BenchCmd {
     },
     /// LMDB (a YCSB-like C driver) and RocksDB db_bench on a hugepage tmpfs, a winefs FUSE
     /// mount, and that mount with the preload library; clean and aged (root).
-    App(AppArgs),
+    App(bench::AppArgs),
+    /// Filebench-like personalities (varmail, fileserver, webserver, webproxy), the paper's
+    /// Fig. 6 microbenchmarks and Fig. 10 scalability on the winefs library (strict, relaxed,
+    /// aged), a winefs FUSE mount (clean, aged), tmpfs, passthrough_ll, ext4 and xfs (root).
+    Workload(bench::WorkloadArgs),
     /// create/unlink, 4 KiB / 1 MiB sequential I/O and a many-files directory (create, cached
     /// stat, ls -l, unlink): a FUSE mount of winefs vs libfuse's passthrough_ll and tmpfs.
     Fuse {
@@ -332,49 +337,6 @@ enum BenchCmd {
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         repeats: u32,
     },
-}
-
-/// `winefs bench app`'s options.
-#[derive(clap::Args)]
-struct AppArgs {
-    /// Directory for the benchmark's mounts, logs and compiled helpers (default: /tmp).
-    #[arg(long)]
-    dir: Option<PathBuf>,
-    /// LMDB records loaded.
-    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
-    records: u64,
-    /// LMDB value size in bytes.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    value_size: u64,
-    /// LMDB operations per workload (A, B, C, D, F).
-    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
-    ops: u64,
-    /// db_bench --num (keys written; reads of the read benchmarks).
-    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
-    rocksdb_num: u64,
-    /// Size of the pool and of the tmpfs (K/M/G/T suffixes).
-    #[arg(long, default_value = "3G", value_parser = parse_nonzero_size)]
-    pool_size: u64,
-    /// Utilization the aged runs age to, in percent.
-    #[arg(long, default_value_t = 75.0)]
-    util: f64,
-    /// Aging writes, as a multiple of the capacity (the fill counts).
-    #[arg(long, default_value_t = 1.5)]
-    age_writes: f64,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Runs of the programs per setup and state (the best ops/s of each workload is kept).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    repeats: u32,
-    /// Clean file systems only.
-    #[arg(long)]
-    skip_aged: bool,
-    /// LMDB only.
-    #[arg(long)]
-    skip_rocksdb: bool,
-    /// Also write the report as JSON here.
-    #[arg(long)]
-    json: Option<PathBuf>,
 }
 
 fn compact(pool: &Path) -> Result<u8, Fail> {
@@ -608,7 +570,10 @@ fn main() -> ExitCode {
         }
         Cmd::Bench {
             which: BenchCmd::App(a),
-        } => bench_app(a),
+        } => bench::bench_app(a),
+        Cmd::Bench {
+            which: BenchCmd::Workload(a),
+        } => bench::bench_workload(a),
         Cmd::Bench {
             which:
                 BenchCmd::Space {
@@ -902,50 +867,6 @@ fn bench_space(cfg: SpaceBenchConfig) -> Result<u8, Fail> {
     eprintln!("running: {} operations, seed {}...", cfg.ops, cfg.seed);
     let rep = space_bench(&cfg).ctx(|| "bench space".into())?;
     print!("{rep}");
-    Ok(0)
-}
-
-fn bench_app(a: AppArgs) -> Result<u8, Fail> {
-    let cfg = AppBenchConfig {
-        dir: a.dir,
-        records: a.records,
-        value_size: a.value_size,
-        ops: a.ops,
-        rocksdb_num: a.rocksdb_num,
-        pool_size: a.pool_size,
-        util_pct: a.util,
-        age_writes: a.age_writes,
-        seed: a.seed,
-        repeats: a.repeats,
-        skip_aged: a.skip_aged,
-        skip_rocksdb: a.skip_rocksdb,
-    };
-    eprintln!(
-        "running: LMDB {} records x {} B, {} ops per workload{}; pool {}{} (a few minutes)...",
-        cfg.records,
-        cfg.value_size,
-        cfg.ops,
-        if cfg.skip_rocksdb {
-            "; RocksDB skipped".to_string()
-        } else {
-            format!("; db_bench --num {}", cfg.rocksdb_num)
-        },
-        human(cfg.pool_size),
-        if cfg.skip_aged {
-            ", clean only".to_string()
-        } else {
-            format!(
-                ", clean and aged to {}% (--writes {})",
-                cfg.util_pct, cfg.age_writes
-            )
-        }
-    );
-    let rep = app_bench(&cfg).ctx(|| "bench app".into())?;
-    print!("{rep}");
-    if let Some(j) = a.json {
-        let text = serde_json::to_string_pretty(&rep).map_err(|e| fail("bench app: JSON", e))?;
-        std::fs::write(&j, text + "\n").map_err(|e| fail(format!("write {}", j.display()), e))?;
-    }
     Ok(0)
 }
 

@@ -1,0 +1,560 @@
+//! What `winefs bench workload` ([`super::workload`]) runs on: one small file interface
+//! ([`Target`]) with two implementations — the winefs library called directly ([`LibTarget`])
+//! and `std::fs` on any directory ([`PosixTarget`]) — and the setups that provide a fresh one
+//! each: a new pool (clean or a copy of an aged one) through the library or through a FUSE
+//! mount served by this process, a directory on the host tmpfs, libfuse's `passthrough_ll`
+//! over tmpfs, and ext4 and xfs made on loop images (root).
+
+use super::fuse::{Mounted, build_passthrough};
+use super::syscall::io_err;
+use crate::FileKind;
+use crate::error::{Error, Result};
+use crate::fs::Fs;
+use crate::fuse::WinefsFuse;
+use crate::types::{Consistency, MountOptions};
+use fuser::{BackgroundSession, Config, MountOption, Session};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+/// One file of a workload's file set: directory `dir`, file number `idx` (named `f<idx>`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FileRef {
+    pub(crate) dir: u64,
+    pub(crate) idx: u64,
+}
+
+/// How a file is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OpenFor {
+    /// Reading only.
+    Read,
+    /// Appending (O_APPEND: every write lands at the end, also with other writers).
+    Append,
+    /// Writing in place.
+    Write,
+}
+
+/// The calls a workload makes. Implementations are shared by the workload's threads.
+pub(crate) trait Target: Sync {
+    /// An open file.
+    type File: Send;
+    /// Make directories `0..n` of the file set (before any thread starts).
+    fn make_dirs(&mut self, n: u64) -> Result<()>;
+    /// Create a new file (it must not exist) and open it for appending.
+    fn create(&self, f: FileRef) -> Result<Self::File>;
+    fn open(&self, f: FileRef, how: OpenFor) -> Result<Self::File>;
+    fn append(&self, h: &mut Self::File, data: &[u8]) -> Result<()>;
+    fn write_at(&self, h: &Self::File, off: u64, data: &[u8]) -> Result<()>;
+    /// Bytes read (0 at the end of the file).
+    fn read_at(&self, h: &Self::File, off: u64, buf: &mut [u8]) -> Result<usize>;
+    fn fsync(&self, h: &Self::File) -> Result<()>;
+    /// Cut the file to `size` bytes.
+    fn truncate(&self, h: &Self::File, size: u64) -> Result<()>;
+    fn close(&self, h: Self::File) -> Result<()>;
+    fn unlink(&self, f: FileRef) -> Result<()>;
+    /// The file's size.
+    fn stat(&self, f: FileRef) -> Result<u64>;
+}
+
+/// `f<idx>` without an allocation.
+fn file_name(idx: u64, buf: &mut [u8; 24]) -> &[u8] {
+    buf[0] = b'f';
+    let mut digits = [0u8; 20];
+    let (mut n, mut len) = (idx, 0);
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        buf[1 + i] = digits[len - 1 - i];
+    }
+    &buf[..1 + len]
+}
+
+/// The winefs library, called directly: names are looked up in directories whose inode
+/// numbers the workload keeps (as a program holding directory descriptors would).
+pub(crate) struct LibTarget {
+    pub(crate) fs: Fs,
+    root: u64,
+    dirs: Vec<u64>,
+}
+
+impl LibTarget {
+    /// The file set lives in `/wl` of `fs` (made here).
+    pub(crate) fn new(fs: Fs) -> Result<LibTarget> {
+        let root = fs.mkdir(fs.root(), b"wl", 0o755, 0, 0)?.ino;
+        Ok(LibTarget {
+            fs,
+            root,
+            dirs: Vec::new(),
+        })
+    }
+
+    fn dir(&self, f: FileRef) -> Result<u64> {
+        self.dirs
+            .get(f.dir as usize)
+            .copied()
+            .ok_or_else(|| Error::Invalid(format!("no directory {} in the file set", f.dir)))
+    }
+}
+
+impl Target for LibTarget {
+    type File = u64;
+
+    fn make_dirs(&mut self, n: u64) -> Result<()> {
+        let mut name = [0u8; 24];
+        for d in 0..n {
+            let ino = self
+                .fs
+                .mkdir(self.root, file_name(d, &mut name), 0o755, 0, 0)?
+                .ino;
+            self.dirs.push(ino);
+        }
+        Ok(())
+    }
+
+    fn create(&self, f: FileRef) -> Result<u64> {
+        let mut name = [0u8; 24];
+        let a = self
+            .fs
+            .create(self.dir(f)?, file_name(f.idx, &mut name), 0o644, 0, 0)?;
+        self.fs.open(a.ino).map(|a| a.ino)
+    }
+
+    fn open(&self, f: FileRef, _how: OpenFor) -> Result<u64> {
+        let mut name = [0u8; 24];
+        let a = self.fs.lookup(self.dir(f)?, file_name(f.idx, &mut name))?;
+        if a.kind != FileKind::File {
+            return Err(Error::IsDir);
+        }
+        self.fs.open(a.ino).map(|a| a.ino)
+    }
+
+    fn append(&self, h: &mut u64, data: &[u8]) -> Result<()> {
+        match self.fs.append(*h, data)? {
+            (n, _) if n == data.len() => Ok(()),
+            (n, _) => Err(Error::NoSpace(format!(
+                "appended {n} of {} bytes",
+                data.len()
+            ))),
+        }
+    }
+
+    fn write_at(&self, h: &u64, off: u64, data: &[u8]) -> Result<()> {
+        match self.fs.write(*h, off, data)? {
+            n if n == data.len() => Ok(()),
+            n => Err(Error::NoSpace(format!("wrote {n} of {} bytes", data.len()))),
+        }
+    }
+
+    fn read_at(&self, h: &u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+        self.fs.read(*h, off, buf)
+    }
+
+    fn fsync(&self, h: &u64) -> Result<()> {
+        self.fs.fsync(*h)
+    }
+
+    fn truncate(&self, h: &u64, size: u64) -> Result<()> {
+        self.fs.truncate(*h, size)
+    }
+
+    fn close(&self, h: u64) -> Result<()> {
+        self.fs.release(h)
+    }
+
+    fn unlink(&self, f: FileRef) -> Result<()> {
+        let mut name = [0u8; 24];
+        self.fs.unlink(self.dir(f)?, file_name(f.idx, &mut name))
+    }
+
+    fn stat(&self, f: FileRef) -> Result<u64> {
+        let mut name = [0u8; 24];
+        self.fs
+            .lookup(self.dir(f)?, file_name(f.idx, &mut name))
+            .map(|a| a.size)
+    }
+}
+
+/// `std::fs` calls under a directory of any file system.
+pub(crate) struct PosixTarget {
+    root: PathBuf,
+    dirs: Vec<PathBuf>,
+}
+
+impl PosixTarget {
+    /// The file set lives in `dir/wl` (made here).
+    pub(crate) fn new(dir: &Path) -> Result<PosixTarget> {
+        let root = dir.join("wl");
+        std::fs::create_dir(&root).map_err(io_err(format!("mkdir {}", root.display())))?;
+        Ok(PosixTarget {
+            root,
+            dirs: Vec::new(),
+        })
+    }
+
+    fn path(&self, f: FileRef) -> Result<PathBuf> {
+        let mut name = [0u8; 24];
+        let d = self
+            .dirs
+            .get(f.dir as usize)
+            .ok_or_else(|| Error::Invalid(format!("no directory {} in the file set", f.dir)))?;
+        let name = std::str::from_utf8(file_name(f.idx, &mut name)).unwrap_or("f");
+        Ok(d.join(name))
+    }
+}
+
+fn os<T>(what: &str, p: &Path, r: std::io::Result<T>) -> Result<T> {
+    r.map_err(io_err(format!("{what} {}", p.display())))
+}
+
+impl Target for PosixTarget {
+    type File = File;
+
+    fn make_dirs(&mut self, n: u64) -> Result<()> {
+        let mut name = [0u8; 24];
+        for d in 0..n {
+            let name = std::str::from_utf8(file_name(d, &mut name)).unwrap_or("f");
+            let p = self.root.join(name);
+            os("mkdir", &p, std::fs::create_dir(&p))?;
+            self.dirs.push(p);
+        }
+        Ok(())
+    }
+
+    fn create(&self, f: FileRef) -> Result<File> {
+        let p = self.path(f)?;
+        os(
+            "create",
+            &p,
+            OpenOptions::new()
+                .read(true)
+                .append(true)
+                .create_new(true)
+                .open(&p),
+        )
+    }
+
+    fn open(&self, f: FileRef, how: OpenFor) -> Result<File> {
+        let p = self.path(f)?;
+        let mut o = OpenOptions::new();
+        match how {
+            OpenFor::Read => o.read(true),
+            OpenFor::Append => o.read(true).append(true),
+            OpenFor::Write => o.read(true).write(true),
+        };
+        os("open", &p, o.open(&p))
+    }
+
+    fn append(&self, h: &mut File, data: &[u8]) -> Result<()> {
+        h.write_all(data).map_err(io_err("append".into()))
+    }
+
+    fn write_at(&self, h: &File, off: u64, data: &[u8]) -> Result<()> {
+        h.write_all_at(data, off).map_err(io_err("pwrite".into()))
+    }
+
+    fn read_at(&self, h: &File, off: u64, buf: &mut [u8]) -> Result<usize> {
+        h.read_at(buf, off).map_err(io_err("pread".into()))
+    }
+
+    fn fsync(&self, h: &File) -> Result<()> {
+        h.sync_all().map_err(io_err("fsync".into()))
+    }
+
+    fn truncate(&self, h: &File, size: u64) -> Result<()> {
+        h.set_len(size).map_err(io_err("ftruncate".into()))
+    }
+
+    fn close(&self, h: File) -> Result<()> {
+        drop(h);
+        Ok(())
+    }
+
+    fn unlink(&self, f: FileRef) -> Result<()> {
+        let p = self.path(f)?;
+        os("unlink", &p, std::fs::remove_file(&p))
+    }
+
+    fn stat(&self, f: FileRef) -> Result<u64> {
+        let p = self.path(f)?;
+        os("stat", &p, std::fs::metadata(&p)).map(|m| m.len())
+    }
+}
+
+/// A FUSE mount of a pool served by this process, as `winefs mount` serves it by default
+/// (strict, `default_permissions`, one thread per CPU, io_uring where the kernel offers it).
+pub(crate) struct FuseServed {
+    fs: Option<Arc<Fs>>,
+    session: Option<BackgroundSession>,
+    /// How requests travel ("FUSE over io_uring" or "/dev/fuse").
+    pub(crate) transport: &'static str,
+}
+
+impl FuseServed {
+    pub(crate) fn start(fs: Fs, mnt: &Path) -> Result<FuseServed> {
+        let fs = Arc::new(fs);
+        let mut cfg = Config::default();
+        cfg.mount_options = vec![
+            MountOption::FSName("winefs-workload".into()),
+            MountOption::DefaultPermissions,
+        ];
+        cfg.n_threads = Some(std::thread::available_parallelism().map_or(2, |n| n.get()));
+        cfg.clone_fd = true;
+        cfg.io_uring = true;
+        let session = Session::new(WinefsFuse::new(Arc::clone(&fs)), mnt, &cfg)
+            .map_err(io_err(format!("FUSE mount on {}", mnt.display())))?;
+        let transport = if session.io_uring().is_ok() {
+            "FUSE over io_uring"
+        } else {
+            "/dev/fuse"
+        };
+        let session = session
+            .spawn()
+            .map_err(io_err("start the FUSE session".into()))?;
+        Ok(FuseServed {
+            fs: Some(fs),
+            session: Some(session),
+            transport,
+        })
+    }
+
+    /// Unmount, then check the pool (it must be clean) and close it.
+    pub(crate) fn stop(mut self) -> Result<()> {
+        if let Some(s) = self.session.take() {
+            s.umount_and_join()
+                .map_err(io_err("stop the FUSE session".into()))?;
+        }
+        let fs = self.fs.take().and_then(|fs| Arc::try_unwrap(fs).ok());
+        check_and_unmount(
+            fs.ok_or_else(|| Error::Busy("the benchmark's pool is still referenced".into()))?,
+        )
+    }
+}
+
+impl Drop for FuseServed {
+    fn drop(&mut self) {
+        if let Some(s) = self.session.take() {
+            let _ = s.umount_and_join();
+        }
+    }
+}
+
+/// fsck the pool (it must be clean after a workload) and unmount it.
+pub(crate) fn check_and_unmount(fs: Fs) -> Result<()> {
+    let check = fs.check();
+    fs.unmount()?;
+    if check.is_clean() {
+        Ok(())
+    } else {
+        Err(Error::Corrupted(format!(
+            "fsck after the workload: {:?}",
+            check.problems
+        )))
+    }
+}
+
+/// Mount a pool for a workload.
+pub(crate) fn mount_pool(pool: &Path, consistency: Consistency) -> Result<Fs> {
+    Fs::mount(
+        pool,
+        MountOptions {
+            consistency,
+            ..Default::default()
+        },
+    )
+}
+
+/// Run a command; Err(why) with its last line of standard error.
+fn run(cmd: &mut Command, what: &str) -> std::result::Result<String, String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{what}: {e}"))?;
+    if out.status.success() {
+        return Ok(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    Err(format!("{what}: {} ({last})", out.status))
+}
+
+/// A file system made with `mkfs_cmd` on a loop device over an image file, mounted;
+/// unmounted, detached and removed on drop.
+pub(crate) struct LoopFs {
+    image: PathBuf,
+    dev: String,
+    pub(crate) mnt: PathBuf,
+    mounted: bool,
+}
+
+impl LoopFs {
+    /// `kind` is "ext4" or "xfs". Err(why not) in one line: not root, a tool missing, or a
+    /// step failing.
+    pub(crate) fn make(
+        kind: &str,
+        image: &Path,
+        mnt: &Path,
+        size: u64,
+    ) -> std::result::Result<LoopFs, String> {
+        if crate::sys::euid() != 0 {
+            return Err("loop devices need root".into());
+        }
+        let mkfs: &[&str] = match kind {
+            // No lazy initialisation: a background thread would write while we measure.
+            "ext4" => &[
+                "mkfs.ext4",
+                "-q",
+                "-F",
+                "-E",
+                "lazy_itable_init=0,lazy_journal_init=0",
+            ],
+            "xfs" => &["mkfs.xfs", "-q", "-f"],
+            _ => return Err(format!("unknown file system {kind}")),
+        };
+        let f = File::create(image).map_err(|e| format!("create {}: {e}", image.display()))?;
+        f.set_len(size)
+            .map_err(|e| format!("size {}: {e}", image.display()))?;
+        drop(f);
+        let dev = match run(
+            Command::new("losetup")
+                .args(["--find", "--show"])
+                .arg(image),
+            "losetup",
+        ) {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = std::fs::remove_file(image);
+                return Err(e);
+            }
+        };
+        let mut made = LoopFs {
+            image: image.to_path_buf(),
+            dev,
+            mnt: mnt.to_path_buf(),
+            mounted: false,
+        };
+        let hint = if kind == "xfs" {
+            " (Debian: xfsprogs)"
+        } else {
+            " (Debian: e2fsprogs)"
+        };
+        run(
+            Command::new(mkfs[0]).args(&mkfs[1..]).arg(&made.dev),
+            &format!("{}{hint}", mkfs[0]),
+        )?;
+        std::fs::create_dir_all(mnt).map_err(|e| format!("mkdir {}: {e}", mnt.display()))?;
+        run(
+            Command::new("mount").arg(&made.dev).arg(mnt),
+            &format!("mount {kind}"),
+        )?;
+        made.mounted = true;
+        Ok(made)
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        if self.mounted && run(Command::new("umount").arg(&self.mnt), "umount").is_err() {
+            let _ = crate::sys::lazy_unmount(&self.mnt);
+        }
+        let _ = std::fs::remove_dir(&self.mnt);
+        let _ = run(
+            Command::new("losetup").arg("-d").arg(&self.dev),
+            "losetup -d",
+        );
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
+
+/// libfuse's `passthrough_ll` (built into `bin` on first use) passing through to `source`,
+/// mounted on `mnt` with its defaults; Err(why not) in one line.
+pub(crate) fn passthrough(
+    bin: &Path,
+    source: &Path,
+    mnt: &Path,
+    descriptors: u64,
+) -> std::result::Result<Mounted, String> {
+    if !bin.exists() {
+        build_passthrough(bin)?;
+    }
+    std::fs::create_dir_all(source).map_err(|e| format!("mkdir {}: {e}", source.display()))?;
+    std::fs::create_dir_all(mnt).map_err(|e| format!("mkdir {}: {e}", mnt.display()))?;
+    Mounted::start(bin, source, mnt, descriptors, &[])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_are_f_and_the_number() {
+        let mut b = [0u8; 24];
+        assert_eq!(file_name(0, &mut b), b"f0");
+        assert_eq!(file_name(907, &mut b), b"f907");
+        assert_eq!(
+            file_name(u64::MAX, &mut b),
+            format!("f{}", u64::MAX).as_bytes()
+        );
+    }
+
+    /// The library and `std::fs` targets agree on every call's effect.
+    #[test]
+    fn library_and_posix_targets_behave_alike() {
+        let d = tempfile::tempdir().unwrap();
+        let pool = d.path().join("pool");
+        Fs::mkfs(
+            &pool,
+            &crate::types::MkfsOptions {
+                size: Some(64 << 20),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut lib = LibTarget::new(mount_pool(&pool, Consistency::Strict).unwrap()).unwrap();
+        let host = d.path().join("host");
+        std::fs::create_dir(&host).unwrap();
+        let mut posix = PosixTarget::new(&host).unwrap();
+        fn exercise<T: Target>(t: &mut T) -> (u64, Vec<u8>, bool, bool) {
+            t.make_dirs(2).unwrap();
+            let f = FileRef { dir: 1, idx: 42 };
+            let mut h = t.create(f).unwrap();
+            t.append(&mut h, b"hello ").unwrap();
+            t.append(&mut h, b"world").unwrap();
+            t.fsync(&h).unwrap();
+            t.append(&mut h, b"!!!").unwrap();
+            t.truncate(&h, 11).unwrap();
+            t.close(h).unwrap();
+            let w = t.open(f, OpenFor::Write).unwrap();
+            t.write_at(&w, 0, b"J").unwrap();
+            t.close(w).unwrap();
+            let r = t.open(f, OpenFor::Read).unwrap();
+            let mut buf = vec![0u8; 64];
+            let n = t.read_at(&r, 0, &mut buf).unwrap();
+            assert_eq!(t.read_at(&r, n as u64, &mut buf[n..]).unwrap(), 0);
+            buf.truncate(n);
+            t.close(r).unwrap();
+            let size = t.stat(f).unwrap();
+            let twice = t.create(f).is_err();
+            t.unlink(f).unwrap();
+            (size, buf, twice, t.stat(f).is_err())
+        }
+        let a = exercise(&mut lib);
+        let b = exercise(&mut posix);
+        assert_eq!(a, (11, b"Jello world".to_vec(), true, true));
+        assert_eq!(a, b);
+        check_and_unmount(lib.fs).unwrap();
+    }
+}
