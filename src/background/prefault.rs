@@ -47,6 +47,16 @@ pub(crate) fn stop(state: &MountState) {
     }
 }
 
+/// Wait until the prefault thread, if any, has populated the whole pool (or was stopped).
+pub(crate) fn wait(state: &MountState) {
+    let handle = lock(&state.prefault_thread).take();
+    if let Some(h) = handle
+        && h.thread().id() != std::thread::current().id()
+    {
+        let _ = h.join();
+    }
+}
+
 fn run(s: &MountState) {
     crate::sys::lower_thread_priority();
     let len = s.pool.len();

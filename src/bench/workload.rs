@@ -430,7 +430,13 @@ mod tests {
                     .filter(|r| r.workload == w && r.setup == s)
                     .collect();
                 let must = match s {
-                    Setup::Ext4 | Setup::Xfs => root,
+                    // Where loop devices and the mkfs tool are there too.
+                    Setup::Ext4 | Setup::Xfs => {
+                        root && Path::new("/dev/loop-control").exists()
+                            && ["/usr/sbin", "/sbin"]
+                                .iter()
+                                .any(|d| Path::new(d).join(format!("mkfs.{}", s.name())).exists())
+                    }
                     Setup::Passthrough => floor,
                     _ => true,
                 };

@@ -398,7 +398,7 @@ impl Plan {
     pub(super) fn data_bytes(&self) -> u64 {
         match self.workload {
             w if w.is_filebench() => {
-                self.files * (self.mean_size * 2 + self.append_mean * 4) + (64 << 20)
+                self.files * (self.mean_size + self.append_mean * 2) + (64 << 20)
             }
             Workload::Scale => 64 << 20,
             _ => self.micro_size + (16 << 20),

@@ -362,17 +362,18 @@ pub(crate) fn check_and_unmount(fs: Fs) -> Result<()> {
     }
 }
 
-/// Mount a pool for a workload.
+/// Mount a pool for a workload, once its pages are all faulted in (see [`Fs::wait_prefault`]).
 pub(crate) fn mount_pool(pool: &Path, consistency: Consistency) -> Result<Fs> {
-    Fs::mount(
+    let fs = Fs::mount(
         pool,
         MountOptions {
             consistency,
             ..Default::default()
         },
-    )
+    )?;
+    fs.wait_prefault();
+    Ok(fs)
 }
-
 /// Run a command; Err(why) with its last line of standard error.
 fn run(cmd: &mut Command, what: &str) -> std::result::Result<String, String> {
     let out = cmd

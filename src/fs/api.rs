@@ -67,6 +67,13 @@ impl Fs {
         background::prefault::start(&self.state);
     }
 
+    /// Wait until the background prefault (if any) has faulted in the whole pool: a benchmark
+    /// then measures the pool as a long-mounted one (or persistent memory) is, without the
+    /// first touch of each page.
+    pub fn wait_prefault(&self) {
+        background::prefault::wait(&self.state);
+    }
+
     /// Bytes of the pool faulted in ahead of use so far (from its start; the pool's length
     /// when done, 0 when the pool is not one that is faulted in).
     pub fn prefaulted_bytes(&self) -> u64 {

@@ -30,24 +30,31 @@ pub struct Extent {
     pub slot: SlotId,
 }
 
-/// The free slots of a file's map: the eight inline ones as bits, index-block ones in a B-tree,
-/// so that a new or small file allocates nothing for them.
+/// The free slots of a file's map, as bits: the eight inline ones in a byte, each extent-index
+/// block's 255 in four words. A new or small file allocates nothing for them, and adding or
+/// dropping an index block sets or frees 32 bytes instead of 255 tree entries (a B-tree here
+/// cost a churn of small files 12% of its time).
 #[derive(Clone, Debug, Default)]
 struct FreeSlots {
     /// Bit `s` set: inline slot `s` is free.
     inline: u8,
-    /// Free slots of the extent-index blocks (all ≥ `INLINE_SLOTS`).
-    chained: BTreeSet<SlotId>,
+    /// Word `s / 64` of entry `k`, bit `s % 64` set: slot `s` of index block `k` is free.
+    chained: Vec<[u64; 4]>,
+    /// Set bits in `chained`.
+    chained_free: usize,
+    /// Every entry of `chained` below this one is empty (where `pop_first` starts looking).
+    first_nonempty: usize,
 }
 
 const _: () = assert!(INLINE_SLOTS == u8::BITS as usize, "one bit per inline slot");
+const _: () = assert!(INDEX_SLOTS <= 4 * u64::BITS as usize, "four words per index block");
 
 impl FreeSlots {
     /// Every inline slot free.
     fn all_inline() -> FreeSlots {
         FreeSlots {
             inline: u8::MAX,
-            chained: BTreeSet::new(),
+            ..FreeSlots::default()
         }
     }
 
@@ -55,7 +62,17 @@ impl FreeSlots {
         match u8::try_from(slot) {
             Ok(s) if usize::from(s) < INLINE_SLOTS => self.inline |= 1 << s,
             _ => {
-                self.chained.insert(slot);
+                let i = slot as usize - INLINE_SLOTS;
+                let (k, s) = (i / INDEX_SLOTS, i % INDEX_SLOTS);
+                if self.chained.len() <= k {
+                    self.chained.resize(k + 1, [0; 4]);
+                }
+                let (word, bit) = (&mut self.chained[k][s / 64], 1u64 << (s % 64));
+                if *word & bit == 0 {
+                    *word |= bit;
+                    self.chained_free += 1;
+                }
+                self.first_nonempty = self.first_nonempty.min(k);
             }
         }
     }
@@ -67,11 +84,24 @@ impl FreeSlots {
             self.inline &= !(1 << s);
             return Some(s);
         }
-        self.chained.pop_first()
+        if self.chained_free == 0 {
+            return None;
+        }
+        for k in self.first_nonempty..self.chained.len() {
+            if let Some(w) = self.chained[k].iter().position(|&w| w != 0) {
+                self.first_nonempty = k;
+                let word = &mut self.chained[k][w];
+                let bit = word.trailing_zeros() as usize;
+                *word &= !(1u64 << bit);
+                self.chained_free -= 1;
+                return index_slot(k, w * 64 + bit);
+            }
+        }
+        None
     }
 
     fn len(&self) -> usize {
-        self.inline.count_ones() as usize + self.chained.len()
+        self.inline.count_ones() as usize + self.chained_free
     }
 }
 
