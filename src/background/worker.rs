@@ -33,6 +33,12 @@ fn run(state: &Weak<MountState>, mailbox: &Background) {
         match job {
             Job::Rewrite(ino) => match rewrite_file(state, ino, true) {
                 Ok(done) => mailbox.rewrite_done(done),
+                // A pool too full to give the file aligned extents is not a fault: the file
+                // keeps its data and its current layout.
+                Err(crate::error::Error::NoSpace(why)) => {
+                    log::info!("background rewrite of inode {ino} left for later: {why}");
+                    mailbox.job_failed();
+                }
                 Err(e) => {
                     log::error!("background rewrite of inode {ino} stopped: {e}");
                     mailbox.job_failed();

@@ -291,8 +291,9 @@ pub fn workload_bench(cfg: &WorkloadBenchConfig) -> Result<WorkloadBenchReport> 
     let mut aging = Vec::new();
     for &w in &cfg.workloads {
         let p = Plan::new(w, cfg, cpus);
-        // The aged pools hold the workload in what the aging leaves free.
-        let free = 1.0 - cfg.util_pct / 100.0;
+        // The aged pools hold the workload in what the aging leaves free, less five points
+        // (the ager holds utilization within about a point of its target).
+        let free = (1.0 - cfg.util_pct / 100.0 - 0.05).max(0.05);
         let pool_size = ((p.data_bytes() as f64 / free) as u64)
             .max(512 << 20)
             .next_multiple_of(2 << 20);

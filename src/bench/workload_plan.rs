@@ -401,7 +401,7 @@ impl Plan {
                 self.files * (self.mean_size + self.append_mean * 2) + (64 << 20)
             }
             Workload::Scale => 64 << 20,
-            _ => self.micro_size + (16 << 20),
+            _ => self.micro_size + self.micro_size / 4 + (32 << 20),
         }
     }
 
