@@ -100,11 +100,7 @@ impl Allocator {
                 return Err(format!("partition {i}: range [{start},{end}) {why}"));
             }
             prev_end = end;
-            let space = Mutex::new(FreeSpace {
-                start,
-                end,
-                ..Default::default()
-            });
+            let space = Mutex::new(FreeSpace::empty(start, end));
             let (aligned_cnt, hole_blocks) = (AtomicU64::new(0), AtomicU64::new(0));
             parts.push(Part {
                 start,
