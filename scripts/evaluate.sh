@@ -25,7 +25,11 @@ OUT=$(cd "$OUT" && pwd)
 
 bash scripts/install-deps.sh || exit 1
 if ! command -v cargo >/dev/null 2>&1; then export PATH="${HOME:-/root}/.cargo/bin:$PATH"; fi
-if ! python3 -c 'import matplotlib' 2>/dev/null && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+# Debian's own Python, which sees the packages apt installs (a pyenv or venv python3 first in
+# PATH would not).
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+if ! "$PY" -c 'import matplotlib' 2>/dev/null && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-matplotlib >/dev/null ||
         echo "evaluate: no matplotlib; the report will have tables only" >&2
 fi
@@ -93,5 +97,5 @@ step app "$W" bench app "${app_args[@]}"
 step mount_time "$E/mount_time" "$files" "$dirs"
 step dram "$E/dram_per_file" "$files"
 
-python3 scripts/evaluation_report.py "$OUT"
+"$PY" scripts/evaluation_report.py "$OUT"
 [ ! -s "$OUT/failed.txt" ]

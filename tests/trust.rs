@@ -498,3 +498,39 @@ fn a_damaged_directory_header_is_refused_reported_and_rebuilt_by_repair() {
     assert!(fs.check().is_clean());
     let _ = g;
 }
+
+/// The inode tables are scanned by several threads, each over its own range: damage in a later
+/// range is found as well, and the refusal names the lowest damaged inode first, as a scan in
+/// one thread would.
+#[test]
+fn damage_in_every_range_of_the_inode_scan_is_found_lowest_first() {
+    let (_d, p) = common::fresh_pool_with(&winefs::MkfsOptions {
+        size: Some(64 * MIB),
+        partitions: Some(2),
+        inodes: Some(40_000),
+        ..Default::default()
+    });
+    let fs = mount(&p);
+    let f = fs.create_file("/victim").unwrap();
+    f.write_at(0, b"data").unwrap();
+    let victim = f.ino();
+    drop(f);
+    let g = fs.geometry();
+    fs.unmount().unwrap();
+    // A free slot at the other end of the tables from the file (whose partition follows the
+    // CPU it was made on), marked in use: it fails its checksum.
+    let total = g.total_inodes();
+    let far = if victim > total / 2 { 100 } else { total - 3 };
+    flip(&p, g.inode_offset(far).unwrap(), 0x01);
+    refused(&p, &format!("inode {far} fails its checksum"));
+    flip(&p, g.inode_offset(victim).unwrap() + 24, 0x01);
+    let (low, high) = (victim.min(far), victim.max(far));
+    assert!(high - low > 19_000, "{low} {high}");
+    let why = refused(&p, &format!("inode {low} fails its checksum (and 1 more inodes)"));
+    assert!(!why.contains(&format!("inode {high}")), "{why}");
+    let rep = winefs::state::fsck::check_pool(&p).unwrap();
+    for ino in [low, high] {
+        let what = format!("inode {ino} fails its checksum");
+        assert!(rep.problems.iter().any(|x| x.contains(&what)), "{:?}", rep.problems);
+    }
+}

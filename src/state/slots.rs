@@ -26,7 +26,7 @@ use crate::state::zones::{Zone, unit_holder};
 use crate::state::mount_state::MountState;
 use crate::sys::current_cpu;
 use crate::types::{Consistency, OverwritePath};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::Ordering;
 
 /// Whether a write of [pos, end) to `g` may take the alternate path: strict mode, a pool with
@@ -483,7 +483,7 @@ fn clear(state: &MountState, g: &mut InodeState, picked: &[(u64, SlotRef)]) -> R
 /// line that says why.
 pub(crate) fn homeless<'a>(
     live: &'a [LiveSlot],
-    nodes: &HashMap<u64, InodeState>,
+    nodes: &crate::state::inode_state::InoMap<InodeState>,
 ) -> Vec<(&'a LiveSlot, String)> {
     let mut homes: Vec<u64> = live.iter().map(|s| s.home).collect();
     homes.sort_unstable();
