@@ -441,6 +441,7 @@ mod tests {
                                 .any(|d| Path::new(d).join(format!("mkfs.{}", s.name())).exists())
                     }
                     Setup::Passthrough => floor,
+                    Setup::Fuse | Setup::FuseAged => Path::new("/dev/fuse").exists(),
                     _ => true,
                 };
                 if !must {
