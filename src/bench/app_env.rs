@@ -44,26 +44,21 @@ fn run_quiet(cmd: &mut Command, what: &str) -> Result<String> {
     let out = cmd.output().map_err(io_err(what.to_string()))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        let last = err
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("");
+        let last = last_nonempty_line(&err);
         return Err(Error::Invalid(format!("{what}: {} ({last})", out.status)));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The last non-empty line of `text` (a command's standard error), for error messages.
+pub(crate) fn last_nonempty_line(text: &str) -> &str {
+    text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("")
+}
+
 /// The last non-empty line of a file (a daemon's log), for error messages.
 fn last_line(path: &Path) -> String {
     std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .map(str::to_string)
-        })
+        .map(|t| last_nonempty_line(&t).to_string())
         .unwrap_or_default()
 }
 

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::fs::Fs;
 use crate::fuse::WinefsFuse;
 use crate::types::{Consistency, MkfsOptions, MountOptions};
-use fuser::{Config, MountOption, Session};
+use fuser::{BackgroundSession, Config, MountOption, Session};
 use std::fmt;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -482,48 +482,102 @@ fn winefs_side(
     cfg: &FuseBenchConfig,
     io_uring: bool,
 ) -> Result<std::result::Result<[f64; ROWS.len()], String>> {
-    let fs = Arc::new(Fs::mount(
+    let fs = Fs::mount(
         pool,
         MountOptions {
             consistency: Consistency::Strict,
             ..Default::default()
         },
-    )?);
-    let mut fc = Config::default();
-    fc.mount_options = vec![
-        MountOption::FSName("winefs-bench".into()),
-        MountOption::DefaultPermissions,
-    ];
-    fc.n_threads = Some(cfg.threads.max(1));
-    fc.clone_fd = true;
-    fc.io_uring = io_uring;
-    let session = Session::new(WinefsFuse::new(Arc::clone(&fs)), mnt, &fc)
-        .map_err(io_err(format!("FUSE mount on {}", mnt.display())))?;
-    if let (true, Err(why)) = (io_uring, session.io_uring()) {
-        drop(session);
-        let fs = Arc::try_unwrap(fs)
-            .map_err(|_| Error::Busy("the benchmark's pool is still referenced".into()))?;
-        fs.unmount()?;
-        return Ok(Err(why.to_string()));
+    )?;
+    let served = FuseServed::start(fs, mnt, cfg.threads.max(1), io_uring)?;
+    if let (true, Err(why)) = (io_uring, &served.uring) {
+        let why = why.clone();
+        served.stop()?;
+        return Ok(Err(why));
     }
-    let session = session
-        .spawn()
-        .map_err(io_err("start the FUSE session".into()))?;
     let measured = run_side(mnt, cfg, true);
-    let stopped = session.umount_and_join();
-    let fs = Arc::try_unwrap(fs)
-        .map_err(|_| Error::Busy("the benchmark's pool is still referenced".into()))?;
+    let stopped = served.stop();
+    let w = measured?;
+    stopped?;
+    Ok(Ok(w))
+}
+
+/// A pool mounted with the FUSE front end by this process, as `winefs mount` mounts one
+/// (`default_permissions`, cloned descriptors per thread); unmounted on drop.
+pub(crate) struct FuseServed {
+    fs: Option<Arc<Fs>>,
+    session: Option<BackgroundSession>,
+    /// The queues requests travel over with io_uring, or why it does not serve.
+    pub(crate) uring: std::result::Result<usize, String>,
+}
+
+impl FuseServed {
+    /// Mount `fs` on `mnt` served by `threads` threads, asking for io_uring if `io_uring`.
+    pub(crate) fn start(fs: Fs, mnt: &Path, threads: usize, io_uring: bool) -> Result<FuseServed> {
+        let fs = Arc::new(fs);
+        let mut fc = Config::default();
+        fc.mount_options = vec![
+            MountOption::FSName("winefs-bench".into()),
+            MountOption::DefaultPermissions,
+        ];
+        fc.n_threads = Some(threads);
+        fc.clone_fd = true;
+        fc.io_uring = io_uring;
+        let session = Session::new(WinefsFuse::new(Arc::clone(&fs)), mnt, &fc)
+            .map_err(io_err(format!("FUSE mount on {}", mnt.display())))?;
+        let uring = session.io_uring().map_err(|e| e.to_string());
+        let session = session
+            .spawn()
+            .map_err(io_err("start the FUSE session".into()))?;
+        Ok(FuseServed {
+            fs: Some(fs),
+            session: Some(session),
+            uring,
+        })
+    }
+
+    /// How requests travel, in words.
+    pub(crate) fn transport(&self) -> &'static str {
+        if self.uring.is_ok() {
+            "FUSE over io_uring"
+        } else {
+            "/dev/fuse"
+        }
+    }
+
+    /// Unmount, then check the pool (it must be clean) and close it.
+    pub(crate) fn stop(mut self) -> Result<()> {
+        if let Some(s) = self.session.take() {
+            s.umount_and_join()
+                .map_err(io_err("stop the FUSE session".into()))?;
+        }
+        let fs = self.fs.take().and_then(|fs| Arc::try_unwrap(fs).ok());
+        check_and_unmount(
+            fs.ok_or_else(|| Error::Busy("the benchmark's pool is still referenced".into()))?,
+        )
+    }
+}
+
+impl Drop for FuseServed {
+    fn drop(&mut self) {
+        if let Some(s) = self.session.take() {
+            let _ = s.umount_and_join();
+        }
+    }
+}
+
+/// fsck the pool (it must be clean after a benchmark) and unmount it.
+pub(crate) fn check_and_unmount(fs: Fs) -> Result<()> {
     let check = fs.check();
     fs.unmount()?;
-    let w = measured?;
-    stopped.map_err(io_err("stop the FUSE session".into()))?;
-    if !check.is_clean() {
-        return Err(Error::Corrupted(format!(
+    if check.is_clean() {
+        Ok(())
+    } else {
+        Err(Error::Corrupted(format!(
             "fsck after the benchmark: {:?}",
             check.problems
-        )));
+        )))
     }
-    Ok(Ok(w))
 }
 
 /// Build libfuse's `passthrough_ll` example into `dir`, mount it over a fresh directory of

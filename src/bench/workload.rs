@@ -14,13 +14,12 @@
 //! this machine; the report prints both. Nothing here asserts on time: the report gives ratios
 //! against tmpfs and libfuse's `passthrough_ll` measured in the same run.
 
+use super::fuse::{FuseServed, check_and_unmount};
 use super::syscall::{TempDir, default_dir, fs_type, io_err};
 use super::workload_flows::{Measured, measure};
 use super::workload_plan::Plan;
 pub use super::workload_plan::{Setup, Workload, WorkloadBenchConfig};
-use super::workload_setups::{
-    FuseServed, LibTarget, LoopFs, PosixTarget, check_and_unmount, mount_pool, passthrough,
-};
+use super::workload_setups::{LibTarget, LoopFs, PosixTarget, mount_pool, passthrough};
 use crate::age::profile::Profile;
 use crate::age::{AgeConfig, Ager, CreateMethod, LibraryTarget};
 use crate::error::{Error, Result};
@@ -204,9 +203,16 @@ fn run_setup(
             let pool = place.pool(s.aged())?;
             let mnt = place.mountpoint("fuse")?;
             // No FUSE here (no /dev/fuse, no permission) is this machine's limit, not winefs's.
-            let served = FuseServed::start(mount_pool(&pool, Consistency::Strict)?, &mnt.0)
-                .map_err(|e| NotRun::Skip(format!("no FUSE mount here: {e}")))?;
-            let transport = served.transport.to_string();
+            // As `winefs mount` serves by default: a thread per CPU, io_uring where offered.
+            let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+            let served = FuseServed::start(
+                mount_pool(&pool, Consistency::Strict)?,
+                &mnt.0,
+                threads,
+                true,
+            )
+            .map_err(|e| NotRun::Skip(format!("no FUSE mount here: {e}")))?;
+            let transport = served.transport().to_string();
             let m = PosixTarget::new(&mnt.0).and_then(|mut t| measure(&mut t, p, counts));
             served.stop()?;
             let _ = std::fs::remove_file(&pool);

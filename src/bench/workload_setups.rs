@@ -1,24 +1,24 @@
 //! What `winefs bench workload` ([`super::workload`]) runs on: one small file interface
 //! ([`Target`]) with two implementations — the winefs library called directly ([`LibTarget`])
 //! and `std::fs` on any directory ([`PosixTarget`]) — and the setups that provide a fresh one
-//! each: a new pool (clean or a copy of an aged one) through the library or through a FUSE
-//! mount served by this process, a directory on the host tmpfs, libfuse's `passthrough_ll`
-//! over tmpfs, and ext4 and xfs made on loop images (root).
+//! each: a new pool (clean or a copy of an aged one) through the library (the FUSE mount of one
+//! is `bench::fuse::FuseServed`, shared with `bench fuse`), a directory on the host tmpfs,
+//! libfuse's `passthrough_ll` over tmpfs, and ext4 and xfs made on loop images (root).
 
+use super::app_env::last_nonempty_line;
 use super::fuse::{Mounted, build_passthrough};
+#[cfg(test)]
+use super::fuse::check_and_unmount;
 use super::syscall::io_err;
 use crate::FileKind;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
-use crate::fuse::WinefsFuse;
 use crate::types::{Consistency, MountOptions};
-use fuser::{BackgroundSession, Config, MountOption, Session};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 
 /// One file of a workload's file set: directory `dir`, file number `idx` (named `f<idx>`).
 #[derive(Clone, Copy, Debug)]
@@ -290,78 +290,6 @@ impl Target for PosixTarget {
     }
 }
 
-/// A FUSE mount of a pool served by this process, as `winefs mount` serves it by default
-/// (strict, `default_permissions`, one thread per CPU, io_uring where the kernel offers it).
-pub(crate) struct FuseServed {
-    fs: Option<Arc<Fs>>,
-    session: Option<BackgroundSession>,
-    /// How requests travel ("FUSE over io_uring" or "/dev/fuse").
-    pub(crate) transport: &'static str,
-}
-
-impl FuseServed {
-    pub(crate) fn start(fs: Fs, mnt: &Path) -> Result<FuseServed> {
-        let fs = Arc::new(fs);
-        let mut cfg = Config::default();
-        cfg.mount_options = vec![
-            MountOption::FSName("winefs-workload".into()),
-            MountOption::DefaultPermissions,
-        ];
-        cfg.n_threads = Some(std::thread::available_parallelism().map_or(2, |n| n.get()));
-        cfg.clone_fd = true;
-        cfg.io_uring = true;
-        let session = Session::new(WinefsFuse::new(Arc::clone(&fs)), mnt, &cfg)
-            .map_err(io_err(format!("FUSE mount on {}", mnt.display())))?;
-        let transport = if session.io_uring().is_ok() {
-            "FUSE over io_uring"
-        } else {
-            "/dev/fuse"
-        };
-        let session = session
-            .spawn()
-            .map_err(io_err("start the FUSE session".into()))?;
-        Ok(FuseServed {
-            fs: Some(fs),
-            session: Some(session),
-            transport,
-        })
-    }
-
-    /// Unmount, then check the pool (it must be clean) and close it.
-    pub(crate) fn stop(mut self) -> Result<()> {
-        if let Some(s) = self.session.take() {
-            s.umount_and_join()
-                .map_err(io_err("stop the FUSE session".into()))?;
-        }
-        let fs = self.fs.take().and_then(|fs| Arc::try_unwrap(fs).ok());
-        check_and_unmount(
-            fs.ok_or_else(|| Error::Busy("the benchmark's pool is still referenced".into()))?,
-        )
-    }
-}
-
-impl Drop for FuseServed {
-    fn drop(&mut self) {
-        if let Some(s) = self.session.take() {
-            let _ = s.umount_and_join();
-        }
-    }
-}
-
-/// fsck the pool (it must be clean after a workload) and unmount it.
-pub(crate) fn check_and_unmount(fs: Fs) -> Result<()> {
-    let check = fs.check();
-    fs.unmount()?;
-    if check.is_clean() {
-        Ok(())
-    } else {
-        Err(Error::Corrupted(format!(
-            "fsck after the workload: {:?}",
-            check.problems
-        )))
-    }
-}
-
 /// Mount a pool for a workload, once its pages are all faulted in (see [`Fs::wait_prefault`]).
 pub(crate) fn mount_pool(pool: &Path, consistency: Consistency) -> Result<Fs> {
     let fs = Fs::mount(
@@ -384,12 +312,7 @@ fn run(cmd: &mut Command, what: &str) -> std::result::Result<String, String> {
         return Ok(String::from_utf8_lossy(&out.stdout).trim().to_string());
     }
     let err = String::from_utf8_lossy(&out.stderr);
-    let last = err
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("");
-    Err(format!("{what}: {} ({last})", out.status))
+    Err(format!("{what}: {} ({})", out.status, last_nonempty_line(&err)))
 }
 
 /// A file system made with `mkfs_cmd` on a loop device over an image file, mounted;

@@ -72,9 +72,10 @@ fn decode_superblock(pool: &Pool) -> Result<(Superblock, SbState)> {
     Ok((sbk, SbState::decode(&raw[sb::STATE..])))
 }
 
-/// What the inode tables hold, as found at mount.
-struct LoadedInodes {
-    inodes: InoMap<InodeState>,
+/// What the inode tables hold, as found at mount: the in-use inodes in a map, or (for one range
+/// of the tables, while they are scanned) in a list in inode order.
+struct LoadedInodes<I = InoMap<InodeState>> {
+    inodes: I,
     /// Free inode numbers per partition.
     free: Vec<BTreeSet<u64>>,
     /// Pool offsets of dead extent slots, to zero.
@@ -156,16 +157,8 @@ fn load_inodes(pool: &Pool, g: &Geometry, load_damaged: bool) -> Result<LoadedIn
 /// Most threads one mount scans its inode tables with.
 const MAX_SCAN_THREADS: u64 = 16;
 
-/// What one range of the inode tables holds: [`LoadedInodes`] with its in-use inodes in a list.
-struct RangeFound {
-    inodes: Vec<(u64, InodeState)>,
-    free: Vec<BTreeSet<u64>>,
-    dead_slots: Vec<u64>,
-    damaged: Vec<u64>,
-    unloadable: BTreeMap<u64, String>,
-    bad_checksums: Vec<String>,
-    rebuilt_dir_headers: Vec<(u64, u32)>,
-}
+/// One range's findings: its in-use inodes in a list.
+type RangeFound = LoadedInodes<Vec<(u64, InodeState)>>;
 
 /// [`load_inodes`] for inodes `first..=last` (`first` starts a table block).
 fn load_inode_range(
