@@ -80,10 +80,17 @@ fn candidates(state: &MountState) -> (Vec<u64>, Pieces) {
     if free.is_empty() {
         return (Vec::new(), HashMap::new());
     }
-    let nodes: Vec<_> = {
-        let map = state.inodes.read().unwrap_or_else(|e| e.into_inner());
-        map.iter().map(|(&ino, n)| (ino, n.clone())).collect()
+    // Every file's blocks: compaction must know all the owners of a unit it empties.
+    let Ok(all) = state.all_inodes() else {
+        return (Vec::new(), HashMap::new());
     };
+    let nodes: Vec<_> = all
+        .into_iter()
+        .map(|n| {
+            let ino = rlock(&n).ino;
+            (ino, n)
+        })
+        .collect();
     let mut pieces: HashMap<u64, Vec<Piece>> = HashMap::new();
     let mut file_blocks: HashMap<u64, u64> = HashMap::new();
     for (ino, node) in nodes {

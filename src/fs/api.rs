@@ -556,6 +556,12 @@ impl Fs {
         self.state.statfs()
     }
 
+    /// Bytes of DRAM held by each structure that grows with the number of files, largest first
+    /// (issue 18's DRAM per file; `examples/dram_per_file.rs`).
+    pub fn dram_usage(&self) -> Vec<(&'static str, u64)> {
+        self.state.dram_usage()
+    }
+
     /// Check every invariant of the mounted file system (see `fsck`).
     pub fn check(&self) -> fsck::Report {
         fsck::check(&self.state)

@@ -97,7 +97,7 @@ impl Fs {
     /// Blocks freed while leased and not yet given back to the allocator, over all files.
     pub fn quarantined_blocks(&self) -> u64 {
         self.state
-            .all_inodes()
+            .loaded_inodes()
             .iter()
             .map(|n| crate::state::inode_state::rlock(n).quarantine.iter().map(|r| r.len).sum::<u64>())
             .sum()

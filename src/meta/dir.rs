@@ -1,4 +1,4 @@
-//! Directories: entries persisted in directory blocks on media, indexed in DRAM by a hash map
+//! Directories: entries persisted in directory blocks on media, indexed in DRAM by a hash table
 //! per directory (O(1) lookup and insert), rebuilt at mount.
 //!
 //! A directory's blocks are its file data (logical block i = directory block i), so they are
@@ -8,19 +8,25 @@
 //! over 1..=5 consecutive 64-byte slots. An entry's bytes are written into free slots before the
 //! transaction that sets its `starts` bit, so the bit is the only journaled write of an insert,
 //! and clearing it is the only journaled write of a remove.
+//!
+//! The DRAM index keeps no names: the pool is byte-addressable and every live entry's name is
+//! in its directory block, so an index entry is a name's hash and where its entry lives (24
+//! bytes), and a lookup compares the name it is given with the one on media ([`DirMedia`]).
+//! readdir walks the `starts` words in block order and reads the entries from media.
 #![deny(clippy::cast_possible_truncation)]
 
 use crate::error::{Result, corrupt};
 use crate::media::checksum;
 use crate::media::layout::{
-    BLOCK_SIZE, DIR_MAGIC, DIR_SLOTS, FileKind, decode_dentry, dentry_slots, dir_block, get_u32,
-    get_u64,
+    BLOCK_SIZE, DENTRY_HEADER, DIR_MAGIC, DIR_SLOTS, FileKind, decode_dentry, dentry, dentry_slots,
+    dir_block, get_u32, get_u64,
 };
 use crate::media::pool::{Category, Pool};
+use crate::meta::inode::FileMap;
 use hashbrown::HashTable;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 /// Where a name lives and what it points to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,13 +50,36 @@ impl DirEntryLoc {
     }
 }
 
-/// One name of a directory's index, with its hash kept: growing the table moves entries
-/// without hashing their names again.
-#[derive(Clone, Debug)]
+/// One name of a directory's index: its hash (kept, so growing the table moves entries without
+/// reading names again) and where its entry lives. The name itself stays on media.
+#[derive(Clone, Copy, Debug)]
 struct Named {
     hash: u64,
-    name: Arc<[u8]>,
-    loc: DirEntryLoc,
+    ino: u64,
+    block: u32,
+    slot: u8,
+    nslots: u8,
+    kind: FileKind,
+}
+
+// A directory entry costs the index this much plus the hash table's control byte and spare
+// capacity (issue 18: at most 64 bytes of DRAM per entry).
+const _: () = assert!(std::mem::size_of::<Named>() == 24);
+
+impl Named {
+    fn loc(&self) -> DirEntryLoc {
+        DirEntryLoc {
+            ino: self.ino,
+            kind: self.kind,
+            block: self.block,
+            slot: u32::from(self.slot),
+            nslots: u32::from(self.nslots),
+        }
+    }
+
+    fn at(&self, loc: &DirEntryLoc) -> bool {
+        self.block == loc.block && u32::from(self.slot) == loc.slot
+    }
 }
 
 /// The hash of a name: SipHash with keys drawn once per process, so names a client picks cannot
@@ -60,20 +89,72 @@ fn name_hash(name: &[u8]) -> u64 {
     KEYS.get_or_init(RandomState::new).hash_one(name)
 }
 
+/// A directory's entries where they live: the pool and the directory's block map. Lookups read
+/// candidate names through it; readdir and the checks read whole entries.
+#[derive(Clone, Copy)]
+pub struct DirMedia<'a> {
+    /// The pool.
+    pub pool: &'a Pool,
+    /// The directory's extent map (directory block i = logical block i).
+    pub map: &'a FileMap,
+    /// The directory's inode (for error lines).
+    pub ino: u64,
+}
+
+impl DirMedia<'_> {
+    /// Pool offset of slot `slot` of directory block `block`.
+    fn slot_offset(&self, block: u32, slot: u32) -> Result<u64> {
+        let (phys, _) = self.map.lookup(u64::from(block)).ok_or_else(|| {
+            corrupt!("directory {}: block {block} is not mapped", self.ino)
+        })?;
+        Ok(slot_offset(phys, slot))
+    }
+
+    /// Whether the entry at `loc` is named `name` (its bytes were checked when they were
+    /// loaded or written; only the name is compared).
+    fn is_named(&self, block: u32, slot: u32, name: &[u8]) -> Result<bool> {
+        let off = self.slot_offset(block, slot)?;
+        let head: [u8; DENTRY_HEADER] = self.pool.read_array(off)?;
+        if usize::from(head[dentry::NAME_LEN]) != name.len() {
+            return Ok(false);
+        }
+        let mut buf = [0u8; u8::MAX as usize];
+        let stored = &mut buf[..name.len()];
+        self.pool.read(off + DENTRY_HEADER as u64, stored)?;
+        Ok(stored == name)
+    }
+
+    /// The entry at slot `slot` of block `block`, decoded and checked: (inode, type, name).
+    pub fn entry(&self, block: u32, slot: u32) -> Result<(u64, FileKind, Vec<u8>)> {
+        let off = self.slot_offset(block, slot)?;
+        let room = (DIR_SLOTS - slot) as usize * dir_block::SLOT;
+        let mut buf = vec![0u8; room.min(DENTRY_HEADER + usize::from(u8::MAX))];
+        self.pool.read(off, &mut buf)?;
+        decode_dentry(&buf).map_err(|e| {
+            corrupt!("directory {}, block {block}, slot {slot}: {e}", self.ino)
+        })
+    }
+
+    /// The name of the entry at `loc`, for a line that reports it ("?" if it cannot be read).
+    pub fn name_for_report(&self, loc: &DirEntryLoc) -> String {
+        self.entry(loc.block, loc.slot).map_or_else(
+            |_| "?".to_string(),
+            |(_, _, n)| String::from_utf8_lossy(&n).into_owned(),
+        )
+    }
+}
+
 /// The DRAM index of one directory.
 #[derive(Clone, Debug, Default)]
 pub struct DirIndex {
-    /// Every name (other than "." and "..") and where its entry lives.
+    /// Every name (other than "." and "..") by hash, and where its entry lives.
     names: HashTable<Named>,
     /// Per block: slots in use (bit 0, the header, always set).
     used: Vec<u64>,
-    /// Per block: the on-media `starts` bitmap.
+    /// Per block: the on-media `starts` bitmap (also readdir's order: block, then slot).
     pub starts: Vec<u64>,
     /// Blocks that had entries removed and may have room.
     roomy: BTreeSet<u32>,
-    /// Names by readdir position, so paged readdir resumes in O(log n). The name is shared
-    /// with `names`: one allocation per entry, not two.
-    by_pos: BTreeMap<u64, Arc<[u8]>>,
 }
 
 fn run_mask(slot: u32, n: u32) -> u64 {
@@ -97,19 +178,41 @@ impl DirIndex {
         self.names.is_empty()
     }
 
-    /// Where `name` lives, if it is in this directory.
-    pub fn get(&self, name: &[u8]) -> Option<&DirEntryLoc> {
-        self.names.find(name_hash(name), |e| *e.name == *name).map(|e| &e.loc)
+    /// Where `name` lives, if it is in this directory (candidates with its hash are compared
+    /// with their names on media).
+    pub fn get(&self, media: &DirMedia<'_>, name: &[u8]) -> Result<Option<DirEntryLoc>> {
+        let hash = name_hash(name);
+        let slots = dentry_slots(name.len());
+        let mut failed = None;
+        let found = self.names.find(hash, |e| {
+            e.hash == hash
+                && u32::from(e.nslots) == slots
+                && failed.is_none()
+                && media
+                    .is_named(e.block, u32::from(e.slot), name)
+                    .unwrap_or_else(|err| {
+                        failed = Some(err);
+                        false
+                    })
+        });
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(found.map(Named::loc)),
+        }
     }
 
-    /// Every name and where its entry lives, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &DirEntryLoc)> + '_ {
-        self.names.iter().map(|e| (&e.name[..], &e.loc))
+    /// Heap bytes held by the index (hash table at its capacity, per-block words, roomy set).
+    pub fn heap_bytes(&self) -> u64 {
+        let cap = self.names.capacity();
+        let buckets = if cap == 0 { 0 } else { (cap * 8).div_ceil(7).next_power_of_two() };
+        let table = buckets * (std::mem::size_of::<Named>() + 1);
+        let words = (self.used.capacity() + self.starts.capacity()) * 8;
+        (table + words + self.roomy.len() * 8) as u64
     }
 
     /// Where every name's entry lives, in no particular order.
-    pub fn values(&self) -> impl Iterator<Item = &DirEntryLoc> + '_ {
-        self.names.iter().map(|e| &e.loc)
+    pub fn values(&self) -> impl Iterator<Item = DirEntryLoc> + '_ {
+        self.names.iter().map(Named::loc)
     }
 
     fn fit_in(&self, b: u32, n: u32) -> Option<u32> {
@@ -152,55 +255,83 @@ impl DirIndex {
         self.starts[block as usize] & !(1u64 << slot)
     }
 
-    /// Apply an insert to DRAM (after its transaction committed).
+    /// Apply an insert of `name`, which the directory does not hold, to DRAM (after its
+    /// transaction committed).
     pub fn insert(&mut self, name: &[u8], loc: DirEntryLoc) {
         self.used[loc.block as usize] |= run_mask(loc.slot, loc.nslots);
         self.starts[loc.block as usize] |= 1u64 << loc.slot;
-        let hash = name_hash(name);
-        let name: Arc<[u8]> = Arc::from(name);
-        self.by_pos.insert(loc.position(), Arc::clone(&name));
-        match self.names.find_mut(hash, |e| e.name == name) {
-            Some(e) => e.loc = loc,
-            None => {
-                self.names.insert_unique(hash, Named { hash, name, loc }, |e| e.hash);
-            }
-        }
+        let named = Named {
+            hash: name_hash(name),
+            ino: loc.ino,
+            block: loc.block,
+            // Slots are below 64 and entries span at most five of them.
+            slot: u8::try_from(loc.slot).unwrap_or(u8::MAX),
+            nslots: u8::try_from(loc.nslots).unwrap_or(u8::MAX),
+            kind: loc.kind,
+        };
+        self.names.insert_unique(named.hash, named, |e| e.hash);
     }
 
-    /// Apply a remove to DRAM (after its transaction committed).
-    pub fn remove(&mut self, name: &[u8]) -> Option<DirEntryLoc> {
-        let found = self.names.find_entry(name_hash(name), |e| *e.name == *name).ok()?;
-        let loc = found.remove().0.loc;
+    /// Apply the remove of `name`, whose entry is at `loc`, to DRAM (after its transaction
+    /// committed).
+    pub fn remove(&mut self, name: &[u8], loc: &DirEntryLoc) -> Option<DirEntryLoc> {
+        let found = self.names.find_entry(name_hash(name), |e| e.at(loc)).ok()?;
+        let loc = found.remove().0.loc();
         self.used[loc.block as usize] &= !run_mask(loc.slot, loc.nslots);
         self.starts[loc.block as usize] &= !(1u64 << loc.slot);
-        self.by_pos.remove(&loc.position());
         self.roomy.insert(loc.block);
         Some(loc)
     }
 
-    /// Change where an existing name points (rename over an existing entry, exchange).
-    pub fn repoint(&mut self, name: &[u8], ino: u64, kind: FileKind) {
-        if let Some(e) = self.names.find_mut(name_hash(name), |e| *e.name == *name) {
-            e.loc.ino = ino;
-            e.loc.kind = kind;
+    /// Change where the existing name `name`, whose entry is at `loc`, points (rename over an
+    /// existing entry, exchange).
+    pub fn repoint(&mut self, name: &[u8], loc: &DirEntryLoc, ino: u64, kind: FileKind) {
+        if let Some(e) = self.names.find_mut(name_hash(name), |e| e.at(loc)) {
+            e.ino = ino;
+            e.kind = kind;
         }
     }
 
-    /// Names in readdir order with positions > `after`.
-    pub fn entries_after(
-        &self,
+    /// Entries in readdir order with positions > `after`, read from media: (position, name,
+    /// location). The walk stops at the first entry that cannot be read.
+    pub fn entries_after<'a>(
+        &'a self,
+        media: DirMedia<'a>,
         after: u64,
-    ) -> impl Iterator<Item = (u64, &[u8], DirEntryLoc)> + '_ {
-        self.by_pos
-            .range(after + 1..)
-            .filter_map(|(&p, n)| self.get(n).map(|l| (p, &n[..], *l)))
+    ) -> impl Iterator<Item = Result<(u64, Vec<u8>, DirEntryLoc)>> + 'a {
+        let per = u64::from(DIR_SLOTS);
+        let from = after.saturating_sub(2);
+        let first_block = usize::try_from(from / per).unwrap_or(usize::MAX);
+        self.starts
+            .iter()
+            .enumerate()
+            .skip(first_block)
+            .flat_map(move |(b, &w)| {
+                let b = u32::try_from(b).unwrap_or(u32::MAX);
+                (1..DIR_SLOTS)
+                    .filter(move |s| w & (1u64 << s) != 0)
+                    .map(move |s| (b, s))
+            })
+            .filter(move |&(b, s)| 3 + u64::from(b) * per + u64::from(s) > after)
+            .map(move |(block, slot)| {
+                let (ino, kind, name) = media.entry(block, slot)?;
+                let loc = DirEntryLoc { ino, kind, block, slot, nslots: dentry_slots(name.len()) };
+                Ok((loc.position(), name, loc))
+            })
     }
 
-    /// Parse one directory block read from media; `b` is the directory block index. Returns
-    /// whether its header matched its checksum; when it did not, the block is loaded with the
-    /// header rebuilt ([`rebuilt_starts`]) and the caller decides (mount refuses, fsck
-    /// reports, repair writes the rebuilt header).
-    pub fn load_block(&mut self, dir_ino: u64, b: u32, blk: &[u8]) -> Result<bool> {
+    /// Every entry, read from media, in readdir order: (name, location).
+    pub fn entries(&self, media: DirMedia<'_>) -> Result<Vec<(Vec<u8>, DirEntryLoc)>> {
+        self.entries_after(media, 0).map(|r| r.map(|(_, n, l)| (n, l))).collect()
+    }
+
+    /// Parse one directory block read from media; `b` is the directory block index and `media`
+    /// where its earlier blocks are (to tell a duplicate name). Returns whether its header
+    /// matched its checksum; when it did not, the block is loaded with the header rebuilt
+    /// ([`rebuilt_starts`]) and the caller decides (mount refuses, fsck reports, repair writes
+    /// the rebuilt header).
+    pub fn load_block(&mut self, media: &DirMedia<'_>, b: u32, blk: &[u8]) -> Result<bool> {
+        let dir_ino = media.ino;
         if get_u32(blk, dir_block::MAGIC) != DIR_MAGIC {
             return Err(corrupt!(
                 "directory {dir_ino}: block {b} has no directory magic"
@@ -232,7 +363,7 @@ impl DirIndex {
                     "directory {dir_ino}, block {b}: entries overlap at slot {s}"
                 ));
             }
-            if self.get(&name).is_some() {
+            if self.get(media, &name)?.is_some() {
                 return Err(corrupt!(
                     "directory {dir_ino}: duplicate name {:?}",
                     String::from_utf8_lossy(&name)
@@ -320,29 +451,46 @@ pub(crate) fn slot_offset(phys: u64, slot: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::media::alloc::BlockRun;
     use crate::media::layout::encode_dentry;
+    use crate::meta::inode::MapUpdate;
+
+    /// A pool of `blocks` blocks whose directory block i is pool block i + 1, each with an empty
+    /// header, and that directory's map.
+    fn dir_on_pool(blocks: u64) -> (tempfile::TempDir, Pool, FileMap) {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = Pool::create(&dir.path().join("pool"), (blocks + 1) * BLOCK_SIZE).unwrap();
+        let mut map = FileMap::new();
+        map.remap(0, blocks, &[BlockRun { start: 1, len: blocks }], &mut MapUpdate::default());
+        for b in 0..blocks {
+            init_dir_block(&pool, b + 1, 1, u32::try_from(b).unwrap()).unwrap();
+        }
+        (dir, pool, map)
+    }
+
+    /// Write `name`'s entry at `loc` and record it in `d`, as a committed insert does.
+    fn add(pool: &Pool, d: &mut DirIndex, name: &[u8], loc: DirEntryLoc) {
+        let e = encode_dentry(loc.ino, loc.kind, name);
+        pool.write(slot_offset(u64::from(loc.block) + 1, loc.slot), &e, Category::Metadata).unwrap();
+        d.insert(name, loc);
+    }
 
     #[test]
     fn space_search_reuses_removed_slots() {
+        let (_t, pool, map) = dir_on_pool(1);
+        let media = DirMedia { pool: &pool, map: &map, ino: 1 };
         let mut d = DirIndex::default();
         assert_eq!(d.find_space(10), None);
         d.push_block();
         for i in 0..63u32 {
             let (b, s) = d.find_space(10).unwrap();
             assert_eq!((b, s), (0, i + 1));
-            d.insert(
-                format!("n{i}").as_bytes(),
-                DirEntryLoc {
-                    ino: 5,
-                    kind: FileKind::File,
-                    block: b,
-                    slot: s,
-                    nslots: 1,
-                },
-            );
+            let loc = DirEntryLoc { ino: 5, kind: FileKind::File, block: b, slot: s, nslots: 1 };
+            add(&pool, &mut d, format!("n{i}").as_bytes(), loc);
         }
         assert_eq!(d.find_space(10), None);
-        d.remove(b"n7");
+        let loc = d.get(&media, b"n7").unwrap().unwrap();
+        assert_eq!(d.remove(b"n7", &loc), Some(loc));
         assert_eq!(d.find_space(10), Some((0, 8)));
         assert_eq!(
             d.find_space(100),
@@ -352,60 +500,96 @@ mod tests {
     }
 
     #[test]
-    fn names_stay_found_as_the_table_grows() {
+    fn names_are_found_on_media_as_the_table_grows() {
         // Thousands of names: the table grows many times, moving entries by their kept hash.
-        let mut d = DirIndex::default();
         let n = 5000u32;
+        let (_t, pool, map) = dir_on_pool(u64::from(n / 60 + 1));
+        let media = DirMedia { pool: &pool, map: &map, ino: 1 };
+        let mut d = DirIndex::default();
         for i in 0..n {
             if i % 60 == 0 {
                 d.push_block();
             }
             let (ino, block, slot) = (u64::from(i) + 2, i / 60, i % 60 + 1);
             let loc = DirEntryLoc { ino, kind: FileKind::File, block, slot, nslots: 1 };
-            d.insert(format!("name-{i}").as_bytes(), loc);
+            add(&pool, &mut d, format!("name-{i}").as_bytes(), loc);
         }
         assert_eq!(d.len(), n as usize);
+        let get = |d: &DirIndex, name: &str| d.get(&media, name.as_bytes()).unwrap();
         for i in (0..n).step_by(7) {
-            assert_eq!(d.get(format!("name-{i}").as_bytes()).map(|l| l.ino), Some(u64::from(i) + 2));
+            assert_eq!(get(&d, &format!("name-{i}")).map(|l| l.ino), Some(u64::from(i) + 2));
         }
-        assert!(d.get(b"name-5000").is_none());
-        d.repoint(b"name-42", 100_000, FileKind::Dir);
-        assert_eq!(d.get(b"name-42").map(|l| (l.ino, l.kind)), Some((100_000, FileKind::Dir)));
-        assert_eq!(d.remove(b"name-43").map(|l| l.ino), Some(45));
-        assert!(d.get(b"name-43").is_none() && d.remove(b"name-43").is_none());
-        assert_eq!(d.iter().count(), n as usize - 1);
+        assert!(get(&d, "name-5000").is_none());
+        // A name of the same length as a stored one that differs in one byte.
+        assert!(get(&d, "name-9999").is_none() && get(&d, "nbme-42").is_none());
+        let at42 = get(&d, "name-42").unwrap();
+        d.repoint(b"name-42", &at42, 100_000, FileKind::Dir);
+        assert_eq!(get(&d, "name-42").map(|l| (l.ino, l.kind)), Some((100_000, FileKind::Dir)));
+        let at43 = get(&d, "name-43").unwrap();
+        assert_eq!(d.remove(b"name-43", &at43).map(|l| l.ino), Some(45));
+        assert!(get(&d, "name-43").is_none() && d.remove(b"name-43", &at43).is_none());
+        assert_eq!(d.values().count(), n as usize - 1);
         assert_eq!(d.values().filter(|l| l.ino == 100_000).count(), 1);
-        // readdir order follows positions, and skips the removed name.
-        let listed: Vec<Vec<u8>> = d.entries_after(0).map(|(_, name, _)| name.to_vec()).collect();
+        // readdir order follows positions, reads names from media and skips the removed name.
+        let listed = d.entries(media).unwrap();
         assert_eq!(listed.len(), n as usize - 1);
-        assert_eq!(listed[42], b"name-42".to_vec());
-        assert_eq!(listed[43], b"name-44".to_vec());
+        assert_eq!(listed[42].0, b"name-42".to_vec());
+        assert_eq!(listed[43].0, b"name-44".to_vec());
+        // Resuming after any position gives the rest, in order.
+        for k in [0usize, 1, 58, 59, 60, 61, 4000] {
+            let pos = if k == 0 { 2 } else { listed[k - 1].1.position() };
+            let rest: Vec<Vec<u8>> =
+                d.entries_after(media, pos).map(|r| r.unwrap().1).collect();
+            let want: Vec<Vec<u8>> = listed[k..].iter().map(|x| x.0.clone()).collect();
+            assert_eq!(rest, want, "after position {pos}");
+        }
+    }
+
+    #[test]
+    fn a_damaged_entry_on_media_is_reported_by_readdir() {
+        let (_t, pool, map) = dir_on_pool(1);
+        let media = DirMedia { pool: &pool, map: &map, ino: 1 };
+        let mut d = DirIndex::default();
+        d.push_block();
+        let loc = DirEntryLoc { ino: 9, kind: FileKind::File, block: 0, slot: 1, nslots: 1 };
+        add(&pool, &mut d, b"a", loc);
+        pool.write(slot_offset(1, 1) + DENTRY_HEADER as u64, b"b", Category::Metadata).unwrap();
+        let err = d.entries(media).unwrap_err().to_string();
+        assert!(err.contains("checksum"), "{err}");
+        // A lookup compares names only: the changed name is not found.
+        assert_eq!(d.get(&media, b"a").unwrap(), None);
     }
 
     #[test]
     fn block_parsing_rejects_overlap_and_duplicates() {
+        let (_t, pool, map) = dir_on_pool(1);
+        let media = DirMedia { pool: &pool, map: &map, ino: 1 };
         let mut blk = vec![0u8; 4096];
         blk[..4].copy_from_slice(&DIR_MAGIC.to_le_bytes());
         let e = encode_dentry(9, FileKind::File, b"a");
         blk[64..64 + e.len()].copy_from_slice(&e);
         blk[128..128 + e.len()].copy_from_slice(&e);
         blk[4..16].copy_from_slice(&header_bytes(1, 0, 0b110));
+        pool.write(BLOCK_SIZE, &blk, Category::Metadata).unwrap();
         let mut d = DirIndex::default();
-        assert!(d.load_block(1, 0, &blk).is_err(), "duplicate name");
+        assert!(d.load_block(&media, 0, &blk).is_err(), "duplicate name");
         blk[4..16].copy_from_slice(&header_bytes(1, 0, 0b10));
+        pool.write(BLOCK_SIZE, &blk, Category::Metadata).unwrap();
         let mut d = DirIndex::default();
-        assert!(d.load_block(1, 0, &blk).unwrap());
-        assert_eq!(d.get(b"a").unwrap().ino, 9);
+        assert!(d.load_block(&media, 0, &blk).unwrap());
+        assert_eq!(d.get(&media, b"a").unwrap().unwrap().ino, 9);
     }
 
     #[test]
     fn a_damaged_header_is_detected_and_rebuilt_from_its_valid_entries() {
+        let (_t, pool, map) = dir_on_pool(4);
         // A directory index with `b` blocks loaded before: the next block loaded is block `b`.
         let at = |b: u32| {
             let mut d = DirIndex::default();
             (0..b).for_each(|_| d.push_block());
             d
         };
+        let media = |ino| DirMedia { pool: &pool, map: &map, ino };
         let mut blk = vec![0u8; 4096];
         blk[..4].copy_from_slice(&DIR_MAGIC.to_le_bytes());
         let a = encode_dentry(9, FileKind::File, b"a");
@@ -413,14 +597,17 @@ mod tests {
         blk[64..64 + a.len()].copy_from_slice(&a);
         blk[192..192 + b.len()].copy_from_slice(&b);
         blk[4..16].copy_from_slice(&header_bytes(7, 2, 0b1010));
-        assert!(at(2).load_block(7, 2, &blk).unwrap());
+        for k in 1..=4 {
+            pool.write(k * BLOCK_SIZE, &blk, Category::Metadata).unwrap();
+        }
+        assert!(at(2).load_block(&media(7), 2, &blk).unwrap());
         // The same header read as another block, or of another directory, fails.
-        assert!(!at(3).load_block(7, 3, &blk).unwrap());
-        assert!(!at(2).load_block(8, 2, &blk).unwrap());
+        assert!(!at(3).load_block(&media(7), 3, &blk).unwrap());
+        assert!(!at(2).load_block(&media(8), 2, &blk).unwrap());
         // A bit set at a slot holding no entry (a flipped bit): dropped by the rebuild.
         blk[8] |= 0b100;
         let mut d = at(2);
-        assert!(!d.load_block(7, 2, &blk).unwrap());
+        assert!(!d.load_block(&media(7), 2, &blk).unwrap());
         assert_eq!(d.starts[2], 0b1010);
         assert_eq!(rebuilt_starts(&blk), 0b1010);
         assert_eq!(d.len(), 2);
@@ -428,7 +615,7 @@ mod tests {
         blk[8] &= !0b100;
         blk[5] ^= 0x40;
         let mut d = at(2);
-        assert!(!d.load_block(7, 2, &blk).unwrap());
+        assert!(!d.load_block(&media(7), 2, &blk).unwrap());
         assert_eq!(d.starts[2], 0b1010);
     }
 }

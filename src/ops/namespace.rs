@@ -55,8 +55,10 @@ pub(crate) struct DirEdit {
     /// Directory block header (`dir::header_offset`) → (directory, block index, new `starts`).
     starts: BTreeMap<u64, (u64, u32, u64)>,
     inserts: Vec<(u64, Vec<u8>, DirEntryLoc)>,
-    removes: Vec<(u64, Vec<u8>)>,
-    repoints: Vec<(u64, Vec<u8>, u64, FileKind)>,
+    /// (directory, name, where its entry is).
+    removes: Vec<(u64, Vec<u8>, DirEntryLoc)>,
+    /// (directory, name, where its entry is, new inode, new type).
+    repoints: Vec<(u64, Vec<u8>, DirEntryLoc, u64, FileKind)>,
     new_blocks: Vec<u64>,
 }
 
@@ -149,9 +151,14 @@ fn block_at(map: &FileMap, dino: u64, b: u32) -> Result<u64> {
         .ok_or_else(|| Error::Corrupted(format!("directory {dino} block {b} unmapped")))
 }
 
-pub(crate) fn plan_remove(d: &InodeState, name: &[u8], edit: &mut DirEdit) -> Result<()> {
+pub(crate) fn plan_remove(
+    state: &MountState,
+    d: &InodeState,
+    name: &[u8],
+    edit: &mut DirEdit,
+) -> Result<()> {
     let dirx = d.dir.as_ref().ok_or(Error::NotDir)?;
-    let loc = *dirx.get(name).ok_or(Error::NotFound)?;
+    let loc = d.find_name(&state.pool, name)?.ok_or(Error::NotFound)?;
     let phys = block_at(&d.map, d.ino, loc.block)?;
     let so = dir::header_offset(phys);
     let cur = edit
@@ -159,11 +166,12 @@ pub(crate) fn plan_remove(d: &InodeState, name: &[u8], edit: &mut DirEdit) -> Re
         .get(&so)
         .map_or(dirx.starts[loc.block as usize], |e| e.2);
     edit.starts.insert(so, (d.ino, loc.block, cur & !(1u64 << loc.slot)));
-    edit.removes.push((d.ino, name.to_vec()));
+    edit.removes.push((d.ino, name.to_vec(), loc));
     Ok(())
 }
 
 pub(crate) fn plan_repoint(
+    state: &MountState,
     d: &InodeState,
     name: &[u8],
     ino: u64,
@@ -171,8 +179,7 @@ pub(crate) fn plan_repoint(
     tx: &mut Tx<'_>,
     edit: &mut DirEdit,
 ) -> Result<()> {
-    let dirx = d.dir.as_ref().ok_or(Error::NotDir)?;
-    let loc = *dirx.get(name).ok_or(Error::NotFound)?;
+    let loc = d.find_name(&state.pool, name)?.ok_or(Error::NotFound)?;
     let phys = block_at(&d.map, d.ino, loc.block)?;
     let bytes = layout::encode_dentry(ino, kind, name);
     tx.write(
@@ -180,7 +187,7 @@ pub(crate) fn plan_repoint(
         bytes[..layout::DENTRY_HEADER].to_vec(),
         Category::Metadata,
     );
-    edit.repoints.push((d.ino, name.to_vec(), ino, kind));
+    edit.repoints.push((d.ino, name.to_vec(), loc, ino, kind));
     Ok(())
 }
 
@@ -198,9 +205,9 @@ pub(crate) fn apply_edit(edit: DirEdit, guards: &mut BTreeMap<u64, RwLockWriteGu
             dx.push_block();
         }
     }
-    for (d, name) in &edit.removes {
+    for (d, name, loc) in &edit.removes {
         if let Some(dx) = guards.get_mut(d).and_then(|g| g.dir.as_mut()) {
-            dx.remove(name);
+            dx.remove(name, loc);
         }
     }
     for (d, name, loc) in &edit.inserts {
@@ -208,9 +215,9 @@ pub(crate) fn apply_edit(edit: DirEdit, guards: &mut BTreeMap<u64, RwLockWriteGu
             dx.insert(name, *loc);
         }
     }
-    for (d, name, ino, kind) in &edit.repoints {
+    for (d, name, loc, ino, kind) in &edit.repoints {
         if let Some(dx) = guards.get_mut(d).and_then(|g| g.dir.as_mut()) {
-            dx.repoint(name, *ino, *kind);
+            dx.repoint(name, loc, *ino, *kind);
         }
     }
 }
@@ -229,8 +236,7 @@ pub(crate) fn inode_refs(state: &MountState, inos: &[u64]) -> Result<Vec<(u64, I
 fn dir_lookup(state: &MountState, parent: u64, name: &[u8]) -> Result<DirEntryLoc> {
     let p = state.inode(parent)?;
     let g = rlock(&p);
-    let d = g.dir.as_ref().ok_or(Error::NotDir)?;
-    d.get(name).copied().ok_or(Error::NotFound)
+    g.find_name(&state.pool, name)?.ok_or(Error::NotFound)
 }
 
 /// What a new inode is to be.
@@ -294,8 +300,7 @@ pub(crate) fn make_inode(
     let _ns = state.namespace.write().unwrap_or_else(|e| e.into_inner());
     let p = state.inode(parent)?;
     let mut pg = wlock(&p);
-    let pdir = pg.dir.as_ref().ok_or(Error::NotDir)?;
-    if pdir.get(name).is_some() {
+    if pg.find_name(&state.pool, name)?.is_some() {
         return Err(Error::Exists);
     }
     if pg.hdr.nlink == 0 {
@@ -421,7 +426,7 @@ pub(crate) fn unlink(state: &MountState, parent: u64, name: &[u8], want_dir: boo
     let now = state.change_time(&[&*g[&parent], &*g[&loc.ino]]);
     let mut tx = Tx::new();
     let mut edit = DirEdit::default();
-    plan_remove(&g[&parent], name, &mut edit)?;
+    plan_remove(state, &g[&parent], name, &mut edit)?;
     let child = &g[&loc.ino];
     if want_dir && !child.dir.as_ref().is_some_and(|d| d.is_empty()) {
         return Err(Error::NotEmpty);
@@ -574,8 +579,8 @@ pub(crate) fn rename(
     let src_dir = src.kind == FileKind::Dir;
     if flags.exchange {
         let d = dst.expect("checked");
-        plan_repoint(&g[&p1], n1, d.ino, d.kind, &mut tx, &mut edit)?;
-        plan_repoint(&g[&p2], n2, src.ino, src.kind, &mut tx, &mut edit)?;
+        plan_repoint(state, &g[&p1], n1, d.ino, d.kind, &mut tx, &mut edit)?;
+        plan_repoint(state, &g[&p2], n2, src.ino, src.kind, &mut tx, &mut edit)?;
         if p1 != p2 {
             let dst_dir = d.kind == FileKind::Dir;
             if src_dir {
@@ -594,7 +599,7 @@ pub(crate) fn rename(
     } else {
         match dst {
             Some(d) => {
-                plan_repoint(&g[&p2], n2, src.ino, src.kind, &mut tx, &mut edit)?;
+                plan_repoint(state, &g[&p2], n2, src.ino, src.kind, &mut tx, &mut edit)?;
                 let v = new_hdr.get_mut(&d.ino).expect("in set");
                 v.ctime = now;
                 if d.kind == FileKind::Dir {
@@ -620,7 +625,7 @@ pub(crate) fn rename(
                 });
             }
         }
-        plan_remove(&g[&p1], n1, &mut edit)?;
+        plan_remove(state, &g[&p1], n1, &mut edit)?;
         if src_dir && p1 != p2 {
             new_hdr.get_mut(&src.ino).expect("in set").parent = p2;
             dec_links(new_hdr.get_mut(&p1).expect("in set"));
@@ -667,13 +672,7 @@ pub(crate) fn link(state: &MountState, ino: u64, parent: u64, name: &[u8]) -> Re
     let arcs = inode_refs(state, &[ino, parent])?;
     let mut g = lock_all(&arcs);
     // Linux checks the new name before the source's type.
-    if g[&parent]
-        .dir
-        .as_ref()
-        .ok_or(Error::NotDir)?
-        .get(name)
-        .is_some()
-    {
+    if g[&parent].find_name(&state.pool, name)?.is_some() {
         return Err(Error::Exists);
     }
     if g[&ino].is_dir() {
@@ -731,11 +730,10 @@ pub(crate) fn lookup(state: &MountState, parent: u64, name: &[u8]) -> Result<Att
     let p = state.inode(parent)?;
     let ino = {
         let g = rlock(&p);
-        let d = g.dir.as_ref().ok_or(Error::NotDir)?;
         match name {
-            b"." => parent,
-            b".." => g.hdr.parent,
-            _ => d.get(name).ok_or(Error::NotFound)?.ino,
+            b"." if g.is_dir() => parent,
+            b".." if g.is_dir() => g.hdr.parent,
+            _ => g.find_name(&state.pool, name)?.ok_or(Error::NotFound)?.ino,
         }
     };
     let n = state.inode(ino)?;
@@ -754,7 +752,7 @@ pub(crate) fn readdir_page(
     let _ns = state.namespace.read().unwrap_or_else(|e| e.into_inner());
     let n = state.inode(ino)?;
     let g = rlock(&n);
-    let d = g.dir.as_ref().ok_or(Error::NotDir)?;
+    let (d, media) = g.dir_with_media(&state.pool)?;
     let mut out = Vec::new();
     if offset < 1 {
         out.push(DirEntry {
@@ -772,14 +770,15 @@ pub(crate) fn readdir_page(
             offset: 2,
         });
     }
-    for (pos, name, loc) in d.entries_after(offset.max(2)) {
+    for found in d.entries_after(media, offset.max(2)) {
         if out.len() >= max {
             break;
         }
+        let (pos, name, loc) = found?;
         out.push(DirEntry {
             ino: loc.ino,
             kind: loc.kind,
-            name: name.to_vec(),
+            name,
             offset: pos,
         });
     }

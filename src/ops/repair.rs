@@ -59,28 +59,29 @@ pub struct RepairReport {
 }
 
 /// Every directory entry: (directory, name, location).
-fn entries(state: &MountState) -> Vec<(u64, Vec<u8>, DirEntryLoc)> {
-    let arcs = state.all_inodes();
+fn entries(state: &MountState) -> Result<Vec<(u64, Vec<u8>, DirEntryLoc)>> {
+    let arcs = state.all_inodes()?;
     let mut v = Vec::new();
     for a in arcs {
         let g = rlock(&a);
-        if let Some(d) = &g.dir {
-            v.extend(d.iter().map(|(n, l)| (g.ino, n.to_vec(), *l)));
+        if g.dir.is_some() {
+            let (d, media) = g.dir_with_media(&state.pool)?;
+            v.extend(d.entries(media)?.into_iter().map(|(n, l)| (g.ino, n, l)));
         }
     }
     v.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-    v
+    Ok(v)
 }
 
 /// In-use inodes: ino → (kind, nlink, parent).
-fn inodes(state: &MountState) -> BTreeMap<u64, (FileKind, u32, u64)> {
-    let arcs = state.all_inodes();
-    arcs.iter()
+fn inodes(state: &MountState) -> Result<BTreeMap<u64, (FileKind, u32, u64)>> {
+    let arcs = state.all_inodes()?;
+    Ok(arcs.iter()
         .map(|a| {
             let g = rlock(a);
             (g.ino, (g.kind(), g.hdr.nlink, g.hdr.parent))
         })
-        .collect()
+        .collect())
 }
 
 /// One transaction on directory `dino`'s entries (and optionally a changed header of inode
@@ -150,13 +151,13 @@ pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
     // Then xattr blocks and symlink targets that fail their checks (`repair_leaf`).
     rep.changes.extend(crate::ops::repair_leaf::repair(state)?);
     // 2. Entries naming free inodes, or with the wrong type.
-    let live = inodes(state);
-    for (dino, name, loc) in entries(state) {
+    let live = inodes(state)?;
+    for (dino, name, loc) in entries(state)? {
         let nm = String::from_utf8_lossy(&name).into_owned();
         match live.get(&loc.ino) {
             None => {
                 dir_tx(state, dino, None, |g, edit, _, _| {
-                    plan_remove(&g[&dino], &name, edit)?;
+                    plan_remove(state, &g[&dino], &name, edit)?;
                     Ok(Vec::new())
                 })?;
                 rep.changes.push(format!(
@@ -166,7 +167,7 @@ pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
             }
             Some(&(kind, _, _)) if kind != loc.kind => {
                 dir_tx(state, dino, None, |g, edit, tx, _| {
-                    plan_repoint(&g[&dino], &name, loc.ino, kind, tx, edit)?;
+                    plan_repoint(state, &g[&dino], &name, loc.ino, kind, tx, edit)?;
                     Ok(Vec::new())
                 })?;
                 rep.changes.push(format!(
@@ -178,16 +179,16 @@ pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
         }
     }
     // 3. Directories listed in more than one place.
-    let listed = |state: &MountState| {
+    let listed = |state: &MountState| -> Result<BTreeMap<u64, Vec<u64>>> {
         let mut m: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-        for (d, _, loc) in entries(state) {
+        for (d, _, loc) in entries(state)? {
             m.entry(loc.ino).or_default().push(d);
         }
-        m
+        Ok(m)
     };
-    let live = inodes(state);
+    let live = inodes(state)?;
     let left_before = rep.left.len();
-    for (ino, dirs) in listed(state) {
+    for (ino, dirs) in listed(state)? {
         if live.get(&ino).is_some_and(|x| x.0 == FileKind::Dir) && dirs.len() > 1 {
             rep.left.push(format!(
                 "directory {ino} is listed in {} directories ({dirs:?}); not repaired: which listing is right cannot be known",
@@ -199,7 +200,7 @@ pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
         return Ok(rep);
     }
     // 4. Inodes nothing names go to /lost+found.
-    let named = listed(state);
+    let named = listed(state)?;
     let nameless: Vec<u64> = live
         .iter()
         .filter(|(ino, x)| **ino != ROOT_INO && x.1 > 0 && !named.contains_key(ino))
@@ -229,7 +230,7 @@ pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
     // Still unreachable (a cycle of directories detached from the tree): left.
     let mut seen = BTreeSet::from([ROOT_INO]);
     let mut q = VecDeque::from([ROOT_INO]);
-    let by_dir: BTreeMap<u64, Vec<u64>> = entries(state).into_iter().fold(
+    let by_dir: BTreeMap<u64, Vec<u64>> = entries(state)?.into_iter().fold(
         BTreeMap::new(),
         |mut m, (d, _, l)| {
             m.entry(d).or_default().push(l.ino);
@@ -243,7 +244,7 @@ pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
             }
         }
     }
-    for (ino, x) in inodes(state) {
+    for (ino, x) in inodes(state)? {
         if !seen.contains(&ino) && x.1 > 0 {
             rep.left.push(format!(
                 "inode {ino} ({:?}) is unreachable from the root (a detached cycle of directories); not repaired",
@@ -252,8 +253,8 @@ pub(crate) fn repair(state: &MountState) -> Result<RepairReport> {
         }
     }
     // 5. Parent fields and link counts.
-    let named = listed(state);
-    let live = inodes(state);
+    let named = listed(state)?;
+    let live = inodes(state)?;
     let mut subdirs: BTreeMap<u64, u32> = BTreeMap::new();
     for (ino, dirs) in &named {
         if live.get(ino).is_some_and(|x| x.0 == FileKind::Dir) {
@@ -319,24 +320,24 @@ fn lost_and_found(state: &MountState, rep: &mut RepairReport) -> Result<u64> {
 }
 
 /// Every claim of every in-use inode, sorted by first block.
-fn all_claims(state: &MountState) -> Vec<Claim> {
-    let arcs = state.all_inodes();
+fn all_claims(state: &MountState) -> Result<Vec<Claim>> {
+    let arcs = state.all_inodes()?;
     let guards: Vec<_> = arcs.iter().map(rlock).collect();
-    claims::claims_of(guards.iter().map(|g| &**g))
+    Ok(claims::claims_of(guards.iter().map(|g| &**g)))
 }
 
 /// The first run inode `ino` shares with another claim, as its report line (None: none).
-fn sharing(state: &MountState, ino: u64) -> Option<String> {
-    claims::shared(&all_claims(state))
+fn sharing(state: &MountState, ino: u64) -> Result<Option<String>> {
+    Ok(claims::shared(&all_claims(state)?)
         .iter()
         .find(|s| s.a.ino == ino || s.b.ino == ino)
-        .map(|s| s.to_string())
+        .map(|s| s.to_string()))
 }
 
 /// Pass 0: each inode that failed its checksum at mount is resealed when it passes every other
 /// check, else freed; an orphan that shares blocks is freed too (mount left both for here).
 fn damaged_inodes(state: &MountState, rep: &mut RepairReport) -> Result<()> {
-    let names = entries(state);
+    let names = entries(state)?;
     // Asked again each time: an inode freed before may have shared the blocks.
     let sharing = |ino: u64| sharing(state, ino);
     for &ino in &state.damaged_inodes {
@@ -357,7 +358,7 @@ fn damaged_inodes(state: &MountState, rep: &mut RepairReport) -> Result<()> {
             });
             continue;
         };
-        match reseal_refusal(state, ino, &node, &names, sharing(ino)) {
+        match reseal_refusal(state, ino, &node, &names, sharing(ino)?) {
             None => {
                 let off = state.inode_off(ino);
                 let mut raw = [0u8; INODE_BYTES];
@@ -391,10 +392,10 @@ fn damaged_inodes(state: &MountState, rep: &mut RepairReport) -> Result<()> {
     }
     // Orphans (no links, named nowhere) that share blocks: freed, the shared blocks left.
     let named: BTreeSet<u64> = names.iter().map(|x| x.2.ino).collect();
-    for (ino, (_, nlink, _)) in inodes(state) {
+    for (ino, (_, nlink, _)) in inodes(state)? {
         if nlink == 0
             && !named.contains(&ino)
-            && let Some(s) = sharing(ino)
+            && let Some(s) = sharing(ino)?
         {
             free_keeping_shared(state, ino, &state.inode(ino)?)?;
             rep.changes.push(format!(
@@ -443,7 +444,7 @@ fn reseal_refusal(
 
 /// Free inode `ino` in one transaction, giving back only the blocks no other inode claims.
 fn free_keeping_shared(state: &MountState, ino: u64, node: &InodeRef) -> Result<()> {
-    let others: Vec<BlockRun> = all_claims(state)
+    let others: Vec<BlockRun> = all_claims(state)?
         .into_iter()
         .filter(|c| c.ino != ino)
         .map(|c| c.run)
@@ -462,7 +463,7 @@ fn free_keeping_shared(state: &MountState, ino: u64, node: &InodeRef) -> Result<
 /// it is freed, with whatever blocks no other inode claims. Leaving the block would leave a pool
 /// that no mount, not even a read-only one, accepts.
 fn bad_index_blocks(state: &MountState, rep: &mut RepairReport) -> Result<()> {
-    for node in state.all_inodes() {
+    for node in state.all_inodes()? {
         let (ino, map_end, bad) = {
             let g = rlock(&node);
             let mut bad = Vec::new();
@@ -480,7 +481,7 @@ fn bad_index_blocks(state: &MountState, rep: &mut RepairReport) -> Result<()> {
             continue;
         }
         let blocks: Vec<u64> = bad.iter().map(|x| x.0).collect();
-        if let Some(s) = sharing(state, ino) {
+        if let Some(s) = sharing(state, ino)? {
             free_keeping_shared(state, ino, &node)?;
             rep.changes.push(format!(
                 "inode {ino}: extent-index blocks {blocks:?} fail their checksum and it shares blocks ({s}); freed (its content is lost), the shared blocks left to their other owner"
@@ -563,7 +564,7 @@ fn shared_blocks(state: &MountState, rep: &mut RepairReport) -> Result<()> {
     // Per inode: the logical ranges to copy, and whether its xattr block.
     let mut data: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
     let mut xattr = BTreeSet::new();
-    let shared = claims::shared(&all_claims(state));
+    let shared = claims::shared(&all_claims(state)?);
     // Inodes whose extent maps share an index block: a copy for either would rewrite records
     // in the block both read, so nothing of theirs is copied.
     let mut stuck = BTreeSet::new();

@@ -19,7 +19,7 @@ use crate::state::validate;
 /// checksum (nothing else may use `state` meanwhile); one report line per change.
 pub(crate) fn repair(state: &MountState) -> Result<Vec<String>> {
     let mut changes = Vec::new();
-    for arc in state.all_inodes() {
+    for arc in state.all_inodes()? {
         let mut n = wlock(&arc);
         let block = n.hdr.xattr_block;
         if block != 0

@@ -12,6 +12,7 @@ use crate::meta::inode::FileMap;
 use crate::state::claims;
 use crate::state::inode_state::{InodeState, rlock};
 use crate::state::locks::lock;
+use crate::state::inode_load;
 use crate::state::mount;
 use crate::state::mount_state::MountState;
 use crate::state::validate;
@@ -71,7 +72,12 @@ const FREE: &str = "the free lists";
 pub(crate) fn check(state: &MountState) -> Report {
     let mut r = Report::default();
     let _ns = state.namespace.write().unwrap_or_else(|e| e.into_inner());
-    let arcs = state.all_inodes();
+    // An inode the mount left on media that fails to load now is damage since the mount: it
+    // is listed, and the rest are checked.
+    let arcs = state.all_inodes().unwrap_or_else(|e| {
+        r.problems.push(e.to_string());
+        state.loaded_inodes()
+    });
     let guards: Vec<_> = arcs.iter().map(rlock).collect();
     let nodes: HashMap<u64, &InodeState> = guards.iter().map(|g| (g.ino, &**g)).collect();
     let g = &state.geo;
@@ -113,7 +119,7 @@ pub(crate) fn check(state: &MountState) -> Report {
                 for b in loaded.bad_checksum {
                     p(format!(
                         "{}; repair reseals it if its records pass every check, else frees the file",
-                        mount::bad_index_block(n.ino, b)
+                        inode_load::bad_index_block(n.ino, b)
                     ));
                 }
                 if m.extents != n.map.extents {
@@ -132,7 +138,7 @@ pub(crate) fn check(state: &MountState) -> Report {
             }
             Err(e) => p(format!("inode {}: {e}", n.ino)),
         }
-        if let Some(d) = &n.dir {
+        if let Ok((d, media)) = n.dir_with_media(&state.pool) {
             let mut fresh = DirIndex::default();
             let mut b = vec![0u8; BLOCK_BYTES];
             for k in 0..n.hdr.size / BLOCK_SIZE {
@@ -142,19 +148,24 @@ pub(crate) fn check(state: &MountState) -> Report {
                             let block = u32::try_from(k).map_err(|_| {
                                 corrupt!("directory {}: block {k} beyond 2^32 blocks", n.ino)
                             })?;
-                            fresh.load_block(n.ino, block, &b).map(|ok| (ok, block))
+                            fresh.load_block(&media, block, &b).map(|ok| (ok, block))
                         }) {
                             Ok((true, _)) => {}
-                            Ok((false, block)) => p(mount::bad_dir_header(n.ino, block)),
+                            Ok((false, block)) => p(inode_load::bad_dir_header(n.ino, block)),
                             Err(e) => p(format!("directory {}: {e}", n.ino)),
                         }
                     }
                     None => p(format!("directory {}: block {k} not mapped", n.ino)),
                 }
             }
-            let a: HashMap<_, _> = fresh.iter().map(|(k, v)| (k, (v.ino, v.kind))).collect();
-            let b2: HashMap<_, _> = d.iter().map(|(k, v)| (k, (v.ino, v.kind))).collect();
-            if a != b2 {
+            // Memory against media: the same entries at the same places, pointing at the same
+            // inodes (the index keeps no names; the media blocks were just parsed).
+            let at = |x: &DirIndex| {
+                let mut v: Vec<_> = x.values().map(|l| (l.block, l.slot, l.ino, l.kind)).collect();
+                v.sort_unstable_by_key(|e| (e.0, e.1));
+                v
+            };
+            if at(&fresh) != at(d) || fresh.starts != d.starts {
                 p(format!(
                     "directory {}: entries on media differ from memory",
                     n.ino
@@ -240,7 +251,7 @@ pub(crate) fn check(state: &MountState) -> Report {
         }
     }
     // 3. Link counts, entry types and the directory tree; xattr blocks and symlink targets.
-    validate::namespace(&nodes, false, &mut r.problems);
+    validate::namespace(&state.pool, &nodes, false, &mut r.problems);
     validate::xattr_blocks(&state.pool, g, nodes.values().copied(), &mut r.problems);
     validate::symlink_targets(state, nodes.values().copied(), &mut r.problems);
     r.directories = nodes.values().filter(|n| n.is_dir()).count() as u64;
@@ -252,7 +263,7 @@ pub(crate) fn check(state: &MountState) -> Report {
         let f = lock(f);
         free_inodes += f.len() as u64;
         for i in f.iter() {
-            if nodes.contains_key(i) {
+            if nodes.contains_key(&i) {
                 p(format!(
                     "inode {i} is in use but also on partition {part}'s free list"
                 ));

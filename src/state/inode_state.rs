@@ -3,7 +3,9 @@
 
 use crate::media::alloc::BlockRun;
 use crate::media::layout::{BLOCK_SIZE, FileKind, InodeHeader};
-use crate::meta::dir::DirIndex;
+use crate::error::{Error, Result};
+use crate::media::pool::Pool;
+use crate::meta::dir::{DirEntryLoc, DirIndex, DirMedia};
 use crate::meta::inode::FileMap;
 use crate::state::mappings::MapState;
 use std::collections::BTreeMap;
@@ -18,8 +20,9 @@ pub(crate) struct InodeState {
     pub hdr: InodeHeader,
     /// Logical block → extent, with the media slot of each extent.
     pub map: FileMap,
-    /// Directories only: name → entry location, slot occupancy, readdir order.
-    pub dir: Option<DirIndex>,
+    /// Directories only: name → entry location, slot occupancy, readdir order. Boxed: most
+    /// inodes are files, and an inline index would cost each of them its size.
+    pub dir: Option<Box<DirIndex>>,
     /// Open handles; an unlinked inode lives until the last one is released.
     pub open: u32,
     /// Live memory mappings of this file; every change to its size or block map updates them.
@@ -67,7 +70,7 @@ impl InodeState {
             ino,
             hdr,
             map,
-            dir,
+            dir: dir.map(Box::new),
             open: 0,
             maps: Vec::new(),
             hugepage_hint: None,
@@ -90,6 +93,16 @@ impl InodeState {
     }
     pub fn is_dir(&self) -> bool {
         self.kind() == FileKind::Dir
+    }
+    /// A directory's index and where its entries live (`NotDir` for other inodes).
+    pub fn dir_with_media<'a>(&'a self, pool: &'a Pool) -> Result<(&'a DirIndex, DirMedia<'a>)> {
+        let d = self.dir.as_ref().ok_or(Error::NotDir)?;
+        Ok((d, DirMedia { pool, map: &self.map, ino: self.ino }))
+    }
+    /// Where `name` lives in this directory, if it is there (`NotDir` for other inodes).
+    pub fn find_name(&self, pool: &Pool, name: &[u8]) -> Result<Option<DirEntryLoc>> {
+        let (d, media) = self.dir_with_media(pool)?;
+        d.get(&media, name)
     }
     /// The first logical block past the end of the file.
     pub fn eof_block(&self) -> u64 {
@@ -168,3 +181,4 @@ impl std::hash::Hasher for InoHasher {
 
 /// A map keyed by inode number, hashed with [`InoHasher`].
 pub type InoMap<V> = std::collections::HashMap<u64, V, std::hash::BuildHasherDefault<InoHasher>>;
+

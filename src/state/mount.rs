@@ -10,12 +10,10 @@ use crate::media::wear::{self, WearCounters};
 use crate::media::zone;
 use crate::media::checksum;
 use crate::media::layout::{
-    self, BLOCK_BYTES, BLOCK_SIZE, BLOCKS_PER_HUGE, FileKind, Geometry, INODE_BYTES, INODE_SIZE, InodeHeader,
-    MAX_FILE_SIZE, ROOT_INO, SbState, Superblock, sb,
+    self, BLOCK_BYTES, BLOCK_SIZE, BLOCKS_PER_HUGE, Geometry, INODE_BYTES, INODE_SIZE, InodeHeader,
+    ROOT_INO, SbState, Superblock, sb,
 };
 use crate::media::pool::{Category, Pool};
-use crate::meta::dir::DirIndex;
-use crate::meta::inode::{FileMap, SlotId};
 use crate::state::alloc_snapshot;
 use crate::state::background::Background;
 use crate::state::claims;
@@ -23,12 +21,14 @@ use crate::state::damage;
 use crate::state::slots;
 use crate::state::zones::Zones;
 use crate::state::locks::lock;
+use crate::state::inode_bits::InodeBits;
+use crate::state::inode_load::load_inode;
 use crate::state::inode_state::{InoMap, InodeState, wlock};
 use crate::state::validate;
 use crate::state::mkfs::write_state;
 use crate::state::mount_state::MountState;
 use crate::types::MountOptions;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -77,7 +77,7 @@ fn decode_superblock(pool: &Pool) -> Result<(Superblock, SbState)> {
 struct LoadedInodes<I = InoMap<InodeState>> {
     inodes: I,
     /// Free inode numbers per partition.
-    free: Vec<BTreeSet<u64>>,
+    free: Vec<InodeBits>,
     /// Pool offsets of dead extent slots, to zero.
     dead_slots: Vec<u64>,
     /// In-use inodes that fail their checksum (not loaded, not free).
@@ -133,7 +133,7 @@ fn load_inodes(pool: &Pool, g: &Geometry, load_damaged: bool) -> Result<LoadedIn
     let in_use = parts.iter().map(|p| p.inodes.len()).sum();
     let mut all = LoadedInodes {
         inodes: InoMap::with_capacity_and_hasher(in_use, Default::default()),
-        free: vec![BTreeSet::new(); g.partitions as usize],
+        free: free_sets(g),
         dead_slots: Vec::new(),
         damaged: Vec::new(),
         unloadable: BTreeMap::new(),
@@ -142,8 +142,8 @@ fn load_inodes(pool: &Pool, g: &Geometry, load_damaged: bool) -> Result<LoadedIn
     };
     for p in parts {
         all.inodes.extend(p.inodes);
-        for (mine, theirs) in all.free.iter_mut().zip(p.free) {
-            mine.extend(theirs);
+        for (mine, theirs) in all.free.iter_mut().zip(&p.free) {
+            mine.union(theirs);
         }
         all.dead_slots.extend(p.dead_slots);
         all.damaged.extend(p.damaged);
@@ -152,6 +152,12 @@ fn load_inodes(pool: &Pool, g: &Geometry, load_damaged: bool) -> Result<LoadedIn
         all.rebuilt_dir_headers.extend(p.rebuilt_dir_headers);
     }
     Ok(all)
+}
+
+/// An empty set of free inode numbers for each partition's range of the inode table.
+fn free_sets(g: &Geometry) -> Vec<InodeBits> {
+    let per = u64::from(g.inodes_per_partition);
+    (0..u64::from(g.partitions)).map(|p| InodeBits::new(1 + p * per, per)).collect()
 }
 
 /// Most threads one mount scans its inode tables with.
@@ -169,7 +175,7 @@ fn load_inode_range(
     last: u64,
 ) -> Result<RangeFound> {
     let mut nodes = Vec::new();
-    let mut free = vec![BTreeSet::new(); g.partitions as usize];
+    let mut free = free_sets(g);
     let mut dead_offs = Vec::new();
     let mut damaged = Vec::new();
     let mut unloadable = BTreeMap::new();
@@ -224,99 +230,6 @@ fn load_inode_range(
         bad_checksums,
         rebuilt_dir_headers,
     })
-}
-
-/// What loading one inode found besides the inode itself.
-struct LoadedInode {
-    /// Its dead extent slots.
-    dead: Vec<SlotId>,
-    /// Its extent-index blocks and directory block headers that fail their checksum.
-    bad_checksums: Vec<String>,
-    /// Its directory blocks loaded with a rebuilt header.
-    rebuilt_dir_headers: Vec<(u64, u32)>,
-}
-
-/// Load in-use inode `cur` (header `hdr`, raw bytes `raw`): validate its header ranges, its
-/// extent map and, for a directory, its blocks.
-fn load_inode(
-    pool: &Pool,
-    g: &Geometry,
-    cur: u64,
-    raw: &[u8],
-    hdr: InodeHeader,
-) -> Result<(InodeState, LoadedInode)> {
-    let total = g.total_inodes();
-    let kind = hdr
-        .kind()
-        .ok_or_else(|| corrupt!("inode {cur}: unknown file type in mode {:o}", hdr.mode))?;
-    if hdr.size > MAX_FILE_SIZE || hdr.map_end > u64::from(u32::MAX) {
-        return Err(corrupt!(
-            "inode {cur}: size {} / map end {} out of range",
-            hdr.size,
-            hdr.map_end
-        ));
-    }
-    if hdr.xattr_block != 0 && !g.is_data_block(hdr.xattr_block) {
-        return Err(corrupt!(
-            "inode {cur}: xattr block {} outside the data area",
-            hdr.xattr_block
-        ));
-    }
-    if hdr.index_block != 0 && !g.is_data_block(hdr.index_block) {
-        return Err(corrupt!(
-            "inode {cur}: extent index block {} outside the data area",
-            hdr.index_block
-        ));
-    }
-    let loaded = FileMap::load(pool, g, cur, raw, hdr.index_block, hdr.map_end)?;
-    let map = loaded.map;
-    let mut l = LoadedInode {
-        bad_checksums: loaded.bad_checksum.iter().map(|b| bad_index_block(cur, *b)).collect(),
-        dead: loaded.dead,
-        rebuilt_dir_headers: Vec::new(),
-    };
-    let dir = if kind == FileKind::Dir {
-        if !hdr.size.is_multiple_of(BLOCK_SIZE) {
-            return Err(corrupt!(
-                "directory {cur}: size {} is not a whole number of blocks",
-                hdr.size
-            ));
-        }
-        if hdr.parent == 0 || hdr.parent > total {
-            return Err(corrupt!(
-                "directory {cur}: parent {} out of range",
-                hdr.parent
-            ));
-        }
-        let mut d = DirIndex::default();
-        let mut b = vec![0u8; BLOCK_BYTES];
-        for k in 0..hdr.size / BLOCK_SIZE {
-            let (phys, _) = map
-                .lookup(k)
-                .ok_or_else(|| corrupt!("directory {cur}: block {k} is not mapped"))?;
-            pool.read(phys * BLOCK_SIZE, &mut b)?;
-            let block = u32::try_from(k)
-                .map_err(|_| corrupt!("directory {cur}: block {k} beyond 2^32 blocks"))?;
-            if !d.load_block(cur, block, &b)? {
-                l.bad_checksums.push(bad_dir_header(cur, block));
-                l.rebuilt_dir_headers.push((cur, block));
-            }
-        }
-        Some(d)
-    } else {
-        None
-    };
-    Ok((InodeState::new(cur, hdr, map, dir), l))
-}
-
-/// The problem line of an extent-index block failing its checksum (mount and fsck).
-pub(crate) fn bad_index_block(ino: u64, block: u64) -> String {
-    format!("inode {ino}: extent-index block {block} fails its checksum")
-}
-
-/// The problem line of a directory block header failing its checksum (mount and fsck).
-pub(crate) fn bad_dir_header(dir: u64, block: u32) -> String {
-    format!("directory {dir}: the header of block {block} fails its checksum")
 }
 
 /// Every block owned by an inode: (run, owner), sorted; and every run two claims share
@@ -477,7 +390,7 @@ pub(crate) fn mount_checked(
     if inconsistent == Inconsistent::Refuse {
         let mut problems = Vec::new();
         let nodes: HashMap<u64, &InodeState> = loaded.inodes.iter().map(|(k, v)| (*k, v)).collect();
-        validate::namespace(&nodes, true, &mut problems);
+        validate::namespace(&pool, &nodes, true, &mut problems);
         if let Some(first) = problems.first() {
             let more = match problems.len() {
                 1 => String::new(),
@@ -589,6 +502,26 @@ pub(crate) fn mount_checked(
         .filter(|n| n.hdr.nlink == 0 && !named.contains(&n.ino) && !suspect.contains(&n.ino))
         .map(|n| n.ino)
         .collect();
+    // A serving mount keeps in DRAM the directories (the namespace is walked from them) and the
+    // orphans (freed below); every other inode's state is built when it is first used, from
+    // the table slot this scan checked (`MountState::inode`). fsck and repair judge every
+    // inode, so they keep all of them.
+    let mut on_media = InodeBits::new(1, g.total_inodes());
+    let orphan_set: HashSet<u64> = orphans.iter().copied().collect();
+    let keep = |n: &InodeState| {
+        inconsistent == Inconsistent::Report || n.is_dir() || orphan_set.contains(&n.ino)
+    };
+    let mut in_dram = InoMap::with_capacity_and_hasher(
+        loaded.inodes.values().filter(|n| keep(n)).count(),
+        Default::default(),
+    );
+    for (ino, n) in loaded.inodes {
+        if keep(&n) {
+            in_dram.insert(ino, Arc::new(RwLock::new(n)));
+        } else {
+            on_media.insert(ino);
+        }
+    }
     let rewrite = !opts.no_background_rewrite && !opts.read_only;
     let background = Background::new(rewrite, rewrite && !pool.is_private());
     if g.wear_blocks > 0 {
@@ -605,13 +538,8 @@ pub(crate) fn mount_checked(
             true => (0..g.partitions).map(|_| Default::default()).collect(),
             false => Vec::new(),
         },
-        inodes: RwLock::new(
-            loaded
-                .inodes
-                .into_iter()
-                .map(|(k, v)| (k, Arc::new(RwLock::new(v))))
-                .collect(),
-        ),
+        inodes: RwLock::new(in_dram),
+        on_media: Mutex::new(on_media),
         namespace: RwLock::new(()),
         consistency: opts.consistency,
         overwrite_path: opts.overwrite_path,

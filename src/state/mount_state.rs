@@ -22,13 +22,14 @@ use crate::media::pool::Pool;
 use crate::state::accounting::Accounting;
 use crate::state::background::Background;
 use crate::state::zones::Zones;
+use crate::state::inode_bits::InodeBits;
+use crate::state::inode_load::load_after_mount;
 use crate::state::inode_state::{InoMap, InodeRef, InodeState};
 use crate::state::leases::Leases;
 use crate::state::locks::lock;
 use crate::state::mappings::FaultService;
 use crate::sys::current_cpu;
 use crate::types::{Attr, Consistency, OverwritePath, StatFs};
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -40,12 +41,16 @@ pub(crate) struct MountState {
     pub journals: Journals,
     pub alloc: Allocator,
     /// Free inode numbers, one set per partition.
-    pub inode_free: Vec<Mutex<BTreeSet<u64>>>,
+    pub inode_free: Vec<Mutex<InodeBits>>,
     /// With wear-aware allocation, where each partition's next inode number is looked for
     /// (empty otherwise: the lowest free number is taken).
     pub inode_cursor: Vec<std::sync::atomic::AtomicU64>,
-    /// Every in-use inode.
+    /// The in-use inodes loaded into DRAM: the directories from mount on, every other inode
+    /// from its first use (or its creation) on. Once loaded, an inode stays until it is freed.
     pub inodes: RwLock<InoMap<InodeRef>>,
+    /// In-use inodes not loaded yet (checked by the mount's scan, left on media). Taken under
+    /// the write lock of `inodes`, so that an inode is loaded once.
+    pub on_media: Mutex<InodeBits>,
     /// The namespace lock (see the lock order above); it guards no data of its own.
     pub namespace: RwLock<()>,
     pub consistency: Consistency,
@@ -216,24 +221,45 @@ impl MountState {
         Ok(())
     }
 
-    /// Every in-use inode, as of now (a snapshot of the table, no inode locked).
-    pub fn all_inodes(&self) -> Vec<InodeRef> {
-        self.inodes
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect()
+    /// Every in-use inode, as of now (a snapshot of the table, no inode locked). Inodes the
+    /// mount left on media are loaded first: this is for fsck, repair and compaction, which
+    /// look at every file.
+    pub fn all_inodes(&self) -> Result<Vec<InodeRef>> {
+        let mut map = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+        let mut left = lock(&self.on_media);
+        while let Some(ino) = left.next_from(0) {
+            let node = load_after_mount(&self.pool, &self.geo, ino)?;
+            left.remove(ino);
+            map.insert(ino, Arc::new(RwLock::new(node)));
+        }
+        Ok(map.values().cloned().collect())
     }
 
-    /// The in-use inode `ino` (`Stale` if it is not in use).
+    /// The in-use inodes loaded into DRAM (what DRAM-only state, such as quarantined blocks or
+    /// live mappings, can be found on).
+    pub fn loaded_inodes(&self) -> Vec<InodeRef> {
+        self.inodes.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
+    /// The in-use inode `ino` (`Stale` if it is not in use), loaded from its table slot on its
+    /// first use after mount.
     pub fn inode(&self, ino: u64) -> Result<InodeRef> {
-        self.inodes
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&ino)
-            .cloned()
-            .ok_or(Error::Stale(ino))
+        if let Some(n) = self.inodes.read().unwrap_or_else(|e| e.into_inner()).get(&ino) {
+            return Ok(n.clone());
+        }
+        let mut map = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+        // Another thread may have loaded it while this one waited for the lock.
+        if let Some(n) = map.get(&ino) {
+            return Ok(n.clone());
+        }
+        let mut left = lock(&self.on_media);
+        if !left.contains(ino) {
+            return Err(Error::Stale(ino));
+        }
+        let node = Arc::new(RwLock::new(load_after_mount(&self.pool, &self.geo, ino)?));
+        left.remove(ino);
+        map.insert(ino, node.clone());
+        Ok(node)
     }
 
     /// Whether `node` is still the in-use inode `ino` (not freed after it was looked up: a
@@ -327,8 +353,8 @@ impl MountState {
             return free.pop_first();
         };
         let c = cursor.load(Ordering::Relaxed);
-        let i = free.range(c..).next().or_else(|| free.first()).copied()?;
-        free.remove(&i);
+        let i = free.next_from(c).or_else(|| free.next_from(0))?;
+        free.remove(i);
         cursor.store(i + 1, Ordering::Relaxed);
         Some(i)
     }

@@ -13,6 +13,7 @@ use std::collections::{HashMap, VecDeque};
 /// An inode with no links is an orphan (unlinked while open): at mount (`at_mount`) every one
 /// is, and is freed next; in a live mount only while it is still open.
 pub(crate) fn namespace(
+    pool: &Pool,
     nodes: &HashMap<u64, &InodeState>,
     at_mount: bool,
     problems: &mut Vec<String>,
@@ -30,9 +31,10 @@ pub(crate) fn namespace(
     let mut refs = vec![0u32; len];
     let mut subdirs = vec![0u32; len];
     for n in nodes.values() {
-        let Some(d) = &n.dir else { continue };
-        for (name, loc) in d.iter() {
-            let nm = || String::from_utf8_lossy(name);
+        let Ok((d, media)) = n.dir_with_media(pool) else { continue };
+        for loc in d.values() {
+            // The index keeps no names: one is read from media only for a line that reports it.
+            let nm = || media.name_for_report(&loc);
             match node(loc.ino) {
                 None => p(format!(
                     "directory {}: entry {:?} points at free inode {}",

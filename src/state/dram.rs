@@ -1,0 +1,69 @@
+//! The mount's account of its DRAM: bytes held by each structure that grows with the number of
+//! files (issue 18: DRAM per directory entry and per inode), computed from the structures'
+//! lengths and capacities. `examples/dram_per_file.rs` prints it beside a counting allocator's
+//! total.
+
+use crate::state::inode_state::{InodeRef, rlock};
+use crate::state::locks::lock;
+use crate::state::mount_state::MountState;
+use std::mem::size_of;
+use std::sync::RwLock;
+
+/// Heap bytes of a B-tree set of `len` keys of `key` bytes: leaves of up to eleven keys, about
+/// two thirds full, plus their parent pointer and lengths.
+pub(crate) fn btree_bytes(len: usize, key: usize) -> u64 {
+    (len.div_ceil(7) * (11 * key + 16)) as u64
+}
+
+/// Heap bytes of a hashbrown table of `capacity` entries of `entry` bytes: buckets (a power of
+/// two at 7/8 load) of the entry and one control byte each.
+pub(crate) fn hash_table_bytes(capacity: usize, entry: usize) -> u64 {
+    if capacity == 0 {
+        return 0;
+    }
+    let buckets = if capacity < 8 {
+        capacity.next_power_of_two().max(4)
+    } else {
+        (capacity * 8 / 7).next_power_of_two()
+    };
+    (buckets * (entry + 1) + 16) as u64
+}
+
+/// Heap bytes of a file's extent map.
+fn map_heap_bytes(m: &crate::meta::inode::FileMap) -> u64 {
+    btree_bytes(m.extents.len(), 8 + size_of::<crate::meta::inode::Extent>())
+        + (m.index_blocks.capacity() * 8) as u64
+}
+
+impl MountState {
+    /// Bytes of DRAM held per structure: (what, bytes), largest structures first.
+    pub fn dram_usage(&self) -> Vec<(&'static str, u64)> {
+        let (table, nodes) = {
+            let map = self.inodes.read().unwrap_or_else(|e| e.into_inner());
+            let table = hash_table_bytes(map.capacity(), size_of::<(u64, InodeRef)>());
+            (table, map.values().cloned().collect::<Vec<_>>())
+        };
+        // Each inode's state sits in an `Arc` (two counts) around its lock.
+        let per_state = (2 * size_of::<usize>()
+            + size_of::<RwLock<crate::state::inode_state::InodeState>>())
+            as u64;
+        let (mut dirs, mut maps) = (0, 0);
+        for n in &nodes {
+            let g = rlock(n);
+            if let Some(d) = &g.dir {
+                dirs += size_of::<crate::meta::dir::DirIndex>() as u64 + d.heap_bytes();
+            }
+            maps += map_heap_bytes(&g.map);
+        }
+        let free_inodes: u64 = self.inode_free.iter().map(|f| lock(f).heap_bytes()).sum();
+        let mut v = vec![
+            ("inode states", per_state * nodes.len() as u64),
+            ("inode table (number -> state)", table),
+            ("directory indexes", dirs),
+            ("extent maps (beyond the state)", maps),
+            ("free inode numbers", free_inodes),
+        ];
+        v.sort_by_key(|e| std::cmp::Reverse(e.1));
+        v
+    }
+}

@@ -1,0 +1,168 @@
+//! Sets of inode numbers as bitmaps over a range of the inode table: a partition's free inode
+//! numbers, and the in-use inodes a mount left on media to load when first used. An eighth of
+//! a byte per inode instead of a B-tree entry (about 12 bytes) per member, and a mount sets
+//! bits instead of inserting every number into a tree.
+
+/// A set of inode numbers within `base..base + 64 * words.len()`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct InodeBits {
+    /// The inode number of bit 0 of word 0.
+    base: u64,
+    /// Bit `i % 64` of word `i / 64` set: inode `base + i` is a member.
+    words: Vec<u64>,
+    /// Set bits.
+    len: usize,
+    /// Every word below this one is zero (where the lowest free number is looked for).
+    first_nonzero: usize,
+}
+
+impl InodeBits {
+    /// An empty set able to hold `base..base + span`.
+    pub fn new(base: u64, span: u64) -> InodeBits {
+        InodeBits {
+            base,
+            words: vec![0; usize::try_from(span.div_ceil(64)).unwrap_or(0)],
+            len: 0,
+            first_nonzero: 0,
+        }
+    }
+
+    /// (word, bit) of `ino`, or None outside the range.
+    fn place(&self, ino: u64) -> Option<(usize, u64)> {
+        let i = ino.checked_sub(self.base)?;
+        let w = usize::try_from(i / 64).ok()?;
+        (w < self.words.len()).then_some((w, 1u64 << (i % 64)))
+    }
+
+    /// Add `ino`; false if it was there already or lies outside the range.
+    pub fn insert(&mut self, ino: u64) -> bool {
+        let Some((w, bit)) = self.place(ino) else {
+            return false;
+        };
+        if self.words[w] & bit != 0 {
+            return false;
+        }
+        self.words[w] |= bit;
+        self.len += 1;
+        self.first_nonzero = self.first_nonzero.min(w);
+        true
+    }
+
+    /// Remove `ino`; false if it was not there.
+    pub fn remove(&mut self, ino: u64) -> bool {
+        let Some((w, bit)) = self.place(ino) else {
+            return false;
+        };
+        if self.words[w] & bit == 0 {
+            return false;
+        }
+        self.words[w] &= !bit;
+        self.len -= 1;
+        true
+    }
+
+    /// Whether `ino` is in the set.
+    pub fn contains(&self, ino: u64) -> bool {
+        self.place(ino)
+            .is_some_and(|(w, bit)| self.words[w] & bit != 0)
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The lowest member at or after `from`.
+    pub fn next_from(&self, from: u64) -> Option<u64> {
+        let i = from.saturating_sub(self.base);
+        let start = usize::try_from(i / 64).ok()?;
+        let mut w = start.max(self.first_nonzero);
+        let mut mask = if w == start {
+            u64::MAX << (i % 64)
+        } else {
+            u64::MAX
+        };
+        while w < self.words.len() {
+            let word = self.words[w] & mask;
+            if word != 0 {
+                return Some(self.base + w as u64 * 64 + u64::from(word.trailing_zeros()));
+            }
+            w += 1;
+            mask = u64::MAX;
+        }
+        None
+    }
+
+    /// The lowest member, taken out of the set.
+    pub fn pop_first(&mut self) -> Option<u64> {
+        let w = (self.first_nonzero..self.words.len()).find(|&w| self.words[w] != 0);
+        self.first_nonzero = w.unwrap_or(self.words.len());
+        let w = w?;
+        let ino = self.base + w as u64 * 64 + u64::from(self.words[w].trailing_zeros());
+        self.remove(ino);
+        Some(ino)
+    }
+
+    /// Every member, in order.
+    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        self.words.iter().enumerate().flat_map(move |(w, &word)| {
+            let at = self.base + w as u64 * 64;
+            (0..64u64)
+                .filter(move |b| word & (1 << b) != 0)
+                .map(move |b| at + b)
+        })
+    }
+
+    /// Add every number of `other`, which covers the same range.
+    pub fn union(&mut self, other: &InodeBits) {
+        for (mine, theirs) in self.words.iter_mut().zip(&other.words) {
+            *mine |= theirs;
+        }
+        self.len = self.words.iter().map(|w| w.count_ones() as usize).sum();
+        self.first_nonzero = 0;
+    }
+
+    /// Heap bytes of the bitmap.
+    pub fn heap_bytes(&self) -> u64 {
+        (self.words.capacity() * 8) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn behaves_as_an_ordered_set_of_its_range() {
+        let (base, span) = (1001u64, 700u64);
+        let mut f = InodeBits::new(base, span);
+        let mut want = BTreeSet::new();
+        let mut x = 12345u64;
+        for round in 0..5000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let ino = base + x % span;
+            match round % 5 {
+                0 | 1 => assert_eq!(f.insert(ino), want.insert(ino)),
+                2 => assert_eq!(f.remove(ino), want.remove(&ino)),
+                3 => assert_eq!(f.pop_first(), want.pop_first()),
+                _ => assert_eq!(f.next_from(ino), want.range(ino..).next().copied()),
+            }
+            assert_eq!(f.len(), want.len());
+            assert_eq!(f.contains(ino), want.contains(&ino));
+        }
+        assert!(f.iter().eq(want.iter().copied()));
+        assert_eq!(f.next_from(0), want.first().copied(), "below the range");
+        assert!(!f.insert(base - 1) && !f.insert(base + 64 * 11) && !f.contains(base - 1));
+        let mut other = InodeBits::new(base, span);
+        other.insert(base + 3);
+        other.insert(base + 650);
+        f.union(&other);
+        want.extend([base + 3, base + 650]);
+        assert!(f.iter().eq(want.iter().copied()));
+        assert_eq!(f.len(), want.len());
+        assert_eq!(f.pop_first(), want.pop_first());
+    }
+}

@@ -1,0 +1,201 @@
+//! Inodes loaded on first use: a serving mount keeps only the directories in DRAM and builds a
+//! file's state from its table slot when something first asks for it. The files must read,
+//! change and check exactly as if the mount had loaded them all, from any number of threads at
+//! once; damage to a slot after the mount checked it must be an error, never wrong data.
+
+mod common;
+
+use common::{fresh_pool, mount, pattern};
+use std::io::{Seek, SeekFrom, Write};
+use std::path::Path;
+use winefs::{Error, Fs};
+
+/// Bytes of DRAM the mount reports for its per-inode states.
+fn state_bytes(fs: &Fs) -> u64 {
+    fs.dram_usage()
+        .into_iter()
+        .find(|(what, _)| *what == "inode states")
+        .map(|(_, b)| b)
+        .expect("the inode states are accounted")
+}
+
+/// Write `bytes` into the pool file at `off` in place (the pool stays mapped by a mount).
+fn poke(p: &Path, off: u64, bytes: &[u8]) {
+    let mut f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+    f.seek(SeekFrom::Start(off)).unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+#[test]
+fn files_are_loaded_on_first_use_and_behave_as_if_always_loaded() {
+    let (_d, p) = fresh_pool(256 << 20, None);
+    let names: Vec<String> = (0..300).map(|i| format!("f{i}")).collect();
+    {
+        let fs = mount(&p);
+        let root = fs.root();
+        let sub = fs.mkdir(root, b"sub", 0o755, 0, 0).unwrap().ino;
+        for (i, n) in names.iter().enumerate() {
+            let a = fs
+                .create(sub, n.as_bytes(), 0o600 + (i as u32 % 8), 7, 8)
+                .unwrap();
+            fs.write(a.ino, 0, &pattern(i * 37 % 9000, i as u8))
+                .unwrap();
+        }
+        fs.link(fs.lookup(sub, b"f1").unwrap().ino, root, b"hard")
+            .unwrap();
+        fs.symlink(root, b"sym", b"sub/f2", 0, 0).unwrap();
+        fs.setxattr(
+            fs.lookup(sub, b"f3").unwrap().ino,
+            b"user.k",
+            b"v",
+            winefs::XattrSet::Any,
+        )
+        .unwrap();
+        fs.unmount().unwrap();
+    }
+    let fs = mount(&p);
+    // Only the two directories are in DRAM after the mount.
+    let dirs_only = state_bytes(&fs);
+    assert!(dirs_only > 0);
+    let sub = fs.lookup(fs.root(), b"sub").unwrap().ino;
+    assert_eq!(
+        state_bytes(&fs),
+        dirs_only,
+        "a directory lookup loads nothing new"
+    );
+    let per_state = dirs_only / 2;
+    // A lookup of a file loads that file, once.
+    let a = fs.lookup(sub, b"f10").unwrap();
+    assert_eq!(state_bytes(&fs), dirs_only + per_state);
+    assert_eq!(fs.getattr(a.ino).unwrap().size, 370);
+    assert_eq!(state_bytes(&fs), dirs_only + per_state);
+    // Every file reads back as written, with its attributes, links, xattr and symlink.
+    for (i, n) in names.iter().enumerate() {
+        let a = fs.lookup(sub, n.as_bytes()).unwrap();
+        assert_eq!((a.perm, a.uid, a.gid), (0o600 + (i as u32 % 8), 7, 8));
+        let want = pattern(i * 37 % 9000, i as u8);
+        let mut got = vec![0u8; want.len() + 10];
+        assert_eq!(fs.read(a.ino, 0, &mut got).unwrap(), want.len());
+        assert_eq!(&got[..want.len()], &want[..], "{n}");
+    }
+    let hard = fs.lookup(fs.root(), b"hard").unwrap();
+    assert_eq!(
+        (hard.ino, hard.nlink),
+        (fs.lookup(sub, b"f1").unwrap().ino, 2)
+    );
+    assert_eq!(
+        fs.readlink(fs.lookup(fs.root(), b"sym").unwrap().ino)
+            .unwrap(),
+        b"sub/f2"
+    );
+    let f3 = fs.lookup(sub, b"f3").unwrap().ino;
+    assert_eq!(fs.getxattr(f3, b"user.k").unwrap(), b"v");
+    // Changes to files loaded late stick across a remount, and the pool checks clean.
+    fs.unlink(sub, b"f4").unwrap();
+    fs.rename(sub, b"f5", fs.root(), b"moved", Default::default())
+        .unwrap();
+    let f6 = fs.lookup(sub, b"f6").unwrap().ino;
+    fs.truncate(f6, 1).unwrap();
+    let r = fs.check();
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+    fs.unmount().unwrap();
+    let fs = mount(&p);
+    assert!(matches!(fs.lookup(sub, b"f4"), Err(Error::NotFound)));
+    assert_eq!(
+        fs.getattr(fs.lookup(fs.root(), b"moved").unwrap().ino)
+            .unwrap()
+            .size,
+        185
+    );
+    assert_eq!(fs.getattr(f6).unwrap().size, 1);
+    // An inode number that is free is stale, whether or not it was ever loaded.
+    assert!(matches!(
+        fs.getattr(1_000_000),
+        Err(Error::Stale(_)) | Err(Error::Invalid(_))
+    ));
+    let r = fs.check();
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn threads_racing_to_load_the_same_files_see_one_inode() {
+    let (_d, p) = fresh_pool(256 << 20, None);
+    {
+        let fs = mount(&p);
+        for i in 0..200u32 {
+            fs.create(fs.root(), format!("f{i}").as_bytes(), 0o644, 0, 0)
+                .unwrap();
+        }
+        fs.unmount().unwrap();
+    }
+    let fs = mount(&p);
+    let root = fs.root();
+    // Eight threads each append their own 8 bytes to every file, all starting from unloaded
+    // inodes: had two threads built two states of one file, appends would be lost.
+    std::thread::scope(|s| {
+        for t in 0..8u8 {
+            let fs = &fs;
+            s.spawn(move || {
+                for i in 0..200u32 {
+                    let ino = fs.lookup(root, format!("f{i}").as_bytes()).unwrap().ino;
+                    let (_, off) = fs.append(ino, &[t; 8]).unwrap();
+                    assert_eq!(off % 8, 0);
+                }
+            });
+        }
+    });
+    for i in 0..200u32 {
+        let a = fs.lookup(root, format!("f{i}").as_bytes()).unwrap();
+        assert_eq!(a.size, 64, "f{i}");
+        let mut got = vec![0u8; 64];
+        fs.read(a.ino, 0, &mut got).unwrap();
+        let mut seen: Vec<u8> = got.chunks(8).map(|c| c[0]).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..8).collect::<Vec<u8>>(), "f{i}");
+    }
+    let r = fs.check();
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn a_slot_damaged_after_the_mount_is_an_error_when_first_used() {
+    let (_d, p) = fresh_pool(64 << 20, None);
+    {
+        let fs = mount(&p);
+        for n in [&b"good"[..], b"bad"] {
+            let a = fs.create(fs.root(), n, 0o644, 0, 0).unwrap();
+            fs.write(a.ino, 0, b"content").unwrap();
+        }
+        fs.unmount().unwrap();
+    }
+    let fs = mount(&p);
+    let g = fs.geometry();
+    // The entry still names the inode (lookups read only the directory)...
+    let bad = {
+        let names = fs.readdir(fs.root()).unwrap();
+        names.iter().find(|e| e.name == b"bad").unwrap().ino
+    };
+    // ...whose table slot is damaged behind the mount's back before its first use.
+    let off = g.inode_offset(bad).unwrap() + 24;
+    let byte = std::fs::read(&p).unwrap()[off as usize];
+    poke(&p, off, &[byte ^ 0x10]);
+    let e = fs.lookup(fs.root(), b"bad").unwrap_err();
+    assert!(
+        matches!(&e, Error::Corrupted(m) if m.contains(&format!("inode {bad} fails its checksum"))),
+        "{e}"
+    );
+    assert!(matches!(fs.getattr(bad), Err(Error::Corrupted(_))));
+    // Everything else works, and fsck of the live mount lists the damage.
+    let good = fs.lookup(fs.root(), b"good").unwrap().ino;
+    let mut buf = [0u8; 7];
+    fs.read(good, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"content");
+    let r = fs.check();
+    assert!(
+        r.problems.iter().any(|l| l.contains("fails its checksum")),
+        "{:?}",
+        r.problems
+    );
+}
