@@ -174,7 +174,7 @@ fn a_slot_damaged_after_the_mount_is_an_error_when_first_used() {
     let g = fs.geometry();
     // The entry still names the inode (lookups read only the directory)...
     let bad = {
-        let names = fs.readdir(fs.root()).unwrap();
+        let names = fs.readdir(fs.root(), 0).unwrap();
         names.iter().find(|e| e.name == b"bad").unwrap().ino
     };
     // ...whose table slot is damaged behind the mount's back before its first use.

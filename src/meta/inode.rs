@@ -1,9 +1,10 @@
 //! Inodes: the per-CPU inode tables on media and each file's extent map.
 //!
 //! A file indexes its data by extents. The records live in slots: eight inside the inode, more in
-//! a chain of extent-index blocks. The DRAM `FileMap` (a B-tree by logical block) is rebuilt from
-//! the slots at mount and keeps, for each extent, the slot that holds it, so an update writes only
-//! the records that changed. Records at logical blocks at or beyond the inode's `map_end` are dead.
+//! a chain of extent-index blocks. The DRAM `FileMap` (an [`ExtentMap`] by logical block) is
+//! rebuilt from the slots at mount and keeps, for each extent, the slot that holds it, so an
+//! update writes only the records that changed. Records at logical blocks at or beyond the
+//! inode's `map_end` are dead.
 #![deny(clippy::cast_possible_truncation)]
 
 use crate::error::{Result, corrupt};
@@ -14,30 +15,29 @@ use crate::media::layout::{
     INDEX_SLOTS, INLINE_SLOTS, get_u32, get_u64, index_block, ino,
 };
 use crate::media::pool::{Category, Pool};
+pub use crate::meta::extent_map::{Extent, ExtentMap, SlotId};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// A slot: 0..8 are inline in the inode; `8 + k*255 + s` is slot `s` of the k-th index block.
-pub type SlotId = u32;
-
-/// One extent of a file in DRAM.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Extent {
-    /// First pool block.
-    pub phys: u64,
-    /// Length in blocks.
-    pub len: u64,
-    /// The slot holding its record on media.
-    pub slot: SlotId,
-}
-
-/// The free slots of a file's map, as bits: the eight inline ones in a byte, each extent-index
-/// block's 255 in four words. A new or small file allocates nothing for them, and adding or
-/// dropping an index block sets or frees 32 bytes instead of 255 tree entries (a B-tree here
-/// cost a churn of small files 12% of its time).
+/// A file's slots: which are free, and the extent-index blocks holding those past the inode's
+/// eight. Free slots are bits: the eight inline ones in a byte, each extent-index block's 255 in
+/// four words. A new or small file allocates nothing for them, and adding or dropping an index
+/// block sets or frees 32 bytes instead of 255 tree entries (a B-tree here cost a churn of small
+/// files 12% of its time).
 #[derive(Clone, Debug, Default)]
-struct FreeSlots {
+struct Slots {
     /// Bit `s` set: inline slot `s` is free.
     inline: u8,
+    /// The extent-index chain. Nearly every file has none, so this is one word in every inode's
+    /// map instead of the chain's 64 bytes; it is made with the file's first index block (blocks
+    /// stay in the chain while the map lives, so it is dropped with the map).
+    chain: Option<Box<IndexChain>>,
+}
+
+/// The extent-index blocks of a file and their free slots.
+#[derive(Clone, Debug, Default)]
+struct IndexChain {
+    /// The extent-index block chain, in order (block k holds slots `8 + k*255 ..`).
+    index_blocks: Vec<u64>,
     /// Word `s / 64` of entry `k`, bit `s % 64` set: slot `s` of index block `k` is free.
     chained: Vec<[u64; 4]>,
     /// Set bits in `chained`.
@@ -49,13 +49,25 @@ struct FreeSlots {
 const _: () = assert!(INLINE_SLOTS == u8::BITS as usize, "one bit per inline slot");
 const _: () = assert!(INDEX_SLOTS <= 4 * u64::BITS as usize, "four words per index block");
 
-impl FreeSlots {
+impl Slots {
     /// Every inline slot free.
-    fn all_inline() -> FreeSlots {
-        FreeSlots {
+    fn all_inline() -> Slots {
+        Slots {
             inline: u8::MAX,
-            ..FreeSlots::default()
+            chain: None,
         }
+    }
+
+    /// The extent-index blocks, in chain order.
+    fn index_blocks(&self) -> &[u64] {
+        self.chain.as_deref().map_or(&[], |c| &c.index_blocks)
+    }
+
+    /// Append `block` to the chain; its position in it.
+    fn push_index_block(&mut self, block: u64) -> usize {
+        let c = self.chain.get_or_insert_default();
+        c.index_blocks.push(block);
+        c.index_blocks.len() - 1
     }
 
     fn insert(&mut self, slot: SlotId) {
@@ -64,15 +76,18 @@ impl FreeSlots {
             _ => {
                 let i = slot as usize - INLINE_SLOTS;
                 let (k, s) = (i / INDEX_SLOTS, i % INDEX_SLOTS);
-                if self.chained.len() <= k {
-                    self.chained.resize(k + 1, [0; 4]);
+                // A chained slot is freed only once its index block is in the chain (except in
+                // this type's own tests), so this makes no chain for a file that has none.
+                let c = self.chain.get_or_insert_default();
+                if c.chained.len() <= k {
+                    c.chained.resize(k + 1, [0; 4]);
                 }
-                let (word, bit) = (&mut self.chained[k][s / 64], 1u64 << (s % 64));
+                let (word, bit) = (&mut c.chained[k][s / 64], 1u64 << (s % 64));
                 if *word & bit == 0 {
                     *word |= bit;
-                    self.chained_free += 1;
+                    c.chained_free += 1;
                 }
-                self.first_nonempty = self.first_nonempty.min(k);
+                c.first_nonempty = c.first_nonempty.min(k);
             }
         }
     }
@@ -84,16 +99,14 @@ impl FreeSlots {
             self.inline &= !(1 << s);
             return Some(s);
         }
-        if self.chained_free == 0 {
-            return None;
-        }
-        for k in self.first_nonempty..self.chained.len() {
-            if let Some(w) = self.chained[k].iter().position(|&w| w != 0) {
-                self.first_nonempty = k;
-                let word = &mut self.chained[k][w];
+        let c = self.chain.as_deref_mut().filter(|c| c.chained_free != 0)?;
+        for k in c.first_nonempty..c.chained.len() {
+            if let Some(w) = c.chained[k].iter().position(|&w| w != 0) {
+                c.first_nonempty = k;
+                let word = &mut c.chained[k][w];
                 let bit = word.trailing_zeros() as usize;
                 *word &= !(1u64 << bit);
-                self.chained_free -= 1;
+                c.chained_free -= 1;
                 return index_slot(k, w * 64 + bit);
             }
         }
@@ -101,7 +114,7 @@ impl FreeSlots {
     }
 
     fn len(&self) -> usize {
-        self.inline.count_ones() as usize + self.chained_free
+        self.inline.count_ones() as usize + self.chain.as_ref().map_or(0, |c| c.chained_free)
     }
 }
 
@@ -109,11 +122,13 @@ impl FreeSlots {
 #[derive(Clone, Debug, Default)]
 pub struct FileMap {
     /// Extents by first logical block.
-    pub extents: BTreeMap<u64, Extent>,
-    free_slots: FreeSlots,
-    /// The extent-index block chain, in order (block k holds slots `8 + k*255 ..`).
-    pub index_blocks: Vec<u64>,
+    pub extents: ExtentMap,
+    slots: Slots,
 }
+
+// One per inode in DRAM: the extents' vector (or boxed B-tree), the inline free-slot bits and
+// the boxed index chain.
+const _: () = assert!(size_of::<FileMap>() <= 40);
 
 /// Slot id of slot `s` of the `k`-th extent-index block, or None past `SlotId::MAX` (a chain of
 /// more than 16.8 million index blocks).
@@ -176,15 +191,28 @@ impl FileMap {
     /// chain).
     pub fn index_block_of(&self, slot: SlotId) -> Option<u64> {
         let i = (slot as usize).checked_sub(INLINE_SLOTS)?;
-        self.index_blocks.get(i / INDEX_SLOTS).copied()
+        self.index_blocks().get(i / INDEX_SLOTS).copied()
+    }
+
+    /// The extent-index block chain, in order (block k holds slots `8 + k*255 ..`).
+    pub fn index_blocks(&self) -> &[u64] {
+        self.slots.index_blocks()
+    }
+
+    /// Heap bytes the map holds beyond its own size: the extents and, for a file with
+    /// extent-index blocks, their chain and its free-slot words.
+    pub fn heap_bytes(&self) -> u64 {
+        let chain = self.slots.chain.as_deref().map_or(0, |c| {
+            std::mem::size_of::<IndexChain>() + c.index_blocks.capacity() * 8 + c.chained.capacity() * 32
+        });
+        self.extents.heap_bytes() + chain as u64
     }
 
     /// An empty map with all inline slots free.
     pub fn new() -> FileMap {
         FileMap {
-            extents: BTreeMap::new(),
-            free_slots: FreeSlots::all_inline(),
-            index_blocks: Vec::new(),
+            extents: ExtentMap::new(),
+            slots: Slots::all_inline(),
         }
     }
 
@@ -194,7 +222,7 @@ impl FileMap {
             record_offset(inode_off + ino::SLOTS as u64, u64::from(slot))
         } else {
             let i = slot as usize - INLINE_SLOTS;
-            let blk = self.index_blocks[i / INDEX_SLOTS];
+            let blk = self.index_blocks()[i / INDEX_SLOTS];
             record_offset(
                 blk * BLOCK_SIZE + index_block::SLOTS as u64,
                 (i % INDEX_SLOTS) as u64,
@@ -260,37 +288,36 @@ impl FileMap {
     /// slot and one split can need one more).
     pub fn index_blocks_needed(&self, new_runs: usize) -> usize {
         let need = new_runs + 1;
-        need.saturating_sub(self.free_slots.len())
+        need.saturating_sub(self.slots.len())
             .div_ceil(INDEX_SLOTS)
     }
 
     /// Add a fresh, initialised index block (already durable and zeroed) to the chain.
     pub fn add_index_block(&mut self, block: u64, upd: &mut MapUpdate) {
-        match self.index_blocks.last() {
+        match self.index_blocks().last() {
             Some(&prev) => upd
                 .links
                 .push((prev * BLOCK_SIZE + index_block::NEXT as u64, block)),
             None => upd.first_index_block = Some(block),
         }
-        let k = self.index_blocks.len();
-        self.index_blocks.push(block);
+        let k = self.slots.push_index_block(block);
         for s in 0..INDEX_SLOTS {
             // A file has fewer than 2^32 extents (one per logical block at most) and an index
             // block is added only when fewer slots than one update needs are free.
             let slot = index_slot(k, s).expect("a file's extent slots are numbered within u32");
-            self.free_slots.insert(slot);
+            self.slots.insert(slot);
         }
     }
 
     fn take_slot(&mut self) -> SlotId {
         // Callers reserve index blocks first (`index_blocks_needed`), so a slot is always free.
-        self.free_slots
+        self.slots
             .pop_first()
             .expect("caller reserved enough extent slots")
     }
 
     fn release_slot(&mut self, slot: SlotId, upd: &mut MapUpdate) {
-        self.free_slots.insert(slot);
+        self.slots.insert(slot);
         upd.slot_writes.insert(slot, ExtentRecord::default());
     }
 
@@ -399,7 +426,7 @@ impl FileMap {
                 len: e.len,
             });
             upd.dead_slots.push(e.slot);
-            self.free_slots.insert(e.slot);
+            self.slots.insert(e.slot);
         }
     }
 
@@ -487,7 +514,7 @@ impl FileMap {
             })
             .collect();
         v.extend(
-            self.index_blocks
+            self.index_blocks()
                 .iter()
                 .map(|&b| BlockRun { start: b, len: 1 }),
         );
@@ -507,22 +534,18 @@ impl FileMap {
         index_block: u64,
         map_end: u64,
     ) -> Result<LoadedMap> {
-        let mut m = FileMap {
-            extents: BTreeMap::new(),
-            free_slots: FreeSlots::default(),
-            index_blocks: Vec::new(),
-        };
+        let mut m = FileMap::default();
         let mut dead = Vec::new();
         let mut bad_checksum = Vec::new();
         let mut add = |m: &mut FileMap, slot: SlotId, raw: &[u8]| -> Result<()> {
             let r = ExtentRecord::decode(raw);
             if r.len == 0 {
-                m.free_slots.insert(slot);
+                m.slots.insert(slot);
                 return Ok(());
             }
             let (l, len) = (u64::from(r.logical), u64::from(r.len));
             if l >= map_end {
-                m.free_slots.insert(slot);
+                m.slots.insert(slot);
                 dead.push(slot);
                 return Ok(());
             }
@@ -574,8 +597,7 @@ impl FileMap {
                 ));
             }
             let crc_ok = checksum::index_block_checksum_ok(next, &blk, map_end);
-            let k = m.index_blocks.len();
-            m.index_blocks.push(next);
+            let k = m.slots.push_index_block(next);
             let slots = &blk[index_block::SLOTS..index_block::SLOTS + INDEX_SLOTS * EXTENT_BYTES];
             for (s, raw) in slots.chunks_exact(EXTENT_BYTES).enumerate() {
                 let slot = index_slot(k, s).ok_or_else(|| {
@@ -686,7 +708,7 @@ mod tests {
     /// freed in; the count covers both kinds.
     #[test]
     fn free_slots_are_taken_lowest_first() {
-        let mut f = FreeSlots::all_inline();
+        let mut f = Slots::all_inline();
         assert_eq!(f.len(), INLINE_SLOTS);
         let taken: Vec<SlotId> = std::iter::from_fn(|| f.pop_first()).collect();
         assert_eq!(taken, (0..8).collect::<Vec<SlotId>>());

@@ -2,5 +2,6 @@
 //! extended-attribute blocks.
 
 pub mod dir;
+pub mod extent_map;
 pub mod inode;
 pub mod xattr;

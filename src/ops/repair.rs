@@ -468,7 +468,7 @@ fn bad_index_blocks(state: &MountState, rep: &mut RepairReport) -> Result<()> {
             let g = rlock(&node);
             let mut bad = Vec::new();
             let mut blk = vec![0u8; crate::media::layout::BLOCK_BYTES];
-            for &b in &g.map.index_blocks {
+            for &b in g.map.index_blocks() {
                 state.pool.read(b * BLOCK_SIZE, &mut blk)?;
                 let crc = checksum::index_block_checksum(b, &blk, g.hdr.map_end);
                 if crate::media::layout::get_u32(&blk, crate::media::layout::index_block::CRC) != crc {

@@ -96,7 +96,7 @@ pub(crate) fn claims_of<'a>(nodes: impl IntoIterator<Item = &'a InodeState>) -> 
         }));
         v.extend(
             n.map
-                .index_blocks
+                .index_blocks()
                 .iter()
                 .map(|&b| c(BlockRun { start: b, len: 1 }, ClaimKind::Index)),
         );

@@ -9,12 +9,6 @@ use crate::state::mount_state::MountState;
 use std::mem::size_of;
 use std::sync::RwLock;
 
-/// Heap bytes of a B-tree set of `len` keys of `key` bytes: leaves of up to eleven keys, about
-/// two thirds full, plus their parent pointer and lengths.
-pub(crate) fn btree_bytes(len: usize, key: usize) -> u64 {
-    (len.div_ceil(7) * (11 * key + 16)) as u64
-}
-
 /// Heap bytes of a hashbrown table of `capacity` entries of `entry` bytes: buckets (a power of
 /// two at 7/8 load) of the entry and one control byte each.
 pub(crate) fn hash_table_bytes(capacity: usize, entry: usize) -> u64 {
@@ -27,12 +21,6 @@ pub(crate) fn hash_table_bytes(capacity: usize, entry: usize) -> u64 {
         (capacity * 8 / 7).next_power_of_two()
     };
     (buckets * (entry + 1) + 16) as u64
-}
-
-/// Heap bytes of a file's extent map.
-fn map_heap_bytes(m: &crate::meta::inode::FileMap) -> u64 {
-    btree_bytes(m.extents.len(), 8 + size_of::<crate::meta::inode::Extent>())
-        + (m.index_blocks.capacity() * 8) as u64
 }
 
 impl MountState {
@@ -53,7 +41,7 @@ impl MountState {
             if let Some(d) = &g.dir {
                 dirs += size_of::<crate::meta::dir::DirIndex>() as u64 + d.heap_bytes();
             }
-            maps += map_heap_bytes(&g.map);
+            maps += g.map.heap_bytes();
         }
         let free_inodes: u64 = self.inode_free.iter().map(|f| lock(f).heap_bytes()).sum();
         let mut v = vec![

@@ -448,7 +448,7 @@ impl MountState {
         // The caller sees the times: the next write must change them visibly.
         n.times_queried.store(true, std::sync::atomic::Ordering::Relaxed);
         let h = &n.hdr;
-        let extra = n.map.index_blocks.len() as u64 + u64::from(h.xattr_block != 0);
+        let extra = n.map.index_blocks().len() as u64 + u64::from(h.xattr_block != 0);
         Attr {
             ino: n.ino,
             kind: n.kind(),
