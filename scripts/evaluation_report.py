@@ -217,6 +217,7 @@ def main():
         ("app.txt", "LMDB and RocksDB (`winefs bench app`)", None),
         ("mount_time.txt", "Recovery and mount time (`examples/mount_time`)", PAPER["recovery"]),
         ("dram.txt", "DRAM per file (`examples/dram_per_file`)", PAPER["memory"]),
+        ("daemon_dram.txt", "DRAM per file of the FUSE daemon (`scripts/daemon_dram.sh`)", None),
     ]
     for name, title, paper in sections:
         text = load(out, name)

@@ -45,6 +45,11 @@ pub struct MountOptions {
     /// Do not fault the pool's pages in ahead of use at mount (`Fs::prefault` starts it
     /// later: the mount daemon calls it after it forks, since a fork keeps no threads).
     pub no_prefault: bool,
+    /// How many idle file states a mount keeps in DRAM at most (0: the default, 65,536). A file
+    /// state is built from its inode's table slot on first use; past this many, the states of
+    /// files that nothing holds (not open, mapped, leased, or holding alternate slots) are
+    /// dropped again, oldest loaded first, and rebuilt when next used.
+    pub cached_inodes: u64,
 }
 
 /// How strict mode writes an overwrite inside one block of a file.

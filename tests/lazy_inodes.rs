@@ -5,10 +5,21 @@
 
 mod common;
 
-use common::{fresh_pool, mount, pattern};
+use common::{fresh_pool, mount, mount_opts, pattern};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
-use winefs::{Error, Fs};
+use winefs::{Error, Fs, MountOptions};
+
+/// Mount keeping at most `cached` idle file states.
+fn mount_caching(p: &Path, cached: u64) -> Fs {
+    mount_opts(
+        p,
+        MountOptions {
+            cached_inodes: cached,
+            ..Default::default()
+        },
+    )
+}
 
 /// Bytes of DRAM the mount reports for its per-inode states.
 fn state_bytes(fs: &Fs) -> u64 {
@@ -120,6 +131,16 @@ fn files_are_loaded_on_first_use_and_behave_as_if_always_loaded() {
 
 #[test]
 fn threads_racing_to_load_the_same_files_see_one_inode() {
+    racing_appends(0);
+}
+
+#[test]
+fn threads_racing_to_load_and_drop_the_same_files_see_one_inode() {
+    // Four idle states at most: states are dropped and rebuilt all through the run.
+    racing_appends(4);
+}
+
+fn racing_appends(cached: u64) {
     let (_d, p) = fresh_pool(256 << 20, None);
     {
         let fs = mount(&p);
@@ -129,7 +150,7 @@ fn threads_racing_to_load_the_same_files_see_one_inode() {
         }
         fs.unmount().unwrap();
     }
-    let fs = mount(&p);
+    let fs = mount_caching(&p, cached);
     let root = fs.root();
     // Eight threads each append their own 8 bytes to every file, all starting from unloaded
     // inodes: had two threads built two states of one file, appends would be lost.
@@ -198,4 +219,88 @@ fn a_slot_damaged_after_the_mount_is_an_error_when_first_used() {
         "{:?}",
         r.problems
     );
+}
+
+#[test]
+fn idle_file_states_are_dropped_past_the_cap_and_rebuilt_unchanged() {
+    let (_d, p) = fresh_pool(256 << 20, None);
+    let fs = mount_caching(&p, 16);
+    let root = fs.root();
+    let per_state = state_bytes(&fs); // the root's
+    let n = 200usize;
+    let mut inos = Vec::new();
+    for i in 0..n {
+        let a = fs
+            .create(root, format!("f{i}").as_bytes(), 0o644, 0, 0)
+            .unwrap();
+        fs.write(a.ino, 0, &pattern(100 + i * 50, i as u8)).unwrap();
+        inos.push(a.ino);
+    }
+    // The root and at most 16 idle files (plus the two a load may be over by) stay in DRAM.
+    let held = state_bytes(&fs) / per_state;
+    assert!(held <= 1 + 16 + 2, "{held} states in DRAM");
+    // A change after a stat shows as a new mtime even when the state was dropped in between
+    // (two appends within one clock tick store the same coarse time unless the times were read
+    // in between: a rebuilt state must assume they may have been).
+    let victim = inos[5];
+    fs.append(victim, b"y").unwrap();
+    let seen = fs.getattr(victim).unwrap().mtime;
+    for &ino in &inos[100..140] {
+        fs.getattr(ino).unwrap();
+    }
+    fs.append(victim, b"z").unwrap();
+    assert!(
+        fs.getattr(victim).unwrap().mtime > seen,
+        "the append after a stat changed mtime"
+    );
+    // A file held open is never dropped: its state (and open count) stays while others churn.
+    let kept = inos[0];
+    fs.open(kept).unwrap();
+    fs.unlink(root, b"f0").unwrap();
+    for round in 0..3 {
+        for (i, &ino) in inos.iter().enumerate().skip(1) {
+            let a = fs.getattr(ino).unwrap();
+            let extra = if ino == victim { 2 } else { 0 };
+            assert_eq!(a.size, (100 + i * 50 + extra) as u64, "round {round}, f{i}");
+            if round == 1 {
+                // Changes to dropped-and-rebuilt states: data, size, times, xattrs, links.
+                fs.write(ino, 10, b"changed").unwrap();
+                fs.setxattr(ino, b"user.r", &[round as u8], winefs::XattrSet::Any)
+                    .unwrap();
+            }
+        }
+    }
+    // A second open and its release leave the first open standing.
+    fs.open(kept).unwrap();
+    fs.release(kept).unwrap();
+    let mut buf = [0u8; 7];
+    fs.read(kept, 0, &mut buf).unwrap();
+    assert_eq!(
+        &buf[..],
+        &pattern(100, 0)[..7],
+        "the unlinked open file kept its data"
+    );
+    fs.release(kept).unwrap();
+    assert!(
+        matches!(fs.getattr(kept), Err(Error::Stale(_))),
+        "freed at its last release"
+    );
+    for (i, &ino) in inos.iter().enumerate().skip(1) {
+        let mut got = vec![0u8; 100 + i * 50 + if ino == victim { 2 } else { 0 }];
+        fs.read(ino, 0, &mut got).unwrap();
+        let mut want = pattern(100 + i * 50, i as u8);
+        want[10..17].copy_from_slice(b"changed");
+        if ino == victim {
+            want.extend_from_slice(b"yz");
+        }
+        assert_eq!(got, want, "f{i}");
+        assert_eq!(fs.getxattr(ino, b"user.r").unwrap(), vec![1]);
+    }
+    let r = fs.check();
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+    fs.unmount().unwrap();
+    let fs = mount(&p);
+    assert_eq!(fs.getattr(inos[7]).unwrap().size, 450);
+    let r = fs.check();
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
 }

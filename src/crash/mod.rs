@@ -269,6 +269,7 @@ fn mount_opts(consistency: Consistency, private: bool) -> MountOptions {
         wear_aware: false,
         // Thousands of short mounts: faulting their pools in would only cost time.
         no_prefault: true,
+        cached_inodes: 0,
     }
 }
 

@@ -386,11 +386,9 @@ pub(crate) fn make_inode(
         xattr::add_hint(state, &mut node)?;
     }
     let attr = state.attr(&node);
-    state
-        .inodes
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(ino, Arc::new(RwLock::new(node)));
+    let mut map = state.inodes.write().unwrap_or_else(|e| e.into_inner());
+    state.insert_loaded(&mut map, ino, Arc::new(RwLock::new(node)));
+    drop(map);
     let mut guards = BTreeMap::new();
     guards.insert(parent, pg);
     apply_edit(edit, &mut guards);

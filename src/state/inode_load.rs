@@ -116,8 +116,9 @@ pub(crate) fn bad_dir_header(dir: u64, block: u32) -> String {
 }
 
 /// Load in-use inode `ino` from its table slot after mount, as mount would have: the mount
-/// checked it already, so any finding now (a failed checksum, dead slots, a bad extent-index
-/// block) is damage since, reported as corruption rather than loaded.
+/// checked it already, so a failed check now (a checksum, a bad extent-index block) is damage
+/// since, reported as corruption rather than loaded. Dead extent slots (records past the map's
+/// end that a truncate left) are free slots, as a live mount treats them.
 pub(crate) fn load_after_mount(pool: &Pool, g: &Geometry, ino: u64) -> Result<InodeState> {
     let mut raw = [0u8; INODE_BYTES];
     pool.read(g.inode_offset(ino)?, &mut raw)?;
@@ -133,12 +134,6 @@ pub(crate) fn load_after_mount(pool: &Pool, g: &Geometry, ino: u64) -> Result<In
     let (node, found) = load_inode(pool, g, ino, &raw, hdr)?;
     if let Some(first) = found.bad_checksums.first() {
         return Err(Error::Corrupted(first.clone()));
-    }
-    if !found.dead.is_empty() {
-        return Err(corrupt!(
-            "inode {ino}: {} dead extent slots appeared after mount",
-            found.dead.len()
-        ));
     }
     Ok(node)
 }

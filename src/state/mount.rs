@@ -160,6 +160,10 @@ fn free_sets(g: &Geometry) -> Vec<InodeBits> {
     (0..u64::from(g.partitions)).map(|p| InodeBits::new(1 + p * per, per)).collect()
 }
 
+/// Idle file states a mount keeps at most unless told otherwise (`MountOptions::cached_inodes`):
+/// about 20 MiB of DRAM.
+const DEFAULT_CACHED_INODES: usize = 65_536;
+
 /// Most threads one mount scans its inode tables with.
 const MAX_SCAN_THREADS: u64 = 16;
 
@@ -540,6 +544,11 @@ pub(crate) fn mount_checked(
         },
         inodes: RwLock::new(in_dram),
         on_media: Mutex::new(on_media),
+        loaded_order: Mutex::new(std::collections::VecDeque::new()),
+        cached_inodes: match opts.cached_inodes {
+            0 => DEFAULT_CACHED_INODES,
+            n => usize::try_from(n).unwrap_or(usize::MAX),
+        },
         namespace: RwLock::new(()),
         consistency: opts.consistency,
         overwrite_path: opts.overwrite_path,

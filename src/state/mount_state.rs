@@ -24,7 +24,7 @@ use crate::state::background::Background;
 use crate::state::zones::Zones;
 use crate::state::inode_bits::InodeBits;
 use crate::state::inode_load::load_after_mount;
-use crate::state::inode_state::{InoMap, InodeRef, InodeState};
+use crate::state::inode_state::{InoMap, InodeRef, InodeState, rlock};
 use crate::state::leases::Leases;
 use crate::state::locks::lock;
 use crate::state::mappings::FaultService;
@@ -48,9 +48,13 @@ pub(crate) struct MountState {
     /// The in-use inodes loaded into DRAM: the directories from mount on, every other inode
     /// from its first use (or its creation) on. Once loaded, an inode stays until it is freed.
     pub inodes: RwLock<InoMap<InodeRef>>,
-    /// In-use inodes not loaded yet (checked by the mount's scan, left on media). Taken under
-    /// the write lock of `inodes`, so that an inode is loaded once.
+    /// In-use inodes not loaded (left on media by the mount's scan, or dropped since as idle).
+    /// Taken under the write lock of `inodes`, so that an inode is loaded once at a time.
     pub on_media: Mutex<InodeBits>,
+    /// Files loaded or created, oldest first: where idle states to drop are looked for.
+    pub loaded_order: Mutex<std::collections::VecDeque<u64>>,
+    /// Idle file states kept at most (`MountOptions::cached_inodes`).
+    pub cached_inodes: usize,
     /// The namespace lock (see the lock order above); it guards no data of its own.
     pub namespace: RwLock<()>,
     pub consistency: Consistency,
@@ -100,6 +104,27 @@ pub(crate) struct MountState {
     pub accounting: Accounting,
     /// The alternate-slot zones' free lists and use order (`state::slots`).
     pub zones: Zones,
+}
+
+/// Whether the state of file `n` can be dropped and rebuilt from media later without losing
+/// anything: nothing else holds it (the map's write lock, which the caller holds, is the only
+/// way to a new reference), and none of its DRAM-only state is live.
+fn idle(n: &InodeRef) -> bool {
+    if Arc::strong_count(n) != 1 {
+        return false;
+    }
+    let Ok(g) = n.try_read() else {
+        return false;
+    };
+    !g.is_dir()
+        && g.hdr.nlink > 0
+        && g.open == 0
+        && g.maps.is_empty()
+        && g.leases == 0
+        && g.appenders == 0
+        && g.quarantine.is_empty()
+        && g.slots.is_empty()
+        && !g.spec_prealloc
 }
 
 impl MountState {
@@ -256,10 +281,45 @@ impl MountState {
         if !left.contains(ino) {
             return Err(Error::Stale(ino));
         }
-        let node = Arc::new(RwLock::new(load_after_mount(&self.pool, &self.geo, ino)?));
+        let loaded = load_after_mount(&self.pool, &self.geo, ino)?;
+        // Times may have been read before this state was last dropped: the next write stores
+        // fine-grained ones, so the change shows (as `MountState::attr` would have asked).
+        loaded.times_queried.store(true, Ordering::Relaxed);
+        let node = Arc::new(RwLock::new(loaded));
         left.remove(ino);
-        map.insert(ino, node.clone());
+        drop(left);
+        self.insert_loaded(&mut map, ino, node.clone());
         Ok(node)
+    }
+
+    /// Add a new or loaded inode's state to the map (whose write lock the caller holds); past
+    /// `cached_inodes` files, drop the states of a few idle ones.
+    pub(crate) fn insert_loaded(&self, map: &mut InoMap<InodeRef>, ino: u64, node: InodeRef) {
+        let is_dir = rlock(&node).is_dir();
+        map.insert(ino, node);
+        if is_dir {
+            return;
+        }
+        let mut order = lock(&self.loaded_order);
+        order.push_back(ino);
+        // Two drops per load keep the count at the cap; a state still in use goes to the back
+        // (a second chance), and at most eight are looked at per call.
+        let mut dropped = 0;
+        for _ in 0..8 {
+            if order.len() <= self.cached_inodes || dropped == 2 {
+                break;
+            }
+            let Some(old) = order.pop_front() else { break };
+            match map.get(&old) {
+                None => {} // freed, or dropped already
+                Some(n) if idle(n) => {
+                    map.remove(&old);
+                    lock(&self.on_media).insert(old);
+                    dropped += 1;
+                }
+                Some(_) => order.push_back(old),
+            }
+        }
     }
 
     /// Whether `node` is still the in-use inode `ino` (not freed after it was looked up: a
