@@ -28,7 +28,7 @@ use crate::state::validate;
 use crate::state::mkfs::write_state;
 use crate::state::mount_state::MountState;
 use crate::types::MountOptions;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -72,9 +72,12 @@ fn decode_superblock(pool: &Pool) -> Result<(Superblock, SbState)> {
     Ok((sbk, SbState::decode(&raw[sb::STATE..])))
 }
 
-/// What the inode tables hold, as found at mount: the in-use inodes in a map, or (for one range
-/// of the tables, while they are scanned) in a list in inode order.
-struct LoadedInodes<I = InoMap<InodeState>> {
+/// What the inode tables hold, as found at mount: the in-use inodes in inode order, a list per
+/// range of the tables that a thread scanned (or, while it scans, that range's list). Lists, not
+/// a map, because a mount only walks them (a million hash inserts and a map's worth of page
+/// faults were a quarter of a mount); kept per range, because joining them would move every
+/// state once more.
+struct LoadedInodes<I = Vec<Vec<(u64, InodeState)>>> {
     inodes: I,
     /// Free inode numbers per partition.
     free: Vec<InodeBits>,
@@ -128,11 +131,8 @@ fn load_inodes(pool: &Pool, g: &Geometry, load_damaged: bool) -> Result<LoadedIn
         })
     };
     let parts: Vec<RangeFound> = parts.into_iter().collect::<Result<_>>()?;
-    // One map of the exact size: every inode's state is moved into it once (growing it would
-    // move each one again per doubling; that was a third of a mount's time).
-    let in_use = parts.iter().map(|p| p.inodes.len()).sum();
     let mut all = LoadedInodes {
-        inodes: InoMap::with_capacity_and_hasher(in_use, Default::default()),
+        inodes: Vec::with_capacity(parts.len()),
         free: free_sets(g),
         dead_slots: Vec::new(),
         damaged: Vec::new(),
@@ -141,7 +141,7 @@ fn load_inodes(pool: &Pool, g: &Geometry, load_damaged: bool) -> Result<LoadedIn
         rebuilt_dir_headers: Vec::new(),
     };
     for p in parts {
-        all.inodes.extend(p.inodes);
+        all.inodes.push(p.inodes);
         for (mine, theirs) in all.free.iter_mut().zip(&p.free) {
             mine.union(theirs);
         }
@@ -164,11 +164,11 @@ fn free_sets(g: &Geometry) -> Vec<InodeBits> {
 /// about 20 MiB of DRAM.
 const DEFAULT_CACHED_INODES: usize = 65_536;
 
-/// Most threads one mount scans its inode tables with.
-const MAX_SCAN_THREADS: u64 = 16;
-
 /// One range's findings: its in-use inodes in a list.
 type RangeFound = LoadedInodes<Vec<(u64, InodeState)>>;
+
+/// Most threads one mount scans its inode tables with.
+const MAX_SCAN_THREADS: u64 = 16;
 
 /// [`load_inodes`] for inodes `first..=last` (`first` starts a table block).
 fn load_inode_range(
@@ -178,7 +178,9 @@ fn load_inode_range(
     first: u64,
     last: u64,
 ) -> Result<RangeFound> {
-    let mut nodes = Vec::new();
+    // Room for every inode of the range: address space only, until a state is stored (growing
+    // the list would move every state again per doubling).
+    let mut nodes = Vec::with_capacity(usize::try_from(last + 1 - first).unwrap_or(0));
     let mut free = free_sets(g);
     let mut dead_offs = Vec::new();
     let mut damaged = Vec::new();
@@ -225,7 +227,7 @@ fn load_inode_range(
         }
         ino += per_block;
     }
-    Ok(RangeFound {
+    Ok(LoadedInodes {
         inodes: nodes,
         free,
         dead_slots: dead_offs,
@@ -238,9 +240,11 @@ fn load_inode_range(
 
 /// Every block owned by an inode: (run, owner), sorted; and every run two claims share
 /// (corruption: a serving mount refuses it, fsck lists it, repair clones it).
-fn owned_runs(nodes: &InoMap<InodeState>) -> (Vec<(BlockRun, u64)>, Vec<claims::Shared>) {
-    let shared = claims::shared(&claims::claims_of(nodes.values()));
-    (InodeState::owned_runs_of(nodes.values()), shared)
+fn owned_runs<'a>(
+    nodes: impl Iterator<Item = &'a InodeState> + Clone,
+) -> (Vec<(BlockRun, u64)>, Vec<claims::Shared>) {
+    let shared = claims::shared(&claims::claims_of(nodes.clone()));
+    (InodeState::owned_runs_of(nodes), shared)
 }
 
 /// Damaged zone records `found` (each with the line that says why): a normal mount refuses the
@@ -350,7 +354,7 @@ pub(crate) fn mount_checked(
         plan.apply(&view)?;
         load_inodes(&view, &g, inconsistent == Inconsistent::Report)?
     };
-    match loaded.inodes.get(&ROOT_INO) {
+    match loaded.inodes.iter().flatten().next().filter(|x| x.0 == ROOT_INO).map(|x| &x.1) {
         Some(n) if n.is_dir() => {}
         Some(_) => return Err(corrupt!("inode 1 (the root) is not a directory")),
         None => return Err(corrupt!("inode 1 (the root) is not in use")),
@@ -379,7 +383,7 @@ pub(crate) fn mount_checked(
     }
     // After the checksum refusals: a damaged block's records may claim blocks others own, and
     // the checksum is the precise cause.
-    let (owned, shared) = owned_runs(&loaded.inodes);
+    let (owned, shared) = owned_runs(loaded.inodes.iter().flatten().map(|x| &x.1));
     if inconsistent == Inconsistent::Refuse
         && let Some(first) = shared.first()
     {
@@ -393,7 +397,7 @@ pub(crate) fn mount_checked(
     }
     if inconsistent == Inconsistent::Refuse {
         let mut problems = Vec::new();
-        let nodes: HashMap<u64, &InodeState> = loaded.inodes.iter().map(|(k, v)| (*k, v)).collect();
+        let nodes: Vec<&InodeState> = loaded.inodes.iter().flatten().map(|x| &x.1).collect();
         validate::namespace(&pool, &nodes, true, &mut problems);
         if let Some(first) = problems.first() {
             let more = match problems.len() {
@@ -427,7 +431,7 @@ pub(crate) fn mount_checked(
     refuse_or_clear(&stray, inconsistent, "extension words", "with its slots not written back", &mut notes)?;
     // Alternate slots a crash left live: each must name a block of a regular file's data.
     let (live, mut bad) = zone::scan(&pool, &g, &units)?;
-    let homeless: Vec<_> = slots::homeless(&live, &loaded.inodes)
+    let homeless: Vec<_> = slots::homeless(&live, loaded.inodes.iter().flatten().map(|x| &x.1))
         .into_iter()
         .map(|(s, why)| (*s, why))
         .collect();
@@ -487,12 +491,26 @@ pub(crate) fn mount_checked(
     pool.fence();
     // Orphans: no links and named by no entry (a named inode without links is damage that
     // the namespace check refused, or that fsck reports; it is never freed here).
-    let named: HashSet<u64> = loaded
+    // Only inodes without links can be orphans, and there are few: the entries are searched
+    // for those alone.
+    let unlinked: HashSet<u64> = loaded
         .inodes
-        .values()
-        .filter_map(|n| n.dir.as_ref())
-        .flat_map(|d| d.values().map(|l| l.ino))
+        .iter()
+        .flatten()
+        .filter(|x| x.1.hdr.nlink == 0)
+        .map(|x| x.0)
         .collect();
+    let named: HashSet<u64> = match unlinked.is_empty() {
+        true => HashSet::new(),
+        false => loaded
+            .inodes
+            .iter()
+            .flatten()
+            .filter_map(|x| x.1.dir.as_ref())
+            .flat_map(|d| d.values().map(|l| l.ino))
+            .filter(|i| unlinked.contains(i))
+            .collect(),
+    };
     // Damaged ones and ones sharing blocks (fsck and repair only) are left for repair to judge:
     // freeing one here would give blocks another inode claims to the allocator.
     let suspect: HashSet<u64> = shared
@@ -500,12 +518,11 @@ pub(crate) fn mount_checked(
         .flat_map(|s| [s.a.ino, s.b.ino])
         .chain(loaded.damaged.iter().copied())
         .collect();
-    let orphans: Vec<u64> = loaded
-        .inodes
-        .values()
-        .filter(|n| n.hdr.nlink == 0 && !named.contains(&n.ino) && !suspect.contains(&n.ino))
-        .map(|n| n.ino)
+    let mut orphans: Vec<u64> = unlinked
+        .into_iter()
+        .filter(|i| !named.contains(i) && !suspect.contains(i))
         .collect();
+    orphans.sort_unstable();
     // A serving mount keeps in DRAM the directories (the namespace is walked from them) and the
     // orphans (freed below); every other inode's state is built when it is first used, from
     // the table slot this scan checked (`MountState::inode`). fsck and repair judge every
@@ -516,10 +533,10 @@ pub(crate) fn mount_checked(
         inconsistent == Inconsistent::Report || n.is_dir() || orphan_set.contains(&n.ino)
     };
     let mut in_dram = InoMap::with_capacity_and_hasher(
-        loaded.inodes.values().filter(|n| keep(n)).count(),
+        loaded.inodes.iter().flatten().filter(|x| keep(&x.1)).count(),
         Default::default(),
     );
-    for (ino, n) in loaded.inodes {
+    for (ino, n) in loaded.inodes.into_iter().flatten() {
         if keep(&n) {
             in_dram.insert(ino, Arc::new(RwLock::new(n)));
         } else {

@@ -481,14 +481,17 @@ fn clear(state: &MountState, g: &mut InodeState, picked: &[(u64, SlotRef)]) -> R
 /// (damage: following one would overwrite metadata or free space), or is named by another live
 /// slot too (a block has one slot at a time: which is newest cannot be known), each with the
 /// line that says why.
-pub(crate) fn homeless<'a>(
+pub(crate) fn homeless<'a, 'n>(
     live: &'a [LiveSlot],
-    nodes: &crate::state::inode_state::InoMap<InodeState>,
+    nodes: impl IntoIterator<Item = &'n InodeState>,
 ) -> Vec<(&'a LiveSlot, String)> {
     let mut homes: Vec<u64> = live.iter().map(|s| s.home).collect();
     homes.sort_unstable();
     let mut held = HashSet::new();
-    for n in nodes.values().filter(|n| n.kind() == FileKind::File) {
+    if homes.is_empty() {
+        return Vec::new();
+    }
+    for n in nodes.into_iter().filter(|n| n.kind() == FileKind::File) {
         for (_, phys, len) in n.map.segments(0, u64::MAX) {
             let from = homes.partition_point(|&h| h < phys);
             for &h in homes[from..].iter().take_while(|&&h| h < phys + len) {

@@ -5,7 +5,7 @@ use crate::media::layout::{FileKind, Geometry, ROOT_INO};
 use crate::media::pool::Pool;
 use crate::meta::xattr;
 use crate::state::inode_state::InodeState;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// Link counts, entry types and the directory tree: every entry names an in-use inode of the
 /// type it says, link counts equal the entries (and subdirectories) that name an inode, every
@@ -14,7 +14,7 @@ use std::collections::{HashMap, VecDeque};
 /// is, and is freed next; in a live mount only while it is still open.
 pub(crate) fn namespace(
     pool: &Pool,
-    nodes: &HashMap<u64, &InodeState>,
+    nodes: &[&InodeState],
     at_mount: bool,
     problems: &mut Vec<String>,
 ) {
@@ -22,44 +22,49 @@ pub(crate) fn namespace(
     // Tables indexed by inode number (numbers are dense, from 1 to the table's size): a mount
     // runs this over every inode, and hashed lookups were most of its time. A number beyond the
     // table (damage) finds nothing.
-    let len = nodes.keys().max().map_or(0, |&m| m as usize + 1);
+    let len = nodes.iter().map(|n| n.ino).max().map_or(0, |m| m as usize + 1);
     let mut by_ino: Vec<Option<&InodeState>> = vec![None; len];
-    for (&ino, &n) in nodes {
-        by_ino[ino as usize] = Some(n);
+    // Each inode's type in a byte, read for every entry: a table of a megabyte per million
+    // inodes stays in cache where the states (hundreds of bytes each) would not.
+    let mut kinds: Vec<Option<FileKind>> = vec![None; len];
+    for &n in nodes {
+        by_ino[n.ino as usize] = Some(n);
+        kinds[n.ino as usize] = Some(n.kind());
     }
     let node = |ino: u64| by_ino.get(ino as usize).copied().flatten();
+    let kind_of = |ino: u64| kinds.get(ino as usize).copied().flatten();
     let mut refs = vec![0u32; len];
     let mut subdirs = vec![0u32; len];
-    for n in nodes.values() {
+    for &n in nodes {
         let Ok((d, media)) = n.dir_with_media(pool) else { continue };
         for loc in d.values() {
             // The index keeps no names: one is read from media only for a line that reports it.
             let nm = || media.name_for_report(&loc);
-            match node(loc.ino) {
+            match kind_of(loc.ino) {
                 None => p(format!(
                     "directory {}: entry {:?} points at free inode {}",
                     n.ino,
                     nm(),
                     loc.ino
                 )),
-                Some(c) => {
+                Some(kind) => {
                     refs[loc.ino as usize] += 1;
-                    if c.kind() != loc.kind {
+                    if kind != loc.kind {
                         p(format!(
-                            "directory {}: entry {:?} says {:?} but inode {} is {:?}",
+                            "directory {}: entry {:?} says {:?} but inode {} is {kind:?}",
                             n.ino,
                             nm(),
                             loc.kind,
                             loc.ino,
-                            c.kind()
                         ));
                     }
-                    if c.is_dir() {
+                    if kind == FileKind::Dir {
                         subdirs[n.ino as usize] += 1;
-                        if c.hdr.parent != n.ino {
+                        let parent = node(loc.ino).map_or(0, |c| c.hdr.parent);
+                        if parent != n.ino {
                             p(format!(
-                                "directory {}: parent field is {} but it is listed in {}",
-                                loc.ino, c.hdr.parent, n.ino
+                                "directory {}: parent field is {parent} but it is listed in {}",
+                                loc.ino, n.ino
                             ));
                         }
                     }
@@ -80,7 +85,7 @@ pub(crate) fn namespace(
     let orphan = |n: &InodeState| {
         n.hdr.nlink == 0 && refs[n.ino as usize] == 0 && (at_mount || n.open > 0)
     };
-    for n in nodes.values() {
+    for &n in nodes {
         let rc = refs[n.ino as usize];
         if n.is_dir() {
             let want = 2 + subdirs[n.ino as usize];
@@ -117,15 +122,15 @@ pub(crate) fn namespace(
         }
         if let Some(dx) = dn.dir.as_ref() {
             for loc in dx.values() {
-                match node(loc.ino) {
-                    Some(c) if c.is_dir() => q.push_back(loc.ino),
+                match kind_of(loc.ino) {
+                    Some(FileKind::Dir) => q.push_back(loc.ino),
                     Some(_) => seen[loc.ino as usize] = true,
                     None => {}
                 }
             }
         }
     }
-    for n in nodes.values() {
+    for &n in nodes {
         if !seen[n.ino as usize] && !orphan(n) {
             p(format!(
                 "inode {} ({:?}) is not reachable from the root",
