@@ -2502,3 +2502,53 @@ fn transport_uring_serves_requests_from_its_queues_or_is_refused_in_one_line() {
     m.stop();
     fsck_clean(&m.pool);
 }
+
+#[test]
+fn a_small_inode_cache_serves_every_file_unchanged() {
+    // Four idle file states at most: the daemon drops and rebuilds states all through.
+    let mut m = Mounted::new();
+    m.stop();
+    m.args = vec!["--cached-inodes", "4"];
+    m.start();
+    fs::create_dir(m.path("d")).unwrap();
+    let content = |i: u64| pseudo_random(i, 100 + (i as usize * 997) % 20_000);
+    for i in 0..60 {
+        fs::write(m.path(&format!("d/f{i}")), content(i)).unwrap();
+    }
+    fs::hard_link(m.path("d/f3"), m.path("hard")).unwrap();
+    for round in 0..2 {
+        for i in 0..60 {
+            assert_bytes(&m.path(&format!("d/f{i}")), &content(i));
+        }
+        assert_eq!(fs::metadata(m.path("hard")).unwrap().nlink(), 2, "round {round}");
+    }
+    // Appends to files whose states were dropped, a rename and an unlink among them.
+    for i in (0..60).step_by(7) {
+        let mut f = File::options().append(true).open(m.path(&format!("d/f{i}"))).unwrap();
+        f.write_all(b"tail").unwrap();
+    }
+    fs::rename(m.path("d/f8"), m.path("moved")).unwrap();
+    fs::remove_file(m.path("d/f9")).unwrap();
+    m.stop();
+    fsck_clean(&m.pool);
+    m.args = Vec::new();
+    m.start();
+    for i in (0..60).filter(|&i| i != 8 && i != 9) {
+        let mut want = content(i);
+        if i % 7 == 0 {
+            want.extend_from_slice(b"tail");
+        }
+        assert_bytes(&m.path(&format!("d/f{i}")), &want);
+    }
+    assert_bytes(&m.path("moved"), &content(8));
+    assert!(!m.path("d/f9").exists());
+    // Zero is not a cache size.
+    let out = Command::new(BIN)
+        .args(["mount", "--cached-inodes", "0"])
+        .arg(&m.pool)
+        .arg(m.path("d"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--cached-inodes"));
+}

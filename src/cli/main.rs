@@ -93,6 +93,11 @@ enum Cmd {
         /// of reusing the lowest ones; aligned extents are handed out as before.
         #[arg(long)]
         wear_aware: bool,
+        /// Idle file states kept in DRAM at most (1 or more; default 65536, about 18 MiB): a
+        /// file's state is built from its inode on first use and dropped again, oldest first,
+        /// once this many are loaded and nothing holds it (open, mapped, leased).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        cached_inodes: Option<u64>,
         /// Size of the default pool when it is created (K/M/G/T suffixes, binary; default 1G);
         /// refused with POOL and MOUNTPOINT or when the default pool exists.
         #[arg(long, value_parser = parse_nonzero_size)]
@@ -460,6 +465,7 @@ fn main() -> ExitCode {
             writeback_cache,
             transport,
             wear_aware,
+            cached_inodes,
             size,
             log,
         } => mount::run(mount::MountArgs {
@@ -478,6 +484,7 @@ fn main() -> ExitCode {
             writeback_cache,
             transport,
             wear_aware,
+            cached_inodes: cached_inodes.unwrap_or(0),
             size,
             log,
         }),

@@ -40,6 +40,8 @@ pub struct MountArgs {
     pub transport: Transport,
     /// Wear-aware allocation (`MountOptions::wear_aware`).
     pub wear_aware: bool,
+    /// Idle file states kept at most (`MountOptions::cached_inodes`; 0: the default).
+    pub cached_inodes: u64,
     /// Size of a new default pool (None: [`DEFAULT_SIZE`]).
     pub size: Option<u64>,
     pub log: Option<PathBuf>,
@@ -247,6 +249,7 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
             consistency: a.consistency,
             read_only: a.read_only,
             wear_aware: a.wear_aware,
+            cached_inodes: a.cached_inodes,
             // Started by `serve`: a fork keeps no threads.
             no_prefault: true,
             ..Default::default()
