@@ -46,7 +46,8 @@ pub(crate) struct MountState {
     /// (empty otherwise: the lowest free number is taken).
     pub inode_cursor: Vec<std::sync::atomic::AtomicU64>,
     /// The in-use inodes loaded into DRAM: the directories from mount on, every other inode
-    /// from its first use (or its creation) on. Once loaded, an inode stays until it is freed.
+    /// from its first use (or its creation) on, until it is freed or dropped as idle
+    /// ([`MountState::insert_loaded`]).
     pub inodes: RwLock<InoMap<InodeRef>>,
     /// In-use inodes not loaded (left on media by the mount's scan, or dropped since as idle).
     /// Taken under the write lock of `inodes`, so that an inode is loaded once at a time.
@@ -251,11 +252,17 @@ impl MountState {
     /// look at every file.
     pub fn all_inodes(&self) -> Result<Vec<InodeRef>> {
         let mut map = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+        // The order `insert_loaded` takes them in (both only under the map's write lock).
+        let mut order = lock(&self.loaded_order);
         let mut left = lock(&self.on_media);
         while let Some(ino) = left.next_from(0) {
             let node = load_after_mount(&self.pool, &self.geo, ino)?;
+            node.times_queried.store(true, Ordering::Relaxed);
             left.remove(ino);
             map.insert(ino, Arc::new(RwLock::new(node)));
+            // Dropped again by later loads once idle (none is dropped here: the caller wants
+            // them all).
+            order.push_back(ino);
         }
         Ok(map.values().cloned().collect())
     }
