@@ -89,6 +89,20 @@ fn name_hash(name: &[u8]) -> u64 {
     KEYS.get_or_init(RandomState::new).hash_one(name)
 }
 
+/// Heap bytes of a hashbrown table (std's `HashMap` is one) holding `capacity` entries of
+/// `entry` bytes: buckets (a power of two at 7/8 load) of the entry and one control byte each.
+pub(crate) fn hash_table_bytes(capacity: usize, entry: usize) -> u64 {
+    if capacity == 0 {
+        return 0;
+    }
+    let buckets = if capacity < 8 {
+        capacity.next_power_of_two().max(4)
+    } else {
+        (capacity * 8 / 7).next_power_of_two()
+    };
+    (buckets * (entry + 1) + 16) as u64
+}
+
 /// A directory's entries where they live: the pool and the directory's block map. Lookups read
 /// candidate names through it; readdir and the checks read whole entries.
 #[derive(Clone, Copy)]
@@ -203,11 +217,9 @@ impl DirIndex {
 
     /// Heap bytes held by the index (hash table at its capacity, per-block words, roomy set).
     pub fn heap_bytes(&self) -> u64 {
-        let cap = self.names.capacity();
-        let buckets = if cap == 0 { 0 } else { (cap * 8).div_ceil(7).next_power_of_two() };
-        let table = buckets * (std::mem::size_of::<Named>() + 1);
+        let table = hash_table_bytes(self.names.capacity(), std::mem::size_of::<Named>());
         let words = (self.used.capacity() + self.starts.capacity()) * 8;
-        (table + words + self.roomy.len() * 8) as u64
+        table + (words + self.roomy.len() * 8) as u64
     }
 
     /// Where every name's entry lives, in no particular order.

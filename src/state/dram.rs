@@ -3,25 +3,12 @@
 //! lengths and capacities. `examples/dram_per_file.rs` prints it beside a counting allocator's
 //! total.
 
+use crate::meta::dir::hash_table_bytes;
 use crate::state::inode_state::{InodeRef, rlock};
 use crate::state::locks::lock;
 use crate::state::mount_state::MountState;
 use std::mem::size_of;
 use std::sync::RwLock;
-
-/// Heap bytes of a hashbrown table of `capacity` entries of `entry` bytes: buckets (a power of
-/// two at 7/8 load) of the entry and one control byte each.
-pub(crate) fn hash_table_bytes(capacity: usize, entry: usize) -> u64 {
-    if capacity == 0 {
-        return 0;
-    }
-    let buckets = if capacity < 8 {
-        capacity.next_power_of_two().max(4)
-    } else {
-        (capacity * 8 / 7).next_power_of_two()
-    };
-    (buckets * (entry + 1) + 16) as u64
-}
 
 impl MountState {
     /// Bytes of DRAM held per structure: (what, bytes), largest structures first.

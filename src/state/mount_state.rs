@@ -256,15 +256,23 @@ impl MountState {
         let mut order = lock(&self.loaded_order);
         let mut left = lock(&self.on_media);
         while let Some(ino) = left.next_from(0) {
-            let node = load_after_mount(&self.pool, &self.geo, ino)?;
-            node.times_queried.store(true, Ordering::Relaxed);
+            let node = self.rebuild(ino)?;
             left.remove(ino);
-            map.insert(ino, Arc::new(RwLock::new(node)));
+            map.insert(ino, node);
             // Dropped again by later loads once idle (none is dropped here: the caller wants
             // them all).
             order.push_back(ino);
         }
         Ok(map.values().cloned().collect())
+    }
+
+    /// The state of in-use inode `ino`, built from its table slot (`inode_load`). Its times may
+    /// have been read before the state was last dropped: the next write stores fine-grained
+    /// ones, so the change shows (as `MountState::attr` would have asked).
+    fn rebuild(&self, ino: u64) -> Result<InodeRef> {
+        let node = load_after_mount(&self.pool, &self.geo, ino)?;
+        node.times_queried.store(true, Ordering::Relaxed);
+        Ok(Arc::new(RwLock::new(node)))
     }
 
     /// The in-use inodes loaded into DRAM (what DRAM-only state, such as quarantined blocks or
@@ -288,11 +296,7 @@ impl MountState {
         if !left.contains(ino) {
             return Err(Error::Stale(ino));
         }
-        let loaded = load_after_mount(&self.pool, &self.geo, ino)?;
-        // Times may have been read before this state was last dropped: the next write stores
-        // fine-grained ones, so the change shows (as `MountState::attr` would have asked).
-        loaded.times_queried.store(true, Ordering::Relaxed);
-        let node = Arc::new(RwLock::new(loaded));
+        let node = self.rebuild(ino)?;
         left.remove(ino);
         drop(left);
         self.insert_loaded(&mut map, ino, node.clone());
