@@ -8,7 +8,8 @@
 # Steps: `winefs bench workload` (Filebench personalities, Fig. 6 microbenchmarks, Fig. 10
 # scalability on the library, FUSE, tmpfs, passthrough_ll, ext4 and xfs), `bench syscall`,
 # `bench fuse`, `bench mmap`, `bench app` (LMDB, RocksDB; clean and aged), mount and recovery
-# time (examples/mount_time), DRAM per file (examples/dram_per_file, and of the FUSE daemon:
+# time (examples/mount_time, and from the mount command to a usable mount point:
+# scripts/mount_cli_time.sh), DRAM per file (examples/dram_per_file, and of the FUSE daemon:
 # scripts/daemon_dram.sh). A full run takes about an hour on two cores; --quick runs every step small (a few minutes) to check the pipeline. A
 # step that fails is listed in OUT/failed.txt and the report; the others still run.
 set -uo pipefail
@@ -95,6 +96,7 @@ step fuse "$W" bench fuse "${fuse_args[@]}"
 step mmap "$W" bench mmap "${mmap_args[@]}"
 step app "$W" bench app "${app_args[@]}"
 step mount_time "$E/mount_time" "$files" "$dirs"
+step mount_cli_time bash scripts/mount_cli_time.sh "$files" "$dirs" "$W" "$E/mount_time"
 step dram "$E/dram_per_file" "$files"
 step daemon_dram bash scripts/daemon_dram.sh "$files" "$W"
 

@@ -216,6 +216,7 @@ def main():
         ("mmap.txt", "Memory-mapped access (`winefs bench mmap`)", None),
         ("app.txt", "LMDB and RocksDB (`winefs bench app`)", None),
         ("mount_time.txt", "Recovery and mount time (`examples/mount_time`)", PAPER["recovery"]),
+        ("mount_cli_time.txt", "Mount time from `winefs mount` to a usable mount point (`scripts/mount_cli_time.sh`)", None),
         ("dram.txt", "DRAM per file (`examples/dram_per_file`)", PAPER["memory"]),
         ("daemon_dram.txt", "DRAM per file of the FUSE daemon (`scripts/daemon_dram.sh`)", None),
     ]

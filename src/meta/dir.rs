@@ -195,7 +195,16 @@ impl DirIndex {
     /// Where `name` lives, if it is in this directory (candidates with its hash are compared
     /// with their names on media).
     pub fn get(&self, media: &DirMedia<'_>, name: &[u8]) -> Result<Option<DirEntryLoc>> {
-        let hash = name_hash(name);
+        self.find_hashed(media, name, name_hash(name))
+    }
+
+    /// [`DirIndex::get`] given the name's hash.
+    fn find_hashed(
+        &self,
+        media: &DirMedia<'_>,
+        name: &[u8],
+        hash: u64,
+    ) -> Result<Option<DirEntryLoc>> {
         let slots = dentry_slots(name.len());
         let mut failed = None;
         let found = self.names.find(hash, |e| {
@@ -251,6 +260,12 @@ impl DirIndex {
         None
     }
 
+    /// Make room for `entries` more names without growing the table on the way (a mount knows
+    /// how many entries a directory's blocks mark before it loads them).
+    pub fn reserve(&mut self, entries: usize) {
+        self.names.reserve(entries, |e| e.hash);
+    }
+
     /// Record a new empty block in DRAM (its media header must already be written).
     pub fn push_block(&mut self) {
         self.used.push(1);
@@ -270,10 +285,15 @@ impl DirIndex {
     /// Apply an insert of `name`, which the directory does not hold, to DRAM (after its
     /// transaction committed).
     pub fn insert(&mut self, name: &[u8], loc: DirEntryLoc) {
+        self.insert_hashed(name_hash(name), loc);
+    }
+
+    /// [`DirIndex::insert`] given the name's hash.
+    fn insert_hashed(&mut self, hash: u64, loc: DirEntryLoc) {
         self.used[loc.block as usize] |= run_mask(loc.slot, loc.nslots);
         self.starts[loc.block as usize] |= 1u64 << loc.slot;
         let named = Named {
-            hash: name_hash(name),
+            hash,
             ino: loc.ino,
             block: loc.block,
             // Slots are below 64 and entries span at most five of them.
@@ -375,14 +395,15 @@ impl DirIndex {
                     "directory {dir_ino}, block {b}: entries overlap at slot {s}"
                 ));
             }
-            if self.get(media, &name)?.is_some() {
+            let hash = name_hash(&name);
+            if self.find_hashed(media, &name, hash)?.is_some() {
                 return Err(corrupt!(
                     "directory {dir_ino}: duplicate name {:?}",
                     String::from_utf8_lossy(&name)
                 ));
             }
-            self.insert(
-                &name,
+            self.insert_hashed(
+                hash,
                 DirEntryLoc {
                     ino,
                     kind,

@@ -80,38 +80,44 @@ impl fmt::Display for Shared {
 pub(crate) fn claims_of<'a>(nodes: impl IntoIterator<Item = &'a InodeState>) -> Vec<Claim> {
     let mut v = Vec::new();
     for n in nodes {
-        let c = |run, kind| Claim {
-            run,
-            ino: n.ino,
-            kind,
-        };
-        v.extend(n.map.extents.iter().map(|(&l, e)| {
-            c(
-                BlockRun {
-                    start: e.phys,
-                    len: e.len,
-                },
-                ClaimKind::Data { logical: l },
-            )
-        }));
-        v.extend(
-            n.map
-                .index_blocks()
-                .iter()
-                .map(|&b| c(BlockRun { start: b, len: 1 }, ClaimKind::Index)),
-        );
-        if n.hdr.xattr_block != 0 {
-            v.push(c(
-                BlockRun {
-                    start: n.hdr.xattr_block,
-                    len: 1,
-                },
-                ClaimKind::Xattr,
-            ));
-        }
+        push_claims(n, &mut v);
     }
     v.sort_by_key(|c| (c.run.start, c.ino));
     v
+}
+
+/// Append the claims of inode `n` to `v` (its data extents, extent-index blocks and xattr
+/// block: every block it owns), unsorted.
+pub(crate) fn push_claims(n: &InodeState, v: &mut Vec<Claim>) {
+    let c = |run, kind| Claim {
+        run,
+        ino: n.ino,
+        kind,
+    };
+    v.extend(n.map.extents.iter().map(|(&l, e)| {
+        c(
+            BlockRun {
+                start: e.phys,
+                len: e.len,
+            },
+            ClaimKind::Data { logical: l },
+        )
+    }));
+    v.extend(
+        n.map
+            .index_blocks()
+            .iter()
+            .map(|&b| c(BlockRun { start: b, len: 1 }, ClaimKind::Index)),
+    );
+    if n.hdr.xattr_block != 0 {
+        v.push(c(
+            BlockRun {
+                start: n.hdr.xattr_block,
+                len: 1,
+            },
+            ClaimKind::Xattr,
+        ));
+    }
 }
 
 /// Every pair of `claims` (sorted by first block) that overlap, with the blocks they share.

@@ -251,8 +251,13 @@ pub(crate) fn check(state: &MountState) -> Report {
         }
     }
     // 3. Link counts, entry types and the directory tree; xattr blocks and symlink targets.
-    let listed: Vec<&InodeState> = nodes.values().copied().collect();
-    validate::namespace(&state.pool, &listed, false, &mut r.problems);
+    let (kinds, nlinks) = validate::tables_of(nodes.values().copied());
+    let inodes = validate::NsInodes {
+        kinds: &kinds,
+        nlinks: &nlinks,
+        states: nodes.values().copied().collect(),
+    };
+    validate::namespace(&state.pool, &inodes, false, &mut r.problems);
     validate::xattr_blocks(&state.pool, g, nodes.values().copied(), &mut r.problems);
     validate::symlink_targets(state, nodes.values().copied(), &mut r.problems);
     r.directories = nodes.values().filter(|n| n.is_dir()).count() as u64;

@@ -6,7 +6,7 @@
 use crate::error::{Error, Result, corrupt};
 use crate::media::checksum;
 use crate::media::layout::{
-    BLOCK_BYTES, BLOCK_SIZE, FileKind, Geometry, INODE_BYTES, InodeHeader, MAX_FILE_SIZE,
+    BLOCK_BYTES, BLOCK_SIZE, FileKind, Geometry, INODE_BYTES, InodeHeader, MAX_FILE_SIZE, dir_block,
 };
 use crate::media::pool::Pool;
 use crate::meta::dir::{DirIndex, DirMedia};
@@ -85,6 +85,17 @@ pub(crate) fn load_inode(
             map: &map,
             ino: cur,
         };
+        // The entries the blocks' `starts` words mark, to size the index once (growing it
+        // moved every entry per doubling). Only a hint: each block's word is checked as it is
+        // loaded below.
+        let mut marked = 0usize;
+        for k in 0..hdr.size / BLOCK_SIZE {
+            if let Some((phys, _)) = map.lookup(k) {
+                let starts = pool.read_array::<8>(phys * BLOCK_SIZE + dir_block::STARTS as u64)?;
+                marked += (u64::from_le_bytes(starts) & !1).count_ones() as usize;
+            }
+        }
+        d.reserve(marked);
         let mut b = vec![0u8; BLOCK_BYTES];
         for k in 0..hdr.size / BLOCK_SIZE {
             let (phys, _) = map

@@ -21,6 +21,7 @@ pub mod mkfs;
 pub mod mount;
 pub(crate) mod mount_state;
 pub(crate) mod prealloc;
+pub(crate) mod scan;
 pub mod size_word;
 pub(crate) mod slots;
 pub(crate) mod tx;

@@ -8,27 +8,26 @@ use crate::media::journal::{Journals, epoch_of};
 use crate::media::recovery;
 use crate::media::wear::{self, WearCounters};
 use crate::media::zone;
-use crate::media::checksum;
 use crate::media::layout::{
-    self, BLOCK_BYTES, BLOCK_SIZE, BLOCKS_PER_HUGE, Geometry, INODE_BYTES, INODE_SIZE, InodeHeader,
+    self, BLOCK_SIZE, BLOCKS_PER_HUGE, FileKind, Geometry,
     ROOT_INO, SbState, Superblock, sb,
 };
 use crate::media::pool::{Category, Pool};
 use crate::state::alloc_snapshot;
 use crate::state::background::Background;
-use crate::state::claims;
+use crate::state::claims::{self, ClaimKind};
 use crate::state::damage;
 use crate::state::slots;
 use crate::state::zones::Zones;
 use crate::state::locks::lock;
 use crate::state::inode_bits::InodeBits;
-use crate::state::inode_load::load_inode;
 use crate::state::inode_state::{InoMap, InodeState, wlock};
+use crate::state::scan::load_inodes;
 use crate::state::validate;
 use crate::state::mkfs::write_state;
 use crate::state::mount_state::MountState;
 use crate::types::MountOptions;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -72,179 +71,15 @@ fn decode_superblock(pool: &Pool) -> Result<(Superblock, SbState)> {
     Ok((sbk, SbState::decode(&raw[sb::STATE..])))
 }
 
-/// What the inode tables hold, as found at mount: the in-use inodes in inode order, a list per
-/// range of the tables that a thread scanned (or, while it scans, that range's list). Lists, not
-/// a map, because a mount only walks them (a million hash inserts and a map's worth of page
-/// faults were a quarter of a mount); kept per range, because joining them would move every
-/// state once more.
-struct LoadedInodes<I = Vec<Vec<(u64, InodeState)>>> {
-    inodes: I,
-    /// Free inode numbers per partition.
-    free: Vec<InodeBits>,
-    /// Pool offsets of dead extent slots, to zero.
-    dead_slots: Vec<u64>,
-    /// In-use inodes that fail their checksum (not loaded, not free).
-    damaged: Vec<u64>,
-    /// Why each damaged inode that passes its checksum was not loaded (fsck and repair only:
-    /// its header ranges, extent map or directory blocks fail validation).
-    unloadable: BTreeMap<u64, String>,
-    /// Extent-index blocks and directory block headers that fail their checksum although
-    /// everything built from them passed validation: one line each, in the words of fsck.
-    bad_checksums: Vec<String>,
-    /// Directory blocks loaded with a rebuilt header (directory, block index).
-    rebuilt_dir_headers: Vec<(u64, u32)>,
-}
-
-/// Load every in-use inode, validating what the DRAM indexes are built from. An inode that
-/// fails its checksum is listed as damaged; with `load_damaged` (fsck and repair) it is also
-/// loaded when it passes every other check, so its blocks stay claimed and repair can judge it.
-///
-/// The inode tables are read by one thread per CPU (up to `MAX_SCAN_THREADS`), each taking a
-/// contiguous range of table blocks; the ranges' findings are joined in inode order, so the
-/// result and the first error are those of a scan in one thread.
-fn load_inodes(pool: &Pool, g: &Geometry, load_damaged: bool) -> Result<LoadedInodes> {
-    let per_block = BLOCK_SIZE / INODE_SIZE;
-    let blocks = g.total_inodes().div_ceil(per_block);
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    // A thread per 256 table blocks (4,096 inodes) at least: fewer is not worth starting.
-    let threads = cpus.min(MAX_SCAN_THREADS).min(blocks / 256).max(1);
-    let span = blocks.div_ceil(threads) * per_block;
-    let ranges: Vec<(u64, u64)> = (0..threads)
-        .map(|t| (1 + t * span, ((t + 1) * span).min(g.total_inodes())))
-        .filter(|(first, last)| first <= last)
-        .collect();
-    let parts: Vec<Result<RangeFound>> = if ranges.len() == 1 {
-        ranges.iter().map(|&(a, b)| load_inode_range(pool, g, load_damaged, a, b)).collect()
-    } else {
-        std::thread::scope(|sc| {
-            let jobs: Vec<_> = ranges
-                .iter()
-                .map(|&(a, b)| sc.spawn(move || load_inode_range(pool, g, load_damaged, a, b)))
-                .collect();
-            jobs.into_iter()
-                .map(|j| {
-                    j.join().unwrap_or_else(|_| {
-                        Err(Error::Invalid("a thread scanning the inode tables panicked".into()))
-                    })
-                })
-                .collect()
-        })
-    };
-    let parts: Vec<RangeFound> = parts.into_iter().collect::<Result<_>>()?;
-    let mut all = LoadedInodes {
-        inodes: Vec::with_capacity(parts.len()),
-        free: free_sets(g),
-        dead_slots: Vec::new(),
-        damaged: Vec::new(),
-        unloadable: BTreeMap::new(),
-        bad_checksums: Vec::new(),
-        rebuilt_dir_headers: Vec::new(),
-    };
-    for p in parts {
-        all.inodes.push(p.inodes);
-        for (mine, theirs) in all.free.iter_mut().zip(&p.free) {
-            mine.union(theirs);
-        }
-        all.dead_slots.extend(p.dead_slots);
-        all.damaged.extend(p.damaged);
-        all.unloadable.extend(p.unloadable);
-        all.bad_checksums.extend(p.bad_checksums);
-        all.rebuilt_dir_headers.extend(p.rebuilt_dir_headers);
-    }
-    Ok(all)
-}
-
-/// An empty set of free inode numbers for each partition's range of the inode table.
-fn free_sets(g: &Geometry) -> Vec<InodeBits> {
-    let per = u64::from(g.inodes_per_partition);
-    (0..u64::from(g.partitions)).map(|p| InodeBits::new(1 + p * per, per)).collect()
-}
-
 /// Idle file states a mount keeps at most unless told otherwise (`MountOptions::cached_inodes`):
 /// about 20 MiB of DRAM.
 const DEFAULT_CACHED_INODES: usize = 65_536;
 
-/// One range's findings: its in-use inodes in a list.
-type RangeFound = LoadedInodes<Vec<(u64, InodeState)>>;
-
-/// Most threads one mount scans its inode tables with.
-const MAX_SCAN_THREADS: u64 = 16;
-
-/// [`load_inodes`] for inodes `first..=last` (`first` starts a table block).
-fn load_inode_range(
-    pool: &Pool,
-    g: &Geometry,
-    load_damaged: bool,
-    first: u64,
-    last: u64,
-) -> Result<RangeFound> {
-    // Room for every inode of the range: address space only, until a state is stored (growing
-    // the list would move every state again per doubling).
-    let mut nodes = Vec::with_capacity(usize::try_from(last + 1 - first).unwrap_or(0));
-    let mut free = free_sets(g);
-    let mut dead_offs = Vec::new();
-    let mut damaged = Vec::new();
-    let mut unloadable = BTreeMap::new();
-    let mut bad_checksums = Vec::new();
-    let mut rebuilt_dir_headers = Vec::new();
-    let mut blk = vec![0u8; BLOCK_BYTES];
-    let per_block = BLOCK_SIZE / INODE_SIZE;
-    let mut ino = first;
-    while ino <= last {
-        pool.read(g.inode_offset(ino)?, &mut blk)?;
-        for (cur, raw) in (ino..=last).zip(blk.chunks_exact(INODE_BYTES)) {
-            let hdr = InodeHeader::decode(raw);
-            if !hdr.in_use() {
-                free[g.inode_partition(cur) as usize].insert(cur);
-                continue;
-            }
-            let (n, l) = if checksum::inode_checksum_ok(raw) {
-                match load_inode(pool, g, cur, raw, hdr) {
-                    Ok(x) => x,
-                    // A serving mount refuses the pool with this line; fsck reports it and
-                    // repair frees the inode (nothing it claims can be trusted).
-                    Err(e @ Error::Corrupted(_)) if load_damaged => {
-                        damaged.push(cur);
-                        unloadable.insert(cur, e.to_string());
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                }
-            } else {
-                // Nothing a serving mount builds comes from an inode that may be wrong: mount
-                // refuses the pool. fsck reports it; repair reseals or frees it.
-                damaged.push(cur);
-                match load_damaged.then(|| load_inode(pool, g, cur, raw, hdr)) {
-                    Some(Ok(x)) => x,
-                    _ => continue,
-                }
-            };
-            let ioff = g.inode_offset(cur)?;
-            dead_offs.extend(l.dead.iter().map(|&s| n.map.slot_offset(ioff, s)));
-            bad_checksums.extend(l.bad_checksums);
-            rebuilt_dir_headers.extend(l.rebuilt_dir_headers);
-            nodes.push((cur, n));
-        }
-        ino += per_block;
-    }
-    Ok(LoadedInodes {
-        inodes: nodes,
-        free,
-        dead_slots: dead_offs,
-        damaged,
-        unloadable,
-        bad_checksums,
-        rebuilt_dir_headers,
-    })
-}
-
 /// Every block owned by an inode: (run, owner), sorted; and every run two claims share
 /// (corruption: a serving mount refuses it, fsck lists it, repair clones it).
-fn owned_runs<'a>(
-    nodes: impl Iterator<Item = &'a InodeState> + Clone,
-) -> (Vec<(BlockRun, u64)>, Vec<claims::Shared>) {
-    let shared = claims::shared(&claims::claims_of(nodes.clone()));
-    (InodeState::owned_runs_of(nodes), shared)
+fn owned_runs(claims: &[claims::Claim]) -> (Vec<(BlockRun, u64)>, Vec<claims::Shared>) {
+    let owned = claims.iter().map(|c| (c.run, c.ino)).collect();
+    (owned, claims::shared(claims))
 }
 
 /// Damaged zone records `found` (each with the line that says why): a normal mount refuses the
@@ -328,6 +163,7 @@ pub(crate) fn mount_checked(
     opts: &MountOptions,
     inconsistent: Inconsistent,
 ) -> Result<Arc<MountState>> {
+    let started = std::time::Instant::now();
     let (sbk, sb_state) = decode_superblock(&pool)?;
     if sb_state.needs_fsck != 0 && !opts.read_only && inconsistent == Inconsistent::Refuse {
         return Err(damage::refusal(pool.path(), sb_state.needs_fsck));
@@ -346,7 +182,7 @@ pub(crate) fn mount_checked(
         );
     }
     // What the inode tables will say once recovery has run, read without writing the pool.
-    let loaded = if plan.is_empty() || pool.is_private() {
+    let mut loaded = if plan.is_empty() || pool.is_private() {
         plan.apply(&pool)?; // nothing, or stores that stay in this process
         load_inodes(&pool, &g, inconsistent == Inconsistent::Report)?
     } else {
@@ -354,8 +190,9 @@ pub(crate) fn mount_checked(
         plan.apply(&view)?;
         load_inodes(&view, &g, inconsistent == Inconsistent::Report)?
     };
-    match loaded.inodes.iter().flatten().next().filter(|x| x.0 == ROOT_INO).map(|x| &x.1) {
-        Some(n) if n.is_dir() => {}
+    let scanned = started.elapsed();
+    match loaded.kind_of(ROOT_INO) {
+        Some(FileKind::Dir) => {}
         Some(_) => return Err(corrupt!("inode 1 (the root) is not a directory")),
         None => return Err(corrupt!("inode 1 (the root) is not in use")),
     }
@@ -383,7 +220,8 @@ pub(crate) fn mount_checked(
     }
     // After the checksum refusals: a damaged block's records may claim blocks others own, and
     // the checksum is the precise cause.
-    let (owned, shared) = owned_runs(loaded.inodes.iter().flatten().map(|x| &x.1));
+    let claims = loaded.claims();
+    let (owned, shared) = owned_runs(&claims);
     if inconsistent == Inconsistent::Refuse
         && let Some(first) = shared.first()
     {
@@ -397,8 +235,12 @@ pub(crate) fn mount_checked(
     }
     if inconsistent == Inconsistent::Refuse {
         let mut problems = Vec::new();
-        let nodes: Vec<&InodeState> = loaded.inodes.iter().flatten().map(|x| &x.1).collect();
-        validate::namespace(&pool, &nodes, true, &mut problems);
+        let inodes = validate::NsInodes {
+            kinds: &loaded.kinds,
+            nlinks: &loaded.nlinks,
+            states: loaded.kept().collect(),
+        };
+        validate::namespace(&pool, &inodes, true, &mut problems);
         if let Some(first) = problems.first() {
             let more = match problems.len() {
                 1 => String::new(),
@@ -409,6 +251,7 @@ pub(crate) fn mount_checked(
             ));
         }
     }
+    let checked = started.elapsed();
     // Units the zones grew into (a crash left their table words): free space lent to the
     // zones, so no file may hold a block of one.
     let (units, mut stray) = zone::read_units(&pool, &g)?;
@@ -431,7 +274,10 @@ pub(crate) fn mount_checked(
     refuse_or_clear(&stray, inconsistent, "extension words", "with its slots not written back", &mut notes)?;
     // Alternate slots a crash left live: each must name a block of a regular file's data.
     let (live, mut bad) = zone::scan(&pool, &g, &units)?;
-    let homeless: Vec<_> = slots::homeless(&live, loaded.inodes.iter().flatten().map(|x| &x.1))
+    let file_data = claims.iter().filter(|c| {
+        matches!(c.kind, ClaimKind::Data { .. }) && loaded.kind_of(c.ino) == Some(FileKind::File)
+    });
+    let homeless: Vec<_> = slots::homeless(&live, file_data.map(|c| c.run))
         .into_iter()
         .map(|(s, why)| (*s, why))
         .collect();
@@ -484,7 +330,7 @@ pub(crate) fn mount_checked(
     }
     let mut report = plan.report;
     report.notes = notes;
-    for off in loaded.dead_slots {
+    for &off in &loaded.dead_slots {
         pool.zero(off, layout::EXTENT_SIZE, Category::Metadata)?;
         pool.flush(off, layout::EXTENT_SIZE, Category::Metadata);
     }
@@ -493,20 +339,12 @@ pub(crate) fn mount_checked(
     // the namespace check refused, or that fsck reports; it is never freed here).
     // Only inodes without links can be orphans, and there are few: the entries are searched
     // for those alone.
-    let unlinked: HashSet<u64> = loaded
-        .inodes
-        .iter()
-        .flatten()
-        .filter(|x| x.1.hdr.nlink == 0)
-        .map(|x| x.0)
-        .collect();
+    let unlinked: HashSet<u64> = loaded.kept().filter(|n| n.hdr.nlink == 0).map(|n| n.ino).collect();
     let named: HashSet<u64> = match unlinked.is_empty() {
         true => HashSet::new(),
         false => loaded
-            .inodes
-            .iter()
-            .flatten()
-            .filter_map(|x| x.1.dir.as_ref())
+            .kept()
+            .filter_map(|n| n.dir.as_ref())
             .flat_map(|d| d.values().map(|l| l.ino))
             .filter(|i| unlinked.contains(i))
             .collect(),
@@ -527,21 +365,25 @@ pub(crate) fn mount_checked(
     // orphans (freed below); every other inode's state is built when it is first used, from
     // the table slot this scan checked (`MountState::inode`). fsck and repair judge every
     // inode, so they keep all of them.
-    let mut on_media = InodeBits::new(1, g.total_inodes());
     let orphan_set: HashSet<u64> = orphans.iter().copied().collect();
     let keep = |n: &InodeState| {
         inconsistent == Inconsistent::Report || n.is_dir() || orphan_set.contains(&n.ino)
     };
-    let mut in_dram = InoMap::with_capacity_and_hasher(
-        loaded.inodes.iter().flatten().filter(|x| keep(&x.1)).count(),
-        Default::default(),
-    );
-    for (ino, n) in loaded.inodes.into_iter().flatten() {
+    let mut in_dram =
+        InoMap::with_capacity_and_hasher(loaded.kept().filter(|n| keep(n)).count(), Default::default());
+    for n in std::mem::take(&mut loaded.kept).into_iter().flatten() {
         if keep(&n) {
-            in_dram.insert(ino, Arc::new(RwLock::new(n)));
-        } else {
+            in_dram.insert(n.ino, Arc::new(RwLock::new(n)));
+        }
+    }
+    let mut on_media = InodeBits::new(1, g.total_inodes());
+    for (ino, kind) in (0u64..).zip(&loaded.kinds) {
+        if kind.is_some() {
             on_media.insert(ino);
         }
+    }
+    for ino in in_dram.keys() {
+        on_media.remove(*ino);
     }
     let rewrite = !opts.no_background_rewrite && !opts.read_only;
     let background = Background::new(rewrite, rewrite && !pool.is_private());
@@ -599,6 +441,13 @@ pub(crate) fn mount_checked(
     }
     // Set once mount's own changes (in memory, for a read-only mount) are done.
     state.read_only = opts.read_only;
+    log::debug!(
+        "{}: mount scanned the inode tables in {:.3} s, checked the namespace by {:.3} s, built the mount state by {:.3} s",
+        state.pool.path().display(),
+        scanned.as_secs_f64(),
+        checked.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
     Ok(Arc::new(state))
 }
 

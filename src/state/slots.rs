@@ -17,7 +17,7 @@
 use crate::error::Result;
 use crate::media::geometry::Geometry;
 use crate::media::alloc::BlockRun;
-use crate::media::layout::{BLOCK_SIZE, BLOCKS_PER_HUGE, FileKind};
+use crate::media::layout::{BLOCK_SIZE, BLOCKS_PER_HUGE};
 use crate::media::pool::{Category, Pool};
 use crate::media::zone::{self, LINE, LiveSlot, SlotSpace, Unit};
 use crate::state::inode_state::{InodeState, SlotRef};
@@ -480,23 +480,21 @@ fn clear(state: &MountState, g: &mut InodeState, picked: &[(u64, SlotRef)]) -> R
 /// Of the live slots a crash left, those whose home is not a block of a regular file's data
 /// (damage: following one would overwrite metadata or free space), or is named by another live
 /// slot too (a block has one slot at a time: which is newest cannot be known), each with the
-/// line that says why.
-pub(crate) fn homeless<'a, 'n>(
-    live: &'a [LiveSlot],
-    nodes: impl IntoIterator<Item = &'n InodeState>,
-) -> Vec<(&'a LiveSlot, String)> {
+/// line that says why. `file_data`: the data extents of every regular file.
+pub(crate) fn homeless(
+    live: &[LiveSlot],
+    file_data: impl IntoIterator<Item = BlockRun>,
+) -> Vec<(&LiveSlot, String)> {
     let mut homes: Vec<u64> = live.iter().map(|s| s.home).collect();
     homes.sort_unstable();
     let mut held = HashSet::new();
     if homes.is_empty() {
         return Vec::new();
     }
-    for n in nodes.into_iter().filter(|n| n.kind() == FileKind::File) {
-        for (_, phys, len) in n.map.segments(0, u64::MAX) {
-            let from = homes.partition_point(|&h| h < phys);
-            for &h in homes[from..].iter().take_while(|&&h| h < phys + len) {
-                held.insert(h);
-            }
+    for run in file_data {
+        let from = homes.partition_point(|&h| h < run.start);
+        for &h in homes[from..].iter().take_while(|&&h| h < run.start + run.len) {
+            held.insert(h);
         }
     }
     let shared: HashSet<u64> = homes.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
