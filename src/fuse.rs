@@ -46,12 +46,13 @@
 //!   allowed, `FUSE_DIRECT_IO_ALLOW_MMAP`) when the kernel offers it and no writeback cache was
 //!   asked for: processes on the direct path (`channel`, the preload library)
 //!   store into the pool itself, so a page cache of file data would be a second, stale copy.
+//!   A mount with no direct path (`with_page_cache`) lets the kernel cache file data instead.
 
 use crate::{
     Attr, DirEntry, Error, FileKind, Fs, RenameFlags as CoreRenameFlags, SetAttr, TimeSet, XattrSet,
 };
 use fuser::{
-    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags,
     Generation, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags,
     ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
     ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
@@ -60,11 +61,15 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
+mod attr;
 pub mod channel;
 mod privs;
 pub mod proto;
+
+use attr::{file_type, missing_name_attr, time_ns};
+pub(crate) use attr::file_attr;
 
 /// How long the kernel may cache attributes, directory entries and names found missing. Long:
 /// winefs has no writer the kernel does not see, except those it tells the kernel about (see
@@ -99,6 +104,9 @@ pub struct WinefsFuse {
     /// The kernel caches file data and writes it back later (`FUSE_WRITEBACK_CACHE`, asked
     /// for by `with_writeback_cache`): files are opened with the page cache.
     writeback_cache: bool,
+    /// No process stores into the pool behind the kernel (no direct path): files are opened
+    /// with the page cache (`with_page_cache`).
+    page_cache: bool,
 }
 
 impl WinefsFuse {
@@ -136,6 +144,7 @@ impl WinefsFuse {
             channel: None,
             direct_io: false,
             writeback_cache: false,
+            page_cache: false,
         }
     }
 
@@ -149,15 +158,27 @@ impl WinefsFuse {
         self
     }
 
+    /// Let the kernel cache file data, for a mount that offers no direct path (`mount
+    /// --no-direct`, a read-only mount): every write then goes through the kernel, which
+    /// keeps its cache in step, so reads are served from it and read ahead in large requests
+    /// instead of one request per `read(2)`. Each open starts from what winefs holds (the
+    /// kernel drops the file's cache at open, as without `FOPEN_KEEP_CACHE` it does); writes
+    /// still reach winefs before `write(2)` returns.
+    pub fn with_page_cache(mut self) -> Self {
+        self.page_cache = true;
+        self
+    }
+
     /// Advertise the direct-path channel `name` to the preload library.
     pub fn with_channel(mut self, name: &str) -> Self {
         self.channel = Some(name.to_string());
         self
     }
 
-    /// How a regular file is opened: direct I/O when the kernel allows mapping such files.
+    /// How a regular file is opened: direct I/O when the kernel allows mapping such files,
+    /// unless the kernel may cache file data (`with_page_cache`, `with_writeback_cache`).
     fn file_open_flags(&self) -> FopenFlags {
-        if self.direct_io && !self.writeback_cache {
+        if self.direct_io && !self.writeback_cache && !self.page_cache {
             // Writes inside the file need not hold the kernel's inode lock: the core orders
             // overlapping writes itself.
             FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
@@ -195,75 +216,6 @@ pub(crate) fn invalidate_attributes(notifier: &OnceLock<Notifier>, ino: u64) {
 /// request answers a given failure the same way the library reports it.
 fn errno(e: &Error) -> Errno {
     Errno::from_i32(e.errno())
-}
-
-fn system_time(ns: i64) -> SystemTime {
-    if ns >= 0 {
-        UNIX_EPOCH + Duration::from_nanos(ns as u64)
-    } else {
-        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
-    }
-}
-
-fn time_ns(t: SystemTime) -> i64 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
-    }
-}
-
-fn file_type(k: FileKind) -> FileType {
-    match k {
-        FileKind::File => FileType::RegularFile,
-        FileKind::Dir => FileType::Directory,
-        FileKind::Symlink => FileType::Symlink,
-        FileKind::Fifo => FileType::NamedPipe,
-        FileKind::Socket => FileType::Socket,
-        FileKind::CharDev => FileType::CharDevice,
-        FileKind::BlockDev => FileType::BlockDevice,
-    }
-}
-
-/// Core attributes in the kernel's form.
-pub(crate) fn file_attr(a: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(a.ino),
-        size: a.size,
-        blocks: a.blocks,
-        atime: system_time(a.atime),
-        mtime: system_time(a.mtime),
-        ctime: system_time(a.ctime),
-        crtime: system_time(a.crtime),
-        kind: file_type(a.kind),
-        perm: (a.perm & 0o7777) as u16,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: a.rdev,
-        blksize: crate::media::layout::BLOCK_SIZE as u32,
-        flags: 0,
-    }
-}
-
-/// The attributes of a negative entry: node 0 tells the kernel the name does not exist.
-fn missing_name_attr() -> FileAttr {
-    FileAttr {
-        ino: INodeNo(0),
-        size: 0,
-        blocks: 0,
-        atime: UNIX_EPOCH,
-        mtime: UNIX_EPOCH,
-        ctime: UNIX_EPOCH,
-        crtime: UNIX_EPOCH,
-        kind: FileType::RegularFile,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: crate::media::layout::BLOCK_SIZE as u32,
-        flags: 0,
-    }
 }
 
 fn reply_entry(reply: ReplyEntry, r: crate::Result<Attr>, fs: &Fs) {
@@ -947,39 +899,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn times_round_trip_including_before_the_epoch() {
-        for ns in [0i64, 1, 1_700_000_000_123_456_789, -1, -86_400_000_000_001] {
-            assert_eq!(time_ns(system_time(ns)), ns);
-        }
-    }
-
-    #[test]
-    fn attributes_keep_type_permission_and_size() {
-        let a = Attr {
-            ino: 42,
-            kind: FileKind::Symlink,
-            perm: 0o104755,
-            nlink: 3,
-            uid: 7,
-            gid: 8,
-            size: 12345,
-            blocks: 32,
-            atime: 1,
-            mtime: 2_000_000_001,
-            ctime: 3,
-            crtime: 4,
-            rdev: 0,
-            generation: 9,
+    fn files_are_direct_io_only_where_a_direct_path_may_store_behind_the_kernel() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("pool");
+        let small = crate::MkfsOptions {
+            size: Some(48 << 20),
+            ..Default::default()
         };
-        let f = file_attr(&a);
-        assert_eq!(f.ino, INodeNo(42));
-        assert_eq!(f.kind, FileType::Symlink);
-        assert_eq!(f.perm, 0o4755, "type bits must not leak into perm");
-        assert_eq!(
-            (f.nlink, f.uid, f.gid, f.size, f.blocks),
-            (3, 7, 8, 12345, 32)
-        );
-        assert_eq!(time_ns(f.mtime), 2_000_000_001);
+        Fs::mkfs(&p, &small).unwrap();
+        let fs = Arc::new(Fs::mount(&p, crate::MountOptions::default()).unwrap());
+        let kernel_maps_direct_io = |a: WinefsFuse| WinefsFuse { direct_io: true, ..a };
+        let direct = FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
+        let served = kernel_maps_direct_io(WinefsFuse::new(Arc::clone(&fs)).with_channel("c"));
+        assert_eq!(served.file_open_flags(), direct);
+        let cached = kernel_maps_direct_io(WinefsFuse::new(Arc::clone(&fs)).with_page_cache());
+        assert_eq!(cached.file_open_flags(), FopenFlags::empty());
+        let written_back = kernel_maps_direct_io(WinefsFuse::new(fs).with_writeback_cache());
+        assert_eq!(written_back.file_open_flags(), FopenFlags::empty());
     }
 
     #[test]

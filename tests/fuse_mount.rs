@@ -2556,3 +2556,69 @@ fn a_small_inode_cache_serves_every_file_unchanged() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--cached-inodes"));
 }
+
+/// Reads winefs has served on the mount of `m` (`winefs stat`: the live mount's counters).
+fn reads_served(m: &Mounted) -> u64 {
+    let json = ok(Command::new(BIN).args(["stat", "--json"]).arg(&m.pool));
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let ops = v["ops"].as_array().unwrap_or_else(|| panic!("no ops in {json}"));
+    ops.iter()
+        .find(|o| o["op"] == "read")
+        .map_or(0, |o| o["ops"].as_u64().unwrap())
+}
+
+#[test]
+fn without_a_direct_path_the_kernel_caches_file_data_and_every_write_still_lands() {
+    use std::os::unix::fs::FileExt;
+    let mut m = Mounted::new();
+    // With the direct path (the default), files are direct I/O: every read reaches winefs.
+    let want = pseudo_random(21, (1 << 20) + 333);
+    fs::write(m.path("d"), &want).unwrap();
+    let f = File::open(m.path("d")).unwrap();
+    let mut buf = vec![0u8; want.len()];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    let before = reads_served(&m);
+    for _ in 0..5 {
+        f.read_exact_at(&mut buf, 0).unwrap();
+    }
+    assert!(reads_served(&m) >= before + 5, "direct I/O reads reach winefs");
+    drop(f);
+    m.stop();
+
+    m.args = vec!["--no-direct"];
+    m.start();
+    let mut want = pseudo_random(22, (1 << 20) + 333);
+    let w = File::create(m.path("c")).unwrap();
+    w.write_all_at(&want, 0).unwrap();
+    let r = File::open(m.path("c")).unwrap();
+    r.read_exact_at(&mut buf, 0).unwrap();
+    assert!(buf == want, "{}", first_difference(&buf, &want));
+    // Read again and again: the kernel answers from its cache.
+    let before = reads_served(&m);
+    for _ in 0..5 {
+        r.read_exact_at(&mut buf, 0).unwrap();
+    }
+    assert_eq!(reads_served(&m), before, "cached reads reached winefs");
+    // A write through another descriptor shows at once to the cached reader.
+    w.write_all_at(&[0x5a; 5000], 70_000).unwrap();
+    want[70_000..75_000].fill(0x5a);
+    r.read_exact_at(&mut buf, 0).unwrap();
+    assert!(buf == want, "{}", first_difference(&buf, &want));
+    // So does a truncate.
+    w.set_len(100_000).unwrap();
+    want.truncate(100_000);
+    let mut rest = Vec::new();
+    File::open(m.path("c")).unwrap().read_to_end(&mut rest).unwrap();
+    assert!(rest == want, "{}", first_difference(&rest, &want));
+    let mut tail = [0u8; 10];
+    assert_eq!(r.read_at(&mut tail, 100_000).unwrap(), 0, "read past the new end");
+    // Strict mode: a write is durable when write(2) returns, cache or not.
+    w.write_all_at(&[0xc3; 4096], 100_000).unwrap();
+    want.extend_from_slice(&[0xc3; 4096]);
+    drop((r, w));
+    m.crash();
+    m.args = Vec::new();
+    m.start();
+    assert_bytes(&m.path("c"), &want);
+    m.stop(); // fsck clean
+}

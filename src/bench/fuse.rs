@@ -45,6 +45,9 @@ pub struct FuseBenchConfig {
     pub repeats: u32,
     /// FUSE worker threads.
     pub threads: usize,
+    /// Mount winefs as `winefs mount --no-direct` does: no direct path, file data cached by
+    /// the kernel (otherwise files are direct I/O, as the default mount opens them).
+    pub no_direct: bool,
 }
 
 impl Default for FuseBenchConfig {
@@ -57,6 +60,7 @@ impl Default for FuseBenchConfig {
             pool_size: 512 << 20,
             repeats: 3,
             threads: 2,
+            no_direct: false,
         }
     }
 }
@@ -122,6 +126,8 @@ pub struct FuseBenchReport {
     pub dir_fs: String,
     /// FUSE worker threads.
     pub threads: usize,
+    /// winefs was mounted with no direct path, file data cached by the kernel.
+    pub no_direct: bool,
     /// Timed repetitions per measurement.
     pub repeats: u32,
     /// Why winefs over io_uring was not measured (None: it was).
@@ -138,8 +144,12 @@ impl fmt::Display for FuseBenchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "winefs over FUSE ({} threads, strict) vs tmpfs, pool on {} ({}); best of {}",
+            "winefs over FUSE ({} threads, strict, {}) vs tmpfs, pool on {} ({}); best of {}",
             self.threads,
+            match self.no_direct {
+                true => "no direct path: file data cached by the kernel",
+                false => "files opened direct-I/O, as with a direct path",
+            },
             self.dir.display(),
             self.dir_fs,
             self.repeats
@@ -465,6 +475,7 @@ pub fn fuse_bench(cfg: &FuseBenchConfig) -> Result<FuseBenchReport> {
         dir_fs: fs_type(&base),
         dir: base,
         threads: cfg.threads,
+        no_direct: cfg.no_direct,
         repeats: cfg.repeats,
         uring_skipped,
         passthrough_skipped,
@@ -489,7 +500,7 @@ fn winefs_side(
             ..Default::default()
         },
     )?;
-    let served = FuseServed::start(fs, mnt, cfg.threads.max(1), io_uring)?;
+    let served = FuseServed::start(fs, mnt, cfg.threads.max(1), io_uring, cfg.no_direct)?;
     if let (true, Err(why)) = (io_uring, &served.uring) {
         let why = why.clone();
         served.stop()?;
@@ -512,8 +523,15 @@ pub(crate) struct FuseServed {
 }
 
 impl FuseServed {
-    /// Mount `fs` on `mnt` served by `threads` threads, asking for io_uring if `io_uring`.
-    pub(crate) fn start(fs: Fs, mnt: &Path, threads: usize, io_uring: bool) -> Result<FuseServed> {
+    /// Mount `fs` on `mnt` served by `threads` threads, asking for io_uring if `io_uring`; with
+    /// `page_cache`, as a mount with no direct path (`WinefsFuse::with_page_cache`).
+    pub(crate) fn start(
+        fs: Fs,
+        mnt: &Path,
+        threads: usize,
+        io_uring: bool,
+        page_cache: bool,
+    ) -> Result<FuseServed> {
         let fs = Arc::new(fs);
         let mut fc = Config::default();
         fc.mount_options = vec![
@@ -523,7 +541,9 @@ impl FuseServed {
         fc.n_threads = Some(threads);
         fc.clone_fd = true;
         fc.io_uring = io_uring;
-        let session = Session::new(WinefsFuse::new(Arc::clone(&fs)), mnt, &fc)
+        let adapter = WinefsFuse::new(Arc::clone(&fs));
+        let adapter = if page_cache { adapter.with_page_cache() } else { adapter };
+        let session = Session::new(adapter, mnt, &fc)
             .map_err(io_err(format!("FUSE mount on {}", mnt.display())))?;
         let uring = session.io_uring().map_err(|e| e.to_string());
         let session = session
@@ -761,9 +781,11 @@ mod tests {
             pool_size: 64 << 20,
             repeats: 1,
             threads: 2,
+            no_direct: false,
         };
         let rep = fuse_bench(&cfg).unwrap();
         assert_eq!(rep.rows.len(), ROWS.len());
+        assert!(rep.to_string().contains("files opened direct-I/O"), "{rep}");
         // Where libfuse's example source is installed, its floor is measured beside winefs.
         let floor = Path::new(PASSTHROUGH_EXAMPLES).join("passthrough_ll.c").exists();
         assert_eq!(rep.passthrough_skipped.is_none(), floor, "{:?}", rep.passthrough_skipped);

@@ -210,6 +210,7 @@ fn run_setup(
                 &mnt.0,
                 threads,
                 true,
+                false,
             )
             .map_err(|e| NotRun::Skip(format!("no FUSE mount here: {e}")))?;
             let transport = served.transport().to_string();

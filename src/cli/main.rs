@@ -270,6 +270,10 @@ enum BenchCmd {
         /// Timed repetitions per measurement (the best is reported).
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         repeats: u32,
+        /// Mount winefs as `mount --no-direct` does: no direct path, file data cached by the
+        /// kernel.
+        #[arg(long)]
+        no_direct: bool,
     },
     /// Space used by a seeded fsstress-style workload: tmpfs vs the winefs library (and FUSE).
     Space {
@@ -551,6 +555,7 @@ fn main() -> ExitCode {
                     size,
                     threads,
                     repeats,
+                    no_direct,
                 },
         } => {
             let cfg = FuseBenchConfig {
@@ -560,6 +565,7 @@ fn main() -> ExitCode {
                 file_size: size,
                 threads,
                 repeats,
+                no_direct,
                 ..Default::default()
             };
             eprintln!(

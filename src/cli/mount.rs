@@ -416,6 +416,10 @@ fn serve(
     } else {
         None
     };
+    // No direct path: every store goes through the kernel, which may then cache file data.
+    if channel.is_none() {
+        adapter = adapter.with_page_cache();
+    }
     let stop_channel = || {
         if let Some(ch) = &channel {
             ch.stop();

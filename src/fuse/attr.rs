@@ -1,0 +1,115 @@
+//! Core attributes and times in the kernel's form (`FileAttr`, `SystemTime`).
+
+use crate::{Attr, FileKind};
+use fuser::{FileAttr, FileType, INodeNo};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub(super) fn system_time(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+pub(super) fn time_ns(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
+    }
+}
+
+pub(super) fn file_type(k: FileKind) -> FileType {
+    match k {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDev => FileType::CharDevice,
+        FileKind::BlockDev => FileType::BlockDevice,
+    }
+}
+
+/// Core attributes in the kernel's form.
+pub(crate) fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: system_time(a.atime),
+        mtime: system_time(a.mtime),
+        ctime: system_time(a.ctime),
+        crtime: system_time(a.crtime),
+        kind: file_type(a.kind),
+        perm: (a.perm & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: crate::media::layout::BLOCK_SIZE as u32,
+        flags: 0,
+    }
+}
+
+/// The attributes of a negative entry: node 0 tells the kernel the name does not exist.
+pub(super) fn missing_name_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: crate::media::layout::BLOCK_SIZE as u32,
+        flags: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_round_trip_including_before_the_epoch() {
+        for ns in [0i64, 1, 1_700_000_000_123_456_789, -1, -86_400_000_000_001] {
+            assert_eq!(time_ns(system_time(ns)), ns);
+        }
+    }
+
+    #[test]
+    fn attributes_keep_type_permission_and_size() {
+        let a = Attr {
+            ino: 42,
+            kind: FileKind::Symlink,
+            perm: 0o104755,
+            nlink: 3,
+            uid: 7,
+            gid: 8,
+            size: 12345,
+            blocks: 32,
+            atime: 1,
+            mtime: 2_000_000_001,
+            ctime: 3,
+            crtime: 4,
+            rdev: 0,
+            generation: 9,
+        };
+        let f = file_attr(&a);
+        assert_eq!(f.ino, INodeNo(42));
+        assert_eq!(f.kind, FileType::Symlink);
+        assert_eq!(f.perm, 0o4755, "type bits must not leak into perm");
+        assert_eq!(
+            (f.nlink, f.uid, f.gid, f.size, f.blocks),
+            (3, 7, 8, 12345, 32)
+        );
+        assert_eq!(time_ns(f.mtime), 2_000_000_001);
+    }
+}
