@@ -6,9 +6,8 @@
 
 use crate::error::{Error, Result};
 use crate::fs::Fs;
-use crate::bench::workload_setups::mount_pool;
 use crate::media::pool::{CATEGORIES, PersistStats};
-use crate::types::{Consistency, MkfsOptions};
+use crate::types::{Consistency, MkfsOptions, MountOptions};
 use std::fmt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -634,6 +633,19 @@ fn overwrite_rate(
     })?;
     let s1 = fs.persist_stats();
     Ok((rate, PersistPerOp::from_delta(&s0, &s1, ops * reps as u64)))
+}
+
+/// Mount a pool for a benchmark, once its pages are all faulted in (see [`Fs::wait_prefault`]).
+pub(crate) fn mount_pool(pool: &Path, consistency: Consistency) -> Result<Fs> {
+    let fs = Fs::mount(
+        pool,
+        MountOptions {
+            consistency,
+            ..Default::default()
+        },
+    )?;
+    fs.wait_prefault();
+    Ok(fs)
 }
 
 #[cfg(test)]

@@ -13,7 +13,6 @@ use super::syscall::io_err;
 use crate::FileKind;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
-use crate::types::{Consistency, MountOptions};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -290,18 +289,6 @@ impl Target for PosixTarget {
     }
 }
 
-/// Mount a pool for a workload, once its pages are all faulted in (see [`Fs::wait_prefault`]).
-pub(crate) fn mount_pool(pool: &Path, consistency: Consistency) -> Result<Fs> {
-    let fs = Fs::mount(
-        pool,
-        MountOptions {
-            consistency,
-            ..Default::default()
-        },
-    )?;
-    fs.wait_prefault();
-    Ok(fs)
-}
 /// Run a command; Err(why) with its last line of standard error.
 fn run(cmd: &mut Command, what: &str) -> std::result::Result<String, String> {
     let out = cmd
@@ -422,6 +409,8 @@ pub(crate) fn passthrough(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::syscall::mount_pool;
+    use crate::types::Consistency;
 
     #[test]
     fn file_names_are_f_and_the_number() {
