@@ -113,13 +113,20 @@ impl InodeBits {
         })
     }
 
-    /// Add every number of `other`, which covers the same range.
-    pub fn union(&mut self, other: &InodeBits) {
-        for (mine, theirs) in self.words.iter_mut().zip(&other.words) {
-            *mine |= theirs;
+    /// The numbers of `base..base + span` for which `member` holds, set a word at a time.
+    pub fn from_fn(base: u64, span: u64, member: impl Fn(u64) -> bool) -> InodeBits {
+        let mut s = InodeBits::new(base, span);
+        let end = base + span;
+        for (w, word) in s.words.iter_mut().enumerate() {
+            let at = base + w as u64 * 64;
+            for b in (0..64u64).take_while(|b| at + b < end) {
+                if member(at + b) {
+                    *word |= 1 << b;
+                }
+            }
         }
-        self.len = self.words.iter().map(|w| w.count_ones() as usize).sum();
-        self.first_nonzero = 0;
+        s.len = s.words.iter().map(|w| w.count_ones() as usize).sum();
+        s
     }
 
     /// Heap bytes of the bitmap.
@@ -156,13 +163,12 @@ mod tests {
         assert!(f.iter().eq(want.iter().copied()));
         assert_eq!(f.next_from(0), want.first().copied(), "below the range");
         assert!(!f.insert(base - 1) && !f.insert(base + 64 * 11) && !f.contains(base - 1));
-        let mut other = InodeBits::new(base, span);
-        other.insert(base + 3);
-        other.insert(base + 650);
-        f.union(&other);
-        want.extend([base + 3, base + 650]);
-        assert!(f.iter().eq(want.iter().copied()));
-        assert_eq!(f.len(), want.len());
-        assert_eq!(f.pop_first(), want.pop_first());
+        let mut built = InodeBits::from_fn(base, span, |ino| want.contains(&ino));
+        assert!(built.iter().eq(want.iter().copied()));
+        assert_eq!(built.len(), want.len());
+        assert_eq!(built.pop_first(), want.pop_first());
+        let odd = InodeBits::from_fn(base, span, |ino| ino % 2 == 1);
+        assert_eq!(odd.len(), 350, "every odd number of the range, none past its end");
+        assert_eq!(odd.iter().last(), Some(base + span - 2));
     }
 }

@@ -40,7 +40,7 @@ pub(crate) struct LoadedInodes<K = Vec<Vec<InodeState>>, C = Vec<Vec<Claim>>> {
     /// The block claims of the inodes whose state was dropped; the kept states' claims are
     /// read from them.
     pub claims: C,
-    /// Free inode numbers per partition.
+    /// Free inode numbers per partition (of the whole scan; derived once it is joined).
     pub free: Vec<InodeBits>,
     /// Pool offsets of dead extent slots, to zero.
     pub dead_slots: Vec<u64>,
@@ -145,7 +145,6 @@ pub(crate) fn load_inodes(pool: &Pool, g: &Geometry, load_damaged: bool) -> Resu
         nlinks: Vec::with_capacity(total + 1),
         kept: Vec::with_capacity(parts.len()),
         claims: Vec::with_capacity(parts.len()),
-        free: free_sets(g),
         ..Default::default()
     };
     // Inode 0 does not exist.
@@ -163,9 +162,6 @@ pub(crate) fn load_inodes(pool: &Pool, g: &Geometry, load_damaged: bool) -> Resu
             all.kept.push(f.kept);
         }
         all.claims.push(f.claims);
-        for (mine, theirs) in all.free.iter_mut().zip(&f.free) {
-            mine.union(theirs);
-        }
         all.dead_slots.append(&mut f.dead_slots);
         all.damaged.append(&mut f.damaged);
         all.unloadable.append(&mut f.unloadable);
@@ -174,6 +170,7 @@ pub(crate) fn load_inodes(pool: &Pool, g: &Geometry, load_damaged: bool) -> Resu
     }
     // Damaged directories (fsck) were listed after the chunk's other damaged inodes.
     all.damaged.sort_unstable();
+    all.free = free_sets(g, &all.kinds, &all.damaged);
     Ok(all)
 }
 
@@ -222,11 +219,17 @@ fn in_parallel<T: Send>(n: u64, job: impl Fn(u64) -> Option<T> + Sync) -> Result
     Ok(out)
 }
 
-/// An empty set of free inode numbers for each partition's range of the inode table.
-pub(crate) fn free_sets(g: &Geometry) -> Vec<InodeBits> {
+/// The free inode numbers of each partition's range of the inode table: every number the scan
+/// neither loaded (`kinds`) nor found damaged (`damaged`, sorted). Each in-use inode is one or
+/// the other, or the scan failed.
+fn free_sets(g: &Geometry, kinds: &[Option<FileKind>], damaged: &[u64]) -> Vec<InodeBits> {
     let per = u64::from(g.inodes_per_partition);
+    let free = |ino: u64| {
+        usize::try_from(ino).is_ok_and(|i| kinds.get(i).is_some_and(Option::is_none))
+            && damaged.binary_search(&ino).is_err()
+    };
     (0..u64::from(g.partitions))
-        .map(|p| InodeBits::new(1 + p * per, per))
+        .map(|p| InodeBits::from_fn(1 + p * per, per, free))
         .collect()
 }
 
@@ -307,7 +310,6 @@ fn load_inode_range(
     };
     range.found.kinds = vec![None; n];
     range.found.nlinks = vec![0; n];
-    range.found.free = free_sets(g);
     let mut blk = vec![0u8; BLOCK_BYTES];
     let per_block = BLOCK_SIZE / INODE_SIZE;
     let mut ino = first;
@@ -316,7 +318,6 @@ fn load_inode_range(
         for (cur, raw) in (ino..=last).zip(blk.chunks_exact(INODE_BYTES)) {
             let hdr = InodeHeader::decode(raw);
             if !hdr.in_use() {
-                range.found.free[g.inode_partition(cur) as usize].insert(cur);
                 continue;
             }
             let loaded = if checksum::inode_checksum_ok(raw) {
@@ -404,6 +405,10 @@ mod tests {
         }
         let in_use = found.kinds.iter().filter(|k| k.is_some()).count();
         assert_eq!(in_use, made.len() + 1, "every inode and the root");
+        // Every other number is free, in its partition's set.
+        let free: usize = found.free.iter().map(|f| f.len()).sum();
+        assert_eq!(free as u64, g.total_inodes() - in_use as u64);
+        assert!(found.free.iter().all(|f| made.iter().all(|&(ino, _)| !f.contains(ino))));
         // Kept: the directories and symlinks alone, in inode order.
         let kept: Vec<u64> = found.kept().map(|n| n.ino).collect();
         let mut want: Vec<u64> = made
