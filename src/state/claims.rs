@@ -120,6 +120,12 @@ pub(crate) fn push_claims(n: &InodeState, v: &mut Vec<Claim>) {
     }
 }
 
+/// Every block the claims hold: (run, owner), in the claims' order (by first block when they
+/// are sorted, as [`claims_of`] gives them).
+pub(crate) fn owned(claims: &[Claim]) -> Vec<(BlockRun, u64)> {
+    claims.iter().map(|c| (c.run, c.ino)).collect()
+}
+
 /// Every pair of `claims` (sorted by first block) that overlap, with the blocks they share.
 pub(crate) fn shared(claims: &[Claim]) -> Vec<Shared> {
     let mut out = Vec::new();

@@ -175,7 +175,8 @@ pub(crate) fn check(state: &MountState) -> Report {
     }
 
     // 2. Every data block is owned exactly once or free exactly once.
-    let owned: Vec<(BlockRun, u64)> = InodeState::owned_runs_of(nodes.values().copied());
+    let claimed = claims::claims_of(nodes.values().copied());
+    let owned: Vec<(BlockRun, u64)> = claims::owned(&claimed);
     let free = state.alloc.free_runs();
     r.free_blocks = free.iter().map(|x| x.len).sum();
     r.used_blocks = owned.iter().map(|x| x.0.len).sum();
@@ -229,7 +230,7 @@ pub(crate) fn check(state: &MountState) -> Report {
             g.data_start + g.data_blocks
         ));
     }
-    for sh in claims::shared(&claims::claims_of(nodes.values().copied())) {
+    for sh in claims::shared(&claimed) {
         p(sh.to_string());
     }
     if let Err(e) = state.alloc.check_consistency() {

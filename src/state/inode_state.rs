@@ -132,18 +132,6 @@ impl InodeState {
         }
         runs
     }
-    /// The blocks owned by each of `inodes`, as (run, owner) sorted by start (overlaps kept,
-    /// for the caller to judge).
-    pub fn owned_runs_of<'a>(
-        inodes: impl IntoIterator<Item = &'a InodeState>,
-    ) -> Vec<(BlockRun, u64)> {
-        let mut v: Vec<(BlockRun, u64)> = inodes
-            .into_iter()
-            .flat_map(|n| n.owned_runs().into_iter().map(move |r| (r, n.ino)))
-            .collect();
-        v.sort_by_key(|x| x.0.start);
-        v
-    }
 }
 
 /// A shared, locked inode.

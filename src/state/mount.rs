@@ -75,13 +75,6 @@ fn decode_superblock(pool: &Pool) -> Result<(Superblock, SbState)> {
 /// about 20 MiB of DRAM.
 const DEFAULT_CACHED_INODES: usize = 65_536;
 
-/// Every block owned by an inode: (run, owner), sorted; and every run two claims share
-/// (corruption: a serving mount refuses it, fsck lists it, repair clones it).
-fn owned_runs(claims: &[claims::Claim]) -> (Vec<(BlockRun, u64)>, Vec<claims::Shared>) {
-    let owned = claims.iter().map(|c| (c.run, c.ino)).collect();
-    (owned, claims::shared(claims))
-}
-
 /// Damaged zone records `found` (each with the line that says why): a normal mount refuses the
 /// pool, naming the first and counting the rest as `more`; fsck and repair clear them (the
 /// note each gets says how).
@@ -220,8 +213,10 @@ pub(crate) fn mount_checked(
     }
     // After the checksum refusals: a damaged block's records may claim blocks others own, and
     // the checksum is the precise cause.
+    // Every block owned by an inode, sorted, and every run two claims share (corruption: a
+    // serving mount refuses it, fsck lists it, repair clones it).
     let claims = loaded.claims();
-    let (owned, shared) = owned_runs(&claims);
+    let (owned, shared) = (claims::owned(&claims), claims::shared(&claims));
     if inconsistent == Inconsistent::Refuse
         && let Some(first) = shared.first()
     {
