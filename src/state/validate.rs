@@ -51,23 +51,28 @@ pub(crate) fn namespace(
     // inodes stays in cache where the states (hundreds of bytes each) would not.
     let (kinds, nlinks) = (inodes.kinds, inodes.nlinks);
     let len = kinds.len().min(nlinks.len());
-    // The states by number (zeroed tables: only the pages of the states at hand are touched).
+    // The states by number (a zeroed table: only the pages of the states at hand are touched),
+    // and the directories' in inode order.
     let mut states: Vec<Option<&InodeState>> = vec![None; len];
-    let mut dirs: Vec<Option<&InodeState>> = vec![None; len];
+    let mut dirs: Vec<&InodeState> = Vec::new();
     for &n in inodes.states.iter().filter(|n| (n.ino as usize) < len) {
         states[n.ino as usize] = Some(n);
         if n.is_dir() {
-            dirs[n.ino as usize] = Some(n);
+            dirs.push(n);
         }
     }
-    let dir = |ino: u64| dirs.get(ino as usize).copied().flatten();
+    dirs.sort_unstable_by_key(|n| n.ino);
+    let dir = |ino: u64| {
+        let n = states.get(ino as usize).copied().flatten()?;
+        n.is_dir().then_some(n)
+    };
     let kind_of = |ino: u64| kinds.get(ino as usize).copied().flatten();
     let mut refs = vec![0u32; len];
     let mut subdirs = vec![0u32; len];
     // (parent, subdirectory) for every entry naming a directory: the tree is walked over these
     // alone, not over every entry again.
     let mut edges: Vec<(u64, u64)> = Vec::new();
-    for n in dirs.iter().flatten() {
+    for n in &dirs {
         let Ok((d, media)) = n.dir_with_media(pool) else { continue };
         for loc in d.values() {
             // The index keeps no names: one is read from media only for a line that reports it.
@@ -132,10 +137,10 @@ pub(crate) fn namespace(
     }
     // Every entry was counted from some directory: when every directory is reached, a file is
     // reached exactly when an entry names it. Otherwise mark the files reached directories name.
-    let all_dirs_reached = dirs.iter().flatten().all(|n| seen[n.ino as usize]);
+    let all_dirs_reached = dirs.iter().all(|n| seen[n.ino as usize]);
     if !all_dirs_reached {
         let walked: Vec<&InodeState> =
-            dirs.iter().flatten().copied().filter(|n| seen[n.ino as usize]).collect();
+            dirs.iter().copied().filter(|n| seen[n.ino as usize]).collect();
         for n in walked {
             for loc in n.dir.iter().flat_map(|d| d.values()) {
                 if kind_of(loc.ino).is_some_and(|k| k != FileKind::Dir) {
