@@ -11,11 +11,12 @@
 
 use crate::error::{Error, Result};
 use crate::media::alloc::BlockRun;
+use crate::media::checksum;
 use crate::media::journal::Tx;
 use crate::media::layout::{
     self, BLOCK_SIZE, FileKind, INODE_IN_USE, INODE_SIZE, InodeHeader, NAME_MAX, ROOT_INO,
 };
-use crate::media::pool::Category;
+use crate::media::pool::{CACHE_LINE, Category};
 use crate::meta::dir::{self, DirEntryLoc, DirIndex};
 use crate::meta::inode::{FileMap, MapUpdate};
 use crate::ops::file::read_locked;
@@ -355,11 +356,19 @@ pub(crate) fn make_inode(
         let o = layout::ino::TARGET_CRC;
         body[o..o + 4].copy_from_slice(&crc32c::crc32c(t).to_le_bytes());
     }
+    // The checksum goes in with the body, so sealing the transaction finds it current and
+    // journals no second write of it.
+    let crc = checksum::inode_checksum(&body);
+    body[layout::ino::CRC..layout::ino::CRC + 4].copy_from_slice(&crc.to_le_bytes());
     // The inode slot is free, so everything but its first 32 bytes (which hold the in-use
-    // flag) can be written without journaling.
+    // flag) can be written without journaling. The rest of their cache line is only stored:
+    // the transaction writes the flag's bytes back, line and all, before its COMMIT.
+    const _: () = assert!(INODE_SIZE.is_multiple_of(CACHE_LINE) && 32 < CACHE_LINE);
+    let line = CACHE_LINE as usize;
+    state.pool.write(ioff + 32, &body[32..line], Category::Metadata)?;
     state
         .pool
-        .write_flush(ioff + 32, &body[32..], Category::Metadata)?;
+        .write_flush(ioff + CACHE_LINE, &body[line..], Category::Metadata)?;
     let mut tx = Tx::new();
     tx.write(ioff, body[..32].to_vec(), Category::Metadata);
     let mut edit = DirEdit::default();
