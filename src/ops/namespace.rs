@@ -23,6 +23,7 @@ use crate::ops::file::read_locked;
 use crate::ops::{prealloc, xattr};
 use crate::state::damage::Damage;
 use crate::state::inode_state::{InodeRef, InodeState, rlock, wlock};
+use crate::state::locks;
 use crate::state::mount_state::MountState;
 use crate::state::tx::Reserved;
 use crate::types::{Attr, DirEntry, RenameFlags};
@@ -298,7 +299,7 @@ pub(crate) fn make_inode(
     if is_dot(name) {
         return Err(Error::Exists);
     }
-    let _ns = state.namespace.write().unwrap_or_else(|e| e.into_inner());
+    let _ns = locks::write(&state.namespace);
     let p = state.inode(parent)?;
     let mut pg = wlock(&p);
     if pg.find_name(&state.pool, name)?.is_some() {
@@ -421,7 +422,7 @@ pub(crate) fn unlink(state: &MountState, parent: u64, name: &[u8], want_dir: boo
             Error::IsDir
         });
     }
-    let _ns = state.namespace.write().unwrap_or_else(|e| e.into_inner());
+    let _ns = locks::write(&state.namespace);
     let loc = dir_lookup(state, parent, name)?;
     match (want_dir, loc.kind == FileKind::Dir) {
         (false, true) => return Err(Error::IsDir),
@@ -507,7 +508,7 @@ pub(crate) fn rename(
     if is_dot(n1) || is_dot(n2) {
         return Err(Error::Busy("cannot rename '.' or '..'".into()));
     }
-    let _ns = state.namespace.write().unwrap_or_else(|e| e.into_inner());
+    let _ns = locks::write(&state.namespace);
     let src = dir_lookup(state, p1, n1)?;
     let dst = match dir_lookup(state, p2, n2) {
         Ok(l) => Some(l),
@@ -675,7 +676,7 @@ pub(crate) fn link(state: &MountState, ino: u64, parent: u64, name: &[u8]) -> Re
     if is_dot(name) {
         return Err(Error::Exists);
     }
-    let _ns = state.namespace.write().unwrap_or_else(|e| e.into_inner());
+    let _ns = locks::write(&state.namespace);
     let arcs = inode_refs(state, &[ino, parent])?;
     let mut g = lock_all(&arcs);
     // Linux checks the new name before the source's type.
@@ -733,7 +734,7 @@ pub(crate) fn link(state: &MountState, ino: u64, parent: u64, name: &[u8]) -> Re
 pub(crate) fn lookup(state: &MountState, parent: u64, name: &[u8]) -> Result<Attr> {
     state.check_alive()?;
     check_name(name)?;
-    let _ns = state.namespace.read().unwrap_or_else(|e| e.into_inner());
+    let _ns = locks::read(&state.namespace);
     let p = state.inode(parent)?;
     let ino = {
         let g = rlock(&p);
@@ -756,7 +757,7 @@ pub(crate) fn readdir_page(
     max: usize,
 ) -> Result<Vec<DirEntry>> {
     state.check_alive()?;
-    let _ns = state.namespace.read().unwrap_or_else(|e| e.into_inner());
+    let _ns = locks::read(&state.namespace);
     let n = state.inode(ino)?;
     let g = rlock(&n);
     let (d, media) = g.dir_with_media(&state.pool)?;

@@ -138,14 +138,15 @@ impl InodeState {
 pub(crate) type InodeRef = Arc<RwLock<InodeState>>;
 
 /// Lock an inode for writing (a panic elsewhere does not make the state unusable: every
-/// change is committed to media before DRAM follows).
+/// change is committed to media before DRAM follows; a contended lock is spun on a while
+/// first, `locks::spin_then_block`).
 pub(crate) fn wlock(n: &InodeRef) -> RwLockWriteGuard<'_, InodeState> {
-    n.write().unwrap_or_else(|e| e.into_inner())
+    crate::state::locks::write(n)
 }
 
 /// Lock an inode for reading.
 pub(crate) fn rlock(n: &InodeRef) -> RwLockReadGuard<'_, InodeState> {
-    n.read().unwrap_or_else(|e| e.into_inner())
+    crate::state::locks::read(n)
 }
 
 /// Hashes inode numbers with one multiply and a shift. They are handed out by winefs, not
