@@ -8,7 +8,8 @@
 //! each 4 KiB copy, that made every counted copy wait for the one before it.
 #![deny(clippy::cast_possible_truncation)]
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What a write or flush is for, so write amplification can be measured per kind of traffic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,8 +121,9 @@ fn thread_count(i: usize, n: u64) {
 
 /// Counters per shard: bytes and lines per category, then fences (as [`ThreadCounters`]).
 const FIELDS: usize = 2 * CATEGORIES + 1;
-/// Shards owned by one thread each: the first threads to count get one apiece; later threads
-/// share the last shard, which they update with atomic adds.
+/// Shards owned by one thread each: a thread takes one at its first count and gives it back
+/// when it exits, so up to this many threads counting at once have one apiece; more share the
+/// last shard, which they update with atomic adds.
 const OWNED_SHARDS: usize = 32;
 
 /// One shard, on cache lines of its own so threads never write each other's lines.
@@ -129,14 +131,55 @@ const OWNED_SHARDS: usize = 32;
 #[derive(Default)]
 struct Shard([AtomicU64; FIELDS]);
 
-/// The shard of the calling thread, given at its first count (process-wide, the same in every
-/// pool).
-fn my_shard() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed).min(OWNED_SHARDS);
+/// The owned shards not held by a live thread.
+struct ShardPool {
+    /// Shards given back by threads that exited.
+    freed: Vec<usize>,
+    /// Shards `next..OWNED_SHARDS` were never handed out.
+    next: usize,
+}
+
+impl ShardPool {
+    /// A free owned shard, or `OWNED_SHARDS` (the shared one) when none is.
+    fn take(&mut self) -> usize {
+        self.freed.pop().unwrap_or_else(|| {
+            let s = self.next.min(OWNED_SHARDS);
+            self.next = s + 1;
+            s
+        })
     }
-    SHARD.with(|s| *s)
+
+    /// Shard `s`'s thread exited.
+    fn give_back(&mut self, s: usize) {
+        if s < OWNED_SHARDS {
+            self.freed.push(s);
+        }
+    }
+}
+
+static SHARDS: Mutex<ShardPool> = Mutex::new(ShardPool {
+    freed: Vec::new(),
+    next: 0,
+});
+
+/// A thread's shard, given back when the thread exits. The mutex orders the last owner's
+/// stores before the next owner's.
+struct ShardClaim(usize);
+
+impl Drop for ShardClaim {
+    fn drop(&mut self) {
+        SHARDS.lock().unwrap_or_else(|e| e.into_inner()).give_back(self.0);
+    }
+}
+
+/// The shard of the calling thread (process-wide, the same in every pool). Counts made while
+/// the thread is being torn down, after its claim was given back, go to the shared shard.
+fn my_shard() -> usize {
+    thread_local! {
+        static SHARD: ShardClaim =
+            ShardClaim(SHARDS.lock().unwrap_or_else(|e| e.into_inner()).take());
+    }
+    SHARD.try_with(|s| s.0).unwrap_or(OWNED_SHARDS)
 }
 
 /// A pool's counters: sums over every thread that wrote through it.
@@ -188,6 +231,23 @@ impl Counters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shards_of_exited_threads_are_handed_out_again() {
+        let mut p = ShardPool {
+            freed: Vec::new(),
+            next: 0,
+        };
+        let taken: Vec<usize> = (0..OWNED_SHARDS).map(|_| p.take()).collect();
+        assert_eq!(taken, (0..OWNED_SHARDS).collect::<Vec<_>>());
+        // All owned: the next thread shares the last shard.
+        assert_eq!(p.take(), OWNED_SHARDS);
+        // A thread exits: its shard is the next one handed out, and only once.
+        p.give_back(7);
+        p.give_back(OWNED_SHARDS); // the shared shard is never handed out as owned
+        assert_eq!(p.take(), 7);
+        assert_eq!(p.take(), OWNED_SHARDS);
+    }
 
     #[test]
     fn counts_from_many_threads_add_up_exactly() {
