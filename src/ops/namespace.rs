@@ -54,14 +54,34 @@ fn is_dot(name: &[u8]) -> bool {
 /// Directory changes of one namespace operation, applied to DRAM after commit.
 #[derive(Default)]
 pub(crate) struct DirEdit {
-    /// Directory block header (`dir::header_offset`) → (directory, block index, new `starts`).
-    starts: BTreeMap<u64, (u64, u32, u64)>,
+    /// (directory block header (`dir::header_offset`), (directory, block index, new
+    /// `starts`)), sorted by header: one or two blocks per operation, where a vector beats a
+    /// map.
+    starts: Vec<(u64, (u64, u32, u64))>,
     inserts: Vec<(u64, Vec<u8>, DirEntryLoc)>,
     /// (directory, name, where its entry is).
     removes: Vec<(u64, Vec<u8>, DirEntryLoc)>,
     /// (directory, name, where its entry is, new inode, new type).
     repoints: Vec<(u64, Vec<u8>, DirEntryLoc, u64, FileKind)>,
     new_blocks: Vec<u64>,
+}
+
+impl DirEdit {
+    /// The new `starts` word planned for the block whose header is at `so`, if any.
+    fn planned_starts(&self, so: u64) -> Option<u64> {
+        self.starts
+            .binary_search_by_key(&so, |e| e.0)
+            .ok()
+            .map(|i| self.starts[i].1.2)
+    }
+
+    /// Plan `starts` word `w` for block `block` of directory `dino`, whose header is at `so`.
+    fn plan_starts(&mut self, so: u64, dino: u64, block: u32, w: u64) {
+        match self.starts.binary_search_by_key(&so, |e| e.0) {
+            Ok(i) => self.starts[i].1 = (dino, block, w),
+            Err(i) => self.starts.insert(i, (so, (dino, block, w))),
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -126,12 +146,12 @@ pub(crate) fn plan_insert(
     let off = dir::slot_offset(phys, slot);
     state.pool.write_flush(off, &bytes, Category::Metadata)?;
     let so = dir::header_offset(phys);
-    let cur = match edit.starts.get(&so) {
-        Some(&(_, _, w)) => w,
+    let cur = match edit.planned_starts(so) {
+        Some(w) => w,
         None if (block as usize) < dirx.starts.len() => dirx.starts[block as usize],
         None => 0,
     };
-    edit.starts.insert(so, (dino, block, cur | (1u64 << slot)));
+    edit.plan_starts(so, dino, block, cur | (1u64 << slot));
     edit.inserts.push((
         dino,
         name.to_vec(),
@@ -164,10 +184,9 @@ pub(crate) fn plan_remove(
     let phys = block_at(&d.map, d.ino, loc.block)?;
     let so = dir::header_offset(phys);
     let cur = edit
-        .starts
-        .get(&so)
-        .map_or(dirx.starts[loc.block as usize], |e| e.2);
-    edit.starts.insert(so, (d.ino, loc.block, cur & !(1u64 << loc.slot)));
+        .planned_starts(so)
+        .unwrap_or(dirx.starts[loc.block as usize]);
+    edit.plan_starts(so, d.ino, loc.block, cur & !(1u64 << loc.slot));
     edit.removes.push((d.ino, name.to_vec(), loc));
     Ok(())
 }
@@ -196,29 +215,39 @@ pub(crate) fn plan_repoint(
 /// The journaled writes of `edit`: each changed directory block header's checksum and `starts`
 /// word, one 12-byte write per block.
 pub(crate) fn edit_tx(edit: &DirEdit, tx: &mut Tx<'_>) {
-    for (&off, &(dino, block, w)) in &edit.starts {
+    for &(off, (dino, block, w)) in &edit.starts {
         tx.write(off, dir::header_bytes(dino, block, w), Category::Metadata);
     }
 }
 
 pub(crate) fn apply_edit(edit: DirEdit, guards: &mut BTreeMap<u64, RwLockWriteGuard<'_, InodeState>>) {
-    for d in &edit.new_blocks {
-        if let Some(dx) = guards.get_mut(d).and_then(|g| g.dir.as_mut()) {
+    let mut dirs: Vec<(u64, &mut InodeState)> =
+        guards.iter_mut().map(|(&d, g)| (d, &mut **g)).collect();
+    apply_edit_to(edit, &mut dirs);
+}
+
+/// [`apply_edit`] to the locked directories `dirs` (inode number, state).
+fn apply_edit_to(edit: DirEdit, dirs: &mut [(u64, &mut InodeState)]) {
+    fn index<'a>(dirs: &'a mut [(u64, &mut InodeState)], d: u64) -> Option<&'a mut DirIndex> {
+        dirs.iter_mut().find(|e| e.0 == d).and_then(|e| e.1.dir.as_deref_mut())
+    }
+    for &d in &edit.new_blocks {
+        if let Some(dx) = index(dirs, d) {
             dx.push_block();
         }
     }
     for (d, name, loc) in &edit.removes {
-        if let Some(dx) = guards.get_mut(d).and_then(|g| g.dir.as_mut()) {
+        if let Some(dx) = index(dirs, *d) {
             dx.remove(name, loc);
         }
     }
     for (d, name, loc) in &edit.inserts {
-        if let Some(dx) = guards.get_mut(d).and_then(|g| g.dir.as_mut()) {
+        if let Some(dx) = index(dirs, *d) {
             dx.insert(name, *loc);
         }
     }
     for (d, name, loc, ino, kind) in &edit.repoints {
-        if let Some(dx) = guards.get_mut(d).and_then(|g| g.dir.as_mut()) {
+        if let Some(dx) = index(dirs, *d) {
             dx.repoint(name, loc, *ino, *kind);
         }
     }
@@ -399,9 +428,8 @@ pub(crate) fn make_inode(
     let mut map = state.inodes.write().unwrap_or_else(|e| e.into_inner());
     state.insert_loaded(&mut map, ino, Arc::new(RwLock::new(node)));
     drop(map);
-    let mut guards = BTreeMap::new();
-    guards.insert(parent, pg);
-    apply_edit(edit, &mut guards);
+    // One directory is locked: the edit finds it without a map of guards.
+    apply_edit_to(edit, &mut [(parent, &mut *pg)]);
     Ok(attr)
 }
 
