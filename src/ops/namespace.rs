@@ -328,7 +328,8 @@ pub(crate) fn make_inode(
     if is_dot(name) {
         return Err(Error::Exists);
     }
-    let _ns = locks::write(&state.namespace);
+    // Shared: names change under their directory's lock; the namespace lock keeps renames out.
+    let _ns = locks::read(&state.namespace);
     let p = state.inode(parent)?;
     let mut pg = wlock(&p);
     if pg.find_name(&state.pool, name)?.is_some() {
@@ -450,15 +451,45 @@ pub(crate) fn unlink(state: &MountState, parent: u64, name: &[u8], want_dir: boo
             Error::IsDir
         });
     }
-    let _ns = locks::write(&state.namespace);
-    let loc = dir_lookup(state, parent, name)?;
+    // Shared: another unlink, create or link may change this directory until its lock is
+    // held, so the entry found first is checked again under the lock (a rename cannot run).
+    let _ns = locks::read(&state.namespace);
+    loop {
+        let loc = dir_lookup(state, parent, name)?;
+        let arcs = match inode_refs(state, &[parent, loc.ino]) {
+            Ok(a) => a,
+            Err(Error::Stale(_)) => continue, // freed since the lookup: look again
+            Err(e) => return Err(e),
+        };
+        let mut g = lock_all(&arcs);
+        let found = g[&parent].find_name(&state.pool, name)?;
+        let Some(loc) = found.filter(|l| l.ino == loc.ino) else {
+            continue; // removed or replaced since the lookup
+        };
+        // The same number is not enough: the inode may have been freed, and its number given
+        // to a new one under the same name, since its state was fetched.
+        let fetched = arcs.iter().find(|(i, _)| *i == loc.ino).map(|(_, a)| a);
+        if !fetched.is_some_and(|a| state.still_live(loc.ino, a)) {
+            continue;
+        }
+        return unlink_locked(state, parent, name, want_dir, loc, &mut g);
+    }
+}
+
+/// [`unlink`] with the directory and the inode its entry `name` names (`loc`) locked.
+fn unlink_locked(
+    state: &MountState,
+    parent: u64,
+    name: &[u8],
+    want_dir: bool,
+    loc: DirEntryLoc,
+    g: &mut BTreeMap<u64, RwLockWriteGuard<'_, InodeState>>,
+) -> Result<()> {
     match (want_dir, loc.kind == FileKind::Dir) {
         (false, true) => return Err(Error::IsDir),
         (true, false) => return Err(Error::NotDir),
         _ => {}
     }
-    let arcs = inode_refs(state, &[parent, loc.ino])?;
-    let mut g = lock_all(&arcs);
     let now = state.change_time(&[&*g[&parent], &*g[&loc.ino]]);
     let mut tx = Tx::new();
     let mut edit = DirEdit::default();
@@ -499,7 +530,7 @@ pub(crate) fn unlink(state: &MountState, parent: u64, name: &[u8], want_dir: boo
             state.forget_inode(c);
         }
     }
-    apply_edit(edit, &mut g);
+    apply_edit(edit, g);
     Ok(())
 }
 
@@ -704,9 +735,13 @@ pub(crate) fn link(state: &MountState, ino: u64, parent: u64, name: &[u8]) -> Re
     if is_dot(name) {
         return Err(Error::Exists);
     }
-    let _ns = locks::write(&state.namespace);
+    // Shared, as for create: both inodes' locks order this link against their other changes.
+    let _ns = locks::read(&state.namespace);
     let arcs = inode_refs(state, &[ino, parent])?;
     let mut g = lock_all(&arcs);
+    if g[&parent].hdr.nlink == 0 {
+        return Err(Error::NotFound); // the directory was removed while we waited
+    }
     // Linux checks the new name before the source's type.
     if g[&parent].find_name(&state.pool, name)?.is_some() {
         return Err(Error::Exists);
@@ -716,7 +751,8 @@ pub(crate) fn link(state: &MountState, ino: u64, parent: u64, name: &[u8]) -> Re
             "hard links to directories are not allowed".into(),
         ));
     }
-    if g[&ino].hdr.nlink == 0 && g[&ino].open > 0 {
+    // No links left: open but unlinked (Linux refuses it too), or freed while we waited.
+    if g[&ino].hdr.nlink == 0 {
         return Err(Error::NotFound);
     }
     if g[&ino].hdr.nlink >= MAX_LINKS {
@@ -764,16 +800,22 @@ pub(crate) fn lookup(state: &MountState, parent: u64, name: &[u8]) -> Result<Att
     check_name(name)?;
     let _ns = locks::read(&state.namespace);
     let p = state.inode(parent)?;
-    let ino = {
+    // The entry's inode is fetched while the directory is locked, so an unlink cannot free it
+    // (and a create reuse its number) in between.
+    let n = {
         let g = rlock(&p);
-        match name {
+        let ino = match name {
             b"." if g.is_dir() => parent,
             b".." if g.is_dir() => g.hdr.parent,
             _ => g.find_name(&state.pool, name)?.ok_or(Error::NotFound)?.ino,
-        }
+        };
+        if ino == parent { Arc::clone(&p) } else { state.inode(ino)? }
     };
-    let n = state.inode(ino)?;
     let g = rlock(&n);
+    // Unlinked and freed since the directory's lock was let go.
+    if !g.hdr.in_use() {
+        return Err(Error::NotFound);
+    }
     Ok(state.attr(&g))
 }
 

@@ -1,8 +1,8 @@
 //! The shared state of a mounted pool: the pool, its journals and allocator, the DRAM inode
 //! table, the namespace lock, and the services a mount runs (page faults, background work).
 //!
-//! Lock order (never acquired in the other direction): the namespace lock (shared for lookups
-//! and for background moves, exclusive for operations that change names and for fsck) → inode
+//! Lock order (never acquired in the other direction): the namespace lock (shared for lookups,
+//! background moves and every name change but rename, exclusive for rename and fsck) → inode
 //! locks (a namespace operation locks every inode it touches, each once, in inode-number order)
 //! → a journal's lock → an allocator partition's lock. Data operations (read, write, truncate,
 //! fallocate, setattr, xattrs) take only their inode's lock. Every operation that changes media
