@@ -14,10 +14,10 @@ use std::sync::{
 use std::time::{Duration, Instant};
 
 /// How long a contended inode or namespace lock is retried before the thread sleeps on it.
-/// Measured on varmail (three threads, one directory, two CPUs): 100 µs took the library from
-/// about 310K to about 410K operations per second and its 99th-percentile latency from about
-/// 130 µs to 33 µs; 300 µs did no better. The bound keeps a thread whose holder was preempted
-/// from burning more than that.
+/// Measured on varmail (three threads, one directory, two CPUs; docs/EVALUATION.md): 100 µs
+/// took the library's median run from 316K to 385K operations per second and its 99th
+/// percentile from 115-135 µs to 35-44 µs; 300 µs did no better. The bound keeps a thread whose
+/// holder was preempted from burning more than that.
 pub(crate) const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(100);
 
 /// Lock `m`, taking over a poisoned lock.
