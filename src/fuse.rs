@@ -42,11 +42,13 @@
 //!   cached; the changes the kernel does not make itself (a write dropping set-user-ID, the
 //!   direct path's appends and hole filling) are followed by `FUSE_NOTIFY_INVAL_INODE`, and a
 //!   file with direct appenders is answered with no attribute caching at all;
-//! - regular files are opened with `FOPEN_DIRECT_IO` and `FOPEN_PARALLEL_DIRECT_WRITES` (and mmap
-//!   allowed, `FUSE_DIRECT_IO_ALLOW_MMAP`) when the kernel offers it and no writeback cache was
-//!   asked for: processes on the direct path (`channel`, the preload library)
-//!   store into the pool itself, so a page cache of file data would be a second, stale copy.
-//!   A mount with no direct path (`with_page_cache`) lets the kernel cache file data instead.
+//! - with a direct path (`channel`, the preload library), whose processes store into the pool
+//!   itself, a file is never both cached by the kernel and leased (`cache_gate`): a read-only
+//!   open is cached unless the file is leased or the opener is a client's; every other open is
+//!   `FOPEN_DIRECT_IO` and `FOPEN_PARALLEL_DIRECT_WRITES` (mmap allowed,
+//!   `FUSE_DIRECT_IO_ALLOW_MMAP`; without it, and with a writeback cache, every open is cached);
+//!   a lease waits briefly for cached opens to be released and is refused if one is left.
+//!   A mount with no direct path (`with_page_cache`) lets the kernel cache every open.
 
 use crate::{
     Attr, DirEntry, Error, FileKind, Fs, RenameFlags as CoreRenameFlags, SetAttr, TimeSet, XattrSet,
@@ -60,10 +62,12 @@ use fuser::{
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use cache_gate::{CacheGate, OpenMode};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 mod attr;
+pub mod cache_gate;
 pub mod channel;
 mod privs;
 pub mod proto;
@@ -99,7 +103,8 @@ pub struct WinefsFuse {
     notifier: Arc<OnceLock<Notifier>>,
     /// The direct-path channel's name, answered as the xattr `proto::CHANNEL_XATTR`.
     channel: Option<String>,
-    /// The kernel lets direct-I/O files be mapped: regular files are opened direct-I/O.
+    /// The kernel lets direct-I/O files be mapped: opens that must not be cached can be
+    /// direct I/O.
     direct_io: bool,
     /// The kernel caches file data and writes it back later (`FUSE_WRITEBACK_CACHE`, asked
     /// for by `with_writeback_cache`): files are opened with the page cache.
@@ -107,7 +112,14 @@ pub struct WinefsFuse {
     /// No process stores into the pool behind the kernel (no direct path): files are opened
     /// with the page cache (`with_page_cache`).
     page_cache: bool,
+    /// Which opens are cached and which files are leased to direct-path clients, shared with
+    /// the channel (`cache_gate`).
+    gate: Arc<CacheGate>,
 }
+
+/// The file handle of an open the kernel caches (`CacheGate` counts it until released);
+/// direct-I/O opens get 0.
+const CACHED_OPEN: FileHandle = FileHandle(1);
 
 impl WinefsFuse {
     /// Feeds the entries of directory `ino` after position `offset` to `add` page by
@@ -145,6 +157,7 @@ impl WinefsFuse {
             direct_io: false,
             writeback_cache: false,
             page_cache: false,
+            gate: Arc::new(CacheGate::default()),
         }
     }
 
@@ -175,15 +188,34 @@ impl WinefsFuse {
         self
     }
 
-    /// How a regular file is opened: direct I/O when the kernel allows mapping such files,
-    /// unless the kernel may cache file data (`with_page_cache`, `with_writeback_cache`).
-    fn file_open_flags(&self) -> FopenFlags {
-        if self.direct_io && !self.writeback_cache && !self.page_cache {
+    /// Which files the kernel may cache, shared with the mount's direct-path channel.
+    pub fn cache_gate(&self) -> Arc<CacheGate> {
+        Arc::clone(&self.gate)
+    }
+
+    /// How thread `tid` opens regular file `ino` for `access` (`O_ACCMODE` of its flags): with
+    /// the page cache where no direct-path store can go behind the kernel (`with_page_cache`,
+    /// `with_writeback_cache`, a kernel that cannot map direct-I/O files). Otherwise a
+    /// read-only open is cached as the [`CacheGate`] decides — unless the file is leased or
+    /// the opener is a direct-path client's — and every other open is direct I/O: a writer
+    /// gains nothing from the cache (each write is sent before it returns anyway) and loses
+    /// the parallel writes below. The handle tells `release` whether a cached open goes.
+    fn open_file(&self, ino: u64, tid: u32, access: i32) -> (FileHandle, FopenFlags) {
+        if !self.direct_io || self.writeback_cache || self.page_cache {
+            return (FileHandle(0), FopenFlags::empty());
+        }
+        let mode = match access & libc::O_ACCMODE {
+            libc::O_RDONLY => self.gate.open(ino, tid),
+            _ => OpenMode::Direct,
+        };
+        match mode {
+            OpenMode::Cached => (CACHED_OPEN, FopenFlags::empty()),
             // Writes inside the file need not hold the kernel's inode lock: the core orders
             // overlapping writes itself.
-            FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
-        } else {
-            FopenFlags::empty()
+            OpenMode::Direct => (
+                FileHandle(0),
+                FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES,
+            ),
         }
     }
 
@@ -496,13 +528,16 @@ impl Filesystem for WinefsFuse {
         reply_entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()), &self.fs);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.open(ino.0) {
             Ok(a) if a.kind == FileKind::Dir => {
                 let _ = self.fs.release(ino.0);
                 reply.error(Errno::EISDIR)
             }
-            Ok(_) => reply.opened(FileHandle(0), self.file_open_flags()),
+            Ok(_) => {
+                let (fh, how) = self.open_file(ino.0, req.pid(), flags.0);
+                reply.opened(fh, how)
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -583,12 +618,15 @@ impl Filesystem for WinefsFuse {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if fh == CACHED_OPEN {
+            self.gate.closed(ino.0);
+        }
         reply_empty(reply, self.fs.release(ino.0));
     }
 
@@ -717,9 +755,12 @@ impl Filesystem for WinefsFuse {
             return reply.error(Errno::EOPNOTSUPP);
         }
         let answer = match &self.channel {
-            // Virtual, on regular files only: the preload library asks the file it maps.
+            // Virtual, on regular files and the root only: the preload library asks the file it
+            // maps, or the mount point when its process starts (`connect_mounts`).
             Some(ch) if name == proto::CHANNEL_XATTR => match self.fs.getattr(ino.0) {
-                Ok(a) if a.kind == FileKind::File => Ok(ch.as_bytes().to_vec()),
+                Ok(a) if a.kind == FileKind::File || ino.0 == self.fs.root() => {
+                    Ok(ch.as_bytes().to_vec())
+                }
                 Ok(_) => Err(Error::NoAttr),
                 Err(e) => Err(e),
             },
@@ -798,13 +839,8 @@ impl Filesystem for WinefsFuse {
             let _ = self.fs.release(a.ino);
             return reply.error(Errno::EISDIR);
         }
-        reply.created(
-            &TTL,
-            &file_attr(&a),
-            Generation(a.generation as u64),
-            FileHandle(0),
-            self.file_open_flags(),
-        );
+        let (fh, how) = self.open_file(a.ino, req.pid(), flags);
+        reply.created(&TTL, &file_attr(&a), Generation(a.generation as u64), fh, how);
     }
 
     fn fallocate(
@@ -899,7 +935,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn files_are_direct_io_only_where_a_direct_path_may_store_behind_the_kernel() {
+    fn files_are_direct_io_only_while_a_direct_path_may_store_behind_the_kernel() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("pool");
         let small = crate::MkfsOptions {
@@ -910,12 +946,25 @@ mod tests {
         let fs = Arc::new(Fs::mount(&p, crate::MountOptions::default()).unwrap());
         let kernel_maps_direct_io = |a: WinefsFuse| WinefsFuse { direct_io: true, ..a };
         let direct = FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
+        let other = u32::MAX - 1; // no client's thread
+        // With a direct path: writers are direct I/O; a reader is cached while nobody leases
+        // the file, direct I/O while it is leased.
         let served = kernel_maps_direct_io(WinefsFuse::new(Arc::clone(&fs)).with_channel("c"));
-        assert_eq!(served.file_open_flags(), direct);
+        assert_eq!(served.open_file(5, other, libc::O_WRONLY), (FileHandle(0), direct));
+        assert_eq!(served.open_file(5, other, libc::O_RDWR), (FileHandle(0), direct));
+        assert_eq!(served.open_file(5, other, libc::O_RDONLY), (CACHED_OPEN, FopenFlags::empty()));
+        assert!(!served.gate.lease(5, Duration::ZERO), "leased under a cached open");
+        served.gate.closed(5);
+        assert!(served.gate.lease(5, Duration::ZERO));
+        assert_eq!(served.open_file(5, other, libc::O_RDONLY), (FileHandle(0), direct));
+        // A client's own opens are direct I/O whether or not it leased the file yet.
+        served.gate.client_connected(std::process::id());
+        assert_eq!(served.open_file(6, std::process::id(), libc::O_RDONLY), (FileHandle(0), direct));
+        // Without one, or with the kernel's own caches, always cached and never counted.
         let cached = kernel_maps_direct_io(WinefsFuse::new(Arc::clone(&fs)).with_page_cache());
-        assert_eq!(cached.file_open_flags(), FopenFlags::empty());
+        assert_eq!(cached.open_file(5, other, libc::O_RDWR), (FileHandle(0), FopenFlags::empty()));
         let written_back = kernel_maps_direct_io(WinefsFuse::new(fs).with_writeback_cache());
-        assert_eq!(written_back.file_open_flags(), FopenFlags::empty());
+        assert_eq!(written_back.open_file(5, other, libc::O_RDWR), (FileHandle(0), FopenFlags::empty()));
     }
 
     #[test]

@@ -200,7 +200,16 @@ struct Holder {
 
 impl Holder {
     fn start(file: &Path, mib: u64) -> Holder {
-        let mut child = Command::new(client(false))
+        Holder::start_counting(file, mib, None)
+    }
+    /// As `start`, the library's counters written to `stats` when the holder quits.
+    fn start_counting(file: &Path, mib: u64, stats: Option<&Path>) -> Holder {
+        let mut cmd = Command::new(client(false));
+        if let Some(p) = stats {
+            let _ = fs::remove_file(p);
+            cmd.env("WINEFS_PRELOAD_STATS", p);
+        }
+        let mut child = cmd
             .args(["hold", file.to_str().unwrap(), &mib.to_string()])
             .env("LD_PRELOAD", preload_lib())
             .stdin(Stdio::piped())
@@ -334,6 +343,61 @@ fn writes_through_fuse_and_stores_through_a_direct_mapping_see_each_other_at_onc
     drop(plain);
     let data = fs::read(&f).unwrap();
     assert_eq!((data[100], data[1 << 20], data[0]), (21, 22, 11));
+    m.stop_and_fsck();
+}
+
+#[test]
+fn a_file_open_through_the_page_cache_is_not_leased_and_every_store_is_seen() {
+    let mut m = Mount::new(&[]);
+    let stats = m.dir.path().join("stats");
+    let f = m.path("cached");
+    fs::write(&f, vec![7u8; 4 << 20]).unwrap();
+    // A process without the library opens the file to read it first: the kernel caches what
+    // it reads. (Its opens for writing are direct I/O and would not stop a lease.)
+    let plain = fs::File::open(&f).unwrap();
+    let writer = fs::OpenOptions::new().write(true).open(&f).unwrap();
+    let mut b = [0u8; 1];
+    for off in [100u64, 3 << 20] {
+        plain.read_at(&mut b, off).unwrap();
+        assert_eq!(b[0], 7);
+    }
+    // The holder's mapping is the kernel's then, not the pool's: a direct store would leave
+    // the reader's cached pages stale.
+    let mut h = Holder::start_counting(&f, 4, Some(&stats));
+    // (Mapping a file drops its cached pages: cache them again.)
+    for off in [100u64, 3 << 20] {
+        plain.read_at(&mut b, off).unwrap();
+        assert_eq!(b[0], 7);
+    }
+    for (off, v) in [(100u64, 21u8), (3 << 20, 22)] {
+        h.write(off, v);
+        plain.read_at(&mut b, off).unwrap();
+        assert_eq!(b[0], v, "a store through the mapping at {off} not seen by a cached reader");
+    }
+    writer.write_at(&[23], 5000).unwrap();
+    assert_eq!(h.read(5000), 23, "a write through FUSE not seen through the mapping");
+    plain.read_at(&mut b, 5000).unwrap();
+    assert_eq!(b[0], 23, "a write through FUSE not seen by a cached reader");
+    h.quit();
+    let st = fs::read_to_string(&stats).unwrap_or_default();
+    assert_eq!(counter(&st, "mmap_direct"), 0, "leased while a cached open was left: {st}");
+    assert_eq!(counter(&st, "mmap_fuse"), 1, "stats: {st}");
+    drop((plain, writer));
+    // Nobody has it open now: the next holder maps the pool, and a reader that opens it
+    // afterwards reads through FUSE every time (direct I/O) and sees every store at once.
+    let mut h = Holder::start_counting(&f, 4, Some(&stats));
+    let plain = fs::File::open(&f).unwrap();
+    for (off, v) in [(100u64, 31u8), (3 << 20, 32)] {
+        h.write(off, v);
+        plain.read_at(&mut b, off).unwrap();
+        assert_eq!(b[0], v, "a direct store at {off} not seen by a later reader");
+    }
+    h.quit();
+    let st = fs::read_to_string(&stats).unwrap_or_default();
+    assert_eq!(counter(&st, "mmap_direct"), 1, "stats: {st}");
+    drop(plain);
+    let data = fs::read(&f).unwrap();
+    assert_eq!((data[100], data[5000], data[3 << 20], data[0]), (31, 23, 32, 7));
     m.stop_and_fsck();
 }
 

@@ -74,6 +74,24 @@ impl Client {
         })
     }
 
+    /// Tell the daemon of the channel named `name` that this process is a client (see
+    /// `direct::announce_to_mounts`). The connection is kept open, unused, for the life of the
+    /// process (it is closed on exec): the daemon forgets the process when it closes. Best
+    /// effort: a daemon that refuses, or knows no such request, is left alone.
+    pub fn announce(name: &[u8]) {
+        let Ok(sock) = sys::connect_abstract(name) else { return };
+        let mut head = [0u8; 8];
+        let mut fds = Vec::new();
+        let told = sys::send_all(sock, &proto::frame(proto::OP_ANNOUNCE, &proto::VERSION.to_le_bytes()))
+            .and_then(|()| sys::recv_exact(sock, &mut head, &mut fds));
+        for fd in fds {
+            sys::next_close(fd);
+        }
+        if told.is_err() || proto::parse_head(head) != (0, 0) {
+            sys::next_close(sock);
+        }
+    }
+
     /// Send one request and read its reply: (status, payload).
     fn request(&self, op: u32, payload: &[u8]) -> Result<Vec<u8>, Errno> {
         if self.dead.load(Ordering::Acquire) {

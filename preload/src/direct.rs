@@ -241,6 +241,59 @@ fn client_for(fd: c_int, dev: u64) -> Option<Arc<Client>> {
     }
 }
 
+/// At start-up: announce this process to the daemon of every winefs mount it can see, so the
+/// daemon knows it before it opens anything there. The daemon opens a client's files
+/// direct-I/O and lets the kernel cache everyone else's; a file cached for this process would
+/// be refused a lease (docs/DESIGN.md §7b, "Page cache or direct path"). The announcing
+/// connection stays open, unused, until the process exits (the daemon forgets it then); it
+/// takes no descriptor of the pool and starts no thread (a thread would break programs that
+/// change their credentials, such as setpriv). A mount that appears later is connected to at
+/// first use, as before.
+pub fn announce_to_mounts() {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    for line in info.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        if right.split_whitespace().next() != Some("fuse.winefs") {
+            continue;
+        }
+        let Some(mnt) = left.split_whitespace().nth(4) else {
+            continue;
+        };
+        let Ok(dir) = std::fs::File::open(unescape_mount_path(mnt)) else {
+            continue;
+        };
+        if let Ok(name) = sys::fgetxattr(std::os::fd::AsRawFd::as_raw_fd(&dir), crate::proto::CHANNEL_XATTR) {
+            Client::announce(&name);
+        }
+    }
+}
+
+/// A mount point as `/proc/self/mountinfo` writes it, with its octal escapes (`\040` for a
+/// space) undone.
+fn unescape_mount_path(field: &str) -> std::path::PathBuf {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b.get(i + 1..i + 4).filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8).wrapping_add(c - b'0')));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(out).into()
+}
+
 /// The daemon of `c` is gone: every mapping of its mount becomes inaccessible (an access
 /// faults, as one to a dead FUSE mount's mapping would) and the pool is let go.
 fn revoke(c: &Arc<Client>) {
@@ -832,5 +885,20 @@ pub fn grown(fd: c_int) {
         if d.dev == dev && d.ino == ino && d.hidden.is_none() {
             extend(b, d);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unescape_mount_path;
+    use std::path::Path;
+
+    #[test]
+    fn mount_points_are_unescaped_as_mountinfo_escapes_them() {
+        assert_eq!(unescape_mount_path("/mnt/winefs"), Path::new("/mnt/winefs"));
+        assert_eq!(unescape_mount_path("/mnt/a\\040b\\011c"), Path::new("/mnt/a b\tc"));
+        assert_eq!(unescape_mount_path("/back\\134slash"), Path::new("/back\\slash"));
+        // Not an escape: a backslash without three octal digits stays.
+        assert_eq!(unescape_mount_path("/x\\09"), Path::new("/x\\09"));
     }
 }

@@ -45,6 +45,10 @@ extern "C" fn after_fork() {
 
 extern "C" fn init() {
     sys::at_fork(before_fork, after_fork);
+    guarded(|| {
+        direct::announce_to_mounts();
+        Some(())
+    });
 }
 
 extern "C" fn fini() {

@@ -16,6 +16,7 @@ use super::syscall::{TempDir, best_of, default_dir, fmt_rate, fs_type, io_err};
 use crate::error::{Error, Result};
 use crate::fs::Fs;
 use crate::fuse::WinefsFuse;
+use crate::fuse::channel::Channel;
 use crate::types::{Consistency, MkfsOptions, MountOptions};
 use fuser::{BackgroundSession, Config, MountOption, Session};
 use std::fmt;
@@ -46,7 +47,8 @@ pub struct FuseBenchConfig {
     /// FUSE worker threads.
     pub threads: usize,
     /// Mount winefs as `winefs mount --no-direct` does: no direct path, file data cached by
-    /// the kernel (otherwise files are direct I/O, as the default mount opens them).
+    /// the kernel (otherwise as the default mount: read-only opens of files no direct-path
+    /// client leases are cached, the rest direct I/O).
     pub no_direct: bool,
 }
 
@@ -148,7 +150,7 @@ impl fmt::Display for FuseBenchReport {
             self.threads,
             match self.no_direct {
                 true => "no direct path: file data cached by the kernel",
-                false => "files opened direct-I/O, as with a direct path",
+                false => "with a direct path: read-only opens cached, opens for writing direct-I/O",
             },
             self.dir.display(),
             self.dir_fs,
@@ -518,6 +520,8 @@ fn winefs_side(
 pub(crate) struct FuseServed {
     fs: Option<Arc<Fs>>,
     session: Option<BackgroundSession>,
+    /// The direct-path channel, as `winefs mount` offers one (none with `page_cache`).
+    channel: Option<Arc<Channel>>,
     /// The queues requests travel over with io_uring, or why it does not serve.
     pub(crate) uring: std::result::Result<usize, String>,
 }
@@ -541,17 +545,42 @@ impl FuseServed {
         fc.n_threads = Some(threads);
         fc.clone_fd = true;
         fc.io_uring = io_uring;
-        let adapter = WinefsFuse::new(Arc::clone(&fs));
-        let adapter = if page_cache { adapter.with_page_cache() } else { adapter };
-        let session = Session::new(adapter, mnt, &fc)
-            .map_err(io_err(format!("FUSE mount on {}", mnt.display())))?;
+        let mut adapter = WinefsFuse::new(Arc::clone(&fs));
+        let notifier = adapter.notifier_slot();
+        let mut channel = None;
+        if page_cache {
+            adapter = adapter.with_page_cache();
+        } else {
+            let ch = Channel::start(Arc::clone(&fs), Arc::clone(&notifier), adapter.cache_gate())
+                .map_err(io_err("start the direct-path channel".into()))?;
+            adapter = adapter.with_channel(ch.name());
+            channel = Some(ch);
+        }
+        let session = match Session::new(adapter, mnt, &fc) {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(ch) = &channel {
+                    ch.stop();
+                }
+                return Err(io_err(format!("FUSE mount on {}", mnt.display()))(e));
+            }
+        };
         let uring = session.io_uring().map_err(|e| e.to_string());
-        let session = session
-            .spawn()
-            .map_err(io_err("start the FUSE session".into()))?;
+        let _ = notifier.set(session.notifier());
+        let session = session.spawn();
+        let session = match session {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(ch) = &channel {
+                    ch.stop();
+                }
+                return Err(io_err("start the FUSE session".into())(e));
+            }
+        };
         Ok(FuseServed {
             fs: Some(fs),
             session: Some(session),
+            channel,
             uring,
         })
     }
@@ -571,6 +600,9 @@ impl FuseServed {
             s.umount_and_join()
                 .map_err(io_err("stop the FUSE session".into()))?;
         }
+        if let Some(ch) = self.channel.take() {
+            ch.stop();
+        }
         let fs = self.fs.take().and_then(|fs| Arc::try_unwrap(fs).ok());
         check_and_unmount(
             fs.ok_or_else(|| Error::Busy("the benchmark's pool is still referenced".into()))?,
@@ -582,6 +614,9 @@ impl Drop for FuseServed {
     fn drop(&mut self) {
         if let Some(s) = self.session.take() {
             let _ = s.umount_and_join();
+        }
+        if let Some(ch) = self.channel.take() {
+            ch.stop();
         }
     }
 }
@@ -785,7 +820,7 @@ mod tests {
         };
         let rep = fuse_bench(&cfg).unwrap();
         assert_eq!(rep.rows.len(), ROWS.len());
-        assert!(rep.to_string().contains("files opened direct-I/O"), "{rep}");
+        assert!(rep.to_string().contains("read-only opens cached"), "{rep}");
         // Where libfuse's example source is installed, its floor is measured beside winefs.
         let floor = Path::new(PASSTHROUGH_EXAMPLES).join("passthrough_ll.c").exists();
         assert_eq!(rep.passthrough_skipped.is_none(), floor, "{:?}", rep.passthrough_skipped);

@@ -403,7 +403,7 @@ fn serve(
     let notifier = adapter.notifier_slot();
     // The direct path (docs/DESIGN.md §7b): not on a read-only mount, which writes nothing.
     let channel = if front.direct && !fs.is_read_only() {
-        match Channel::start(Arc::clone(&fs), Arc::clone(&notifier)) {
+        match Channel::start(Arc::clone(&fs), Arc::clone(&notifier), adapter.cache_gate()) {
             Ok(ch) => {
                 adapter = adapter.with_channel(ch.name());
                 Some(ch)

@@ -9,6 +9,7 @@
 //! their hello and keeps using FUSE.
 
 use crate::Fs;
+use crate::fuse::cache_gate::{CacheGate, RELEASE_WAIT};
 use crate::fuse::proto::{self, MapReply};
 use crate::sys;
 use std::collections::HashMap;
@@ -36,8 +37,13 @@ pub struct Channel {
 }
 
 impl Channel {
-    /// Listen for clients of `fs`.
-    pub fn start(fs: Arc<Fs>, notifier: Arc<OnceLock<Notifier>>) -> io::Result<Arc<Channel>> {
+    /// Listen for clients of `fs`; `gate` (the FUSE adapter's) learns their processes and
+    /// grants their leases only on files no open caches.
+    pub fn start(
+        fs: Arc<Fs>,
+        notifier: Arc<OnceLock<Notifier>>,
+        gate: Arc<CacheGate>,
+    ) -> io::Result<Arc<Channel>> {
         let name = format!(
             "winefs.{}.{}",
             std::process::id(),
@@ -55,7 +61,7 @@ impl Channel {
         let c = Arc::clone(&ch);
         let accept = std::thread::Builder::new()
             .name("winefs-channel".into())
-            .spawn(move || c.accept_loop(&fs, owner, &notifier))?;
+            .spawn(move || c.accept_loop(&fs, owner, &notifier, &gate))?;
         ch.lock_threads().push(accept);
         Ok(ch)
     }
@@ -90,7 +96,13 @@ impl Channel {
         }
     }
 
-    fn accept_loop(self: &Arc<Channel>, fs: &Arc<Fs>, owner: u32, notifier: &Arc<OnceLock<Notifier>>) {
+    fn accept_loop(
+        self: &Arc<Channel>,
+        fs: &Arc<Fs>,
+        owner: u32,
+        notifier: &Arc<OnceLock<Notifier>>,
+        gate: &Arc<CacheGate>,
+    ) {
         let mut id = 0u64;
         for conn in self.listener.incoming() {
             if self.stopping.load(Ordering::Acquire) {
@@ -106,23 +118,27 @@ impl Channel {
                 }
             };
             id += 1;
-            let trusted = match sys::peer_uid(conn.as_raw_fd()) {
-                Ok(uid) => uid == 0 || uid == owner,
+            let (trusted, pid) = match sys::peer_cred(conn.as_raw_fd()) {
+                Ok((uid, pid)) => (uid == 0 || uid == owner, pid),
                 Err(e) => {
                     log::warn!("direct-path channel: {e}");
-                    false
+                    (false, 0)
                 }
             };
             if let Ok(c) = conn.try_clone() {
                 self.lock_conns().insert(id, c);
             }
-            let (ch, fs, notifier) = (Arc::clone(self), Arc::clone(fs), Arc::clone(notifier));
+            let (ch, fs, notifier, gate) =
+                (Arc::clone(self), Arc::clone(fs), Arc::clone(notifier), Arc::clone(gate));
             let t = std::thread::Builder::new()
                 .name(format!("winefs-direct-{id}"))
                 .spawn(move || {
                     let mut session = Session {
                         fs: &fs,
                         notifier: &notifier,
+                        gate: &gate,
+                        pid,
+                        greeted: false,
                         leases: HashMap::new(),
                         next_lease: 0,
                     };
@@ -145,6 +161,12 @@ struct Session<'a> {
     fs: &'a Fs,
     /// The FUSE session's notifier, once it exists (to drop the kernel's cached attributes).
     notifier: &'a OnceLock<Notifier>,
+    /// Where leases are weighed against cached opens, and the client's process is known.
+    gate: &'a CacheGate,
+    /// The client's process (its opens through FUSE are direct I/O once it said hello).
+    pid: u32,
+    /// Whether a hello or announcement succeeded (the process is then known to the gate).
+    greeted: bool,
     /// Lease number → (inode, whether an append lease).
     leases: HashMap<u64, (u64, bool)>,
     next_lease: u64,
@@ -167,6 +189,7 @@ impl Session<'_> {
             conn.read_exact(&mut payload)?;
             match op {
                 proto::OP_HELLO => self.hello(&mut conn, &payload, trusted)?,
+                proto::OP_ANNOUNCE => self.announce(&mut conn, &payload, trusted)?,
                 _ if !trusted => return Err(io::Error::other("request before a hello")),
                 proto::OP_MAP => {
                     let reply = match proto::decode_map(&payload) {
@@ -190,6 +213,29 @@ impl Session<'_> {
         }
     }
 
+    /// The client's process will use the direct path: its opens are direct I/O from now on
+    /// (until the connection closes). Only for those that may lease at all.
+    fn announce(&mut self, conn: &mut UnixStream, payload: &[u8], trusted: bool) -> io::Result<()> {
+        let version = payload.get(..4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        let status = match (trusted, version == Some(proto::VERSION)) {
+            (false, _) => libc::EPERM,
+            (true, false) => libc::EPROTO,
+            (true, true) => {
+                self.greet();
+                0
+            }
+        };
+        conn.write_all(&proto::frame(status as u32, &[]))
+    }
+
+    /// Make the client's process known to the gate (once per connection).
+    fn greet(&mut self) {
+        if !self.greeted {
+            self.gate.client_connected(self.pid);
+            self.greeted = true;
+        }
+    }
+
     fn hello(&mut self, conn: &mut UnixStream, payload: &[u8], trusted: bool) -> io::Result<()> {
         let version = payload.get(..4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
         if !trusted {
@@ -210,10 +256,24 @@ impl Session<'_> {
         let pool_len = self.fs.geometry().pool_size;
         let body: Vec<u8> = [pool_len, board_len].iter().flat_map(|x| x.to_le_bytes()).collect();
         let fds: [RawFd; 2] = [self.fs.pool_fd(), board];
+        self.greet();
         sys::send_with_fds(conn.as_raw_fd(), &proto::frame(0, &body), &fds)
     }
 
     fn map(&mut self, ino: u64, off: u64, len: u64, flags: u64) -> Result<MapReply, i32> {
+        // A process with the file open through the kernel's page cache would not see the
+        // client's stores: no lease then (the client goes through FUSE for it).
+        if !self.gate.lease(ino, RELEASE_WAIT) {
+            return Err(libc::EBUSY);
+        }
+        let reply = self.lease(ino, off, len, flags);
+        if reply.is_err() {
+            self.gate.unleased(ino);
+        }
+        reply
+    }
+
+    fn lease(&mut self, ino: u64, off: u64, len: u64, flags: u64) -> Result<MapReply, i32> {
         let append = flags & proto::MAP_APPEND != 0;
         let l = if append {
             let l = self.fs.lease_append(ino, off, len);
@@ -246,10 +306,10 @@ impl Session<'_> {
         })
     }
 
-    /// The connection is gone: every lease it still holds goes back.
     /// Give back a lease; after an append lease the kernel's cached attributes go (the size
     /// the client reached is the file's now).
     fn unlease(&self, ino: u64, append: bool) -> crate::Result<()> {
+        self.gate.unleased(ino);
         if !append {
             return self.fs.unlease(ino);
         }
@@ -262,12 +322,17 @@ impl Session<'_> {
         invalidate_attributes(self.notifier, ino);
     }
 
+    /// The connection is gone: every lease it still holds goes back, and its process is no
+    /// longer a client's.
     fn end(&mut self) {
         let leases: Vec<(u64, bool)> = self.leases.drain().map(|(_, l)| l).collect();
         for (ino, append) in leases {
             if let Err(e) = self.unlease(ino, append) {
                 log::warn!("giving back a lease of inode {ino}: {e}");
             }
+        }
+        if self.greeted {
+            self.gate.client_gone(self.pid);
         }
     }
 }

@@ -3,7 +3,8 @@
 //! build it.
 //!
 //! A connection is a Unix stream socket in the abstract namespace; its name is the value of the
-//! virtual extended attribute [`CHANNEL_XATTR`] of every regular file of the mount. The client
+//! virtual extended attribute [`CHANNEL_XATTR`] of every regular file of the mount and of its
+//! root. The client
 //! sends requests and reads one reply to each, in order. Every number is little-endian.
 //!
 //! Request: `op: u32`, `len: u32`, then `len` bytes of payload. Reply: `status: i32` (0 or an
@@ -14,6 +15,7 @@
 //! | [`OP_HELLO`] | `version: u32` | `pool_len: u64`, `board_len: u64`; the pool and the size board arrive as two descriptors (`SCM_RIGHTS`) with the reply header |
 //! | [`OP_MAP`] | `ino: u64`, `off: u64`, `len: u64`, `flags: u64` ([`MAP_NO_FILL`], [`MAP_APPEND`]) | `lease: u64`, `size: u64`, `count: u32`, then `count` × (`file_block: u64`, `pool_block: u64`, `blocks: u64`) |
 //! | [`OP_UNMAP`] | `lease: u64` | empty |
+//! | [`OP_ANNOUNCE`] | `version: u32` | empty; the connection's process is a client's (its opens are direct I/O) until the connection closes |
 //!
 //! The size board is a shared array of two `u64`s per inode number, at `16 * ino`: the size
 //! word of every file the client holds a lease on (`state/size_word.rs`: the size, a sequence
@@ -36,6 +38,9 @@ pub const OP_HELLO: u32 = 1;
 pub const OP_MAP: u32 = 2;
 /// Give a lease back.
 pub const OP_UNMAP: u32 = 3;
+/// Say that the connecting process will use the direct path, before it opens files on the
+/// mount (the preload library, as its process starts); nothing else is sent on the connection.
+pub const OP_ANNOUNCE: u32 = 4;
 /// [`OP_MAP`] flag: lease only the blocks the range has; fill no hole (a client that reads and
 /// writes a file without mapping it must not make a sparse file dense).
 pub const MAP_NO_FILL: u64 = 1;

@@ -363,8 +363,9 @@ pub fn memfd(name: &str, len: u64) -> io::Result<std::os::fd::OwnedFd> {
     Ok(file.into())
 }
 
-/// The user id of the process at the other end of a connected Unix socket (`SO_PEERCRED`).
-pub fn peer_uid(fd: std::os::fd::RawFd) -> io::Result<u32> {
+/// The user id and process id of the process at the other end of a connected Unix socket, as
+/// it connected (`SO_PEERCRED`).
+pub fn peer_cred(fd: std::os::fd::RawFd) -> io::Result<(u32, u32)> {
     let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: `cred` and `len` are valid for writes of the sizes given; the kernel fills them.
@@ -378,7 +379,7 @@ pub fn peer_uid(fd: std::os::fd::RawFd) -> io::Result<u32> {
         )
     };
     check(rc, "getsockopt(SO_PEERCRED)")?;
-    Ok(cred.uid)
+    Ok((cred.uid, cred.pid as u32))
 }
 
 /// Send `data` on a connected Unix socket with `fds` attached (`SCM_RIGHTS`).

@@ -477,11 +477,18 @@ fn fuse_mount_sys(
         source = name;
     }
 
+    // winefs: the subtype goes to the kernel as "fuse.SUBTYPE", as libfuse passes it when it
+    // mounts directly, so /proc/self/mountinfo names the file system (it said "fuse" before).
+    #[cfg(target_os = "linux")]
+    let fstype = match options.iter().find(|x| matches!(**x, MountOption::Subtype(_))) {
+        Some(MountOption::Subtype(subtype)) => format!("fuse.{subtype}"),
+        _ => "fuse".to_string(),
+    };
     #[cfg(target_os = "linux")]
     let result = nix::mount::mount(
         Some(source),
         mountpoint,
-        Some("fuse"),
+        Some(fstype.as_str()),
         flags,
         Some(mount_options.as_str()),
     );
