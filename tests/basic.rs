@@ -364,3 +364,21 @@ fn a_reused_inode_number_gets_the_next_generation() {
     assert_eq!(again.generation, seen.generation.wrapping_add(1));
     fs.unmount().unwrap();
 }
+
+#[test]
+fn an_attribute_removed_if_present_goes_and_an_absent_one_is_no_error() {
+    let (_d, p) = fresh(64 << 20);
+    let fs = mount(&p);
+    let bare = fs.create(fs.root(), b"bare", 0o644, 0, 0).unwrap().ino;
+    assert!(!fs.remove_xattr_if_present(bare, b"security.capability").unwrap());
+    let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    fs.setxattr(f, b"security.capability", b"cap", Default::default()).unwrap();
+    fs.setxattr(f, b"user.keep", b"1", Default::default()).unwrap();
+    assert!(fs.remove_xattr_if_present(f, b"security.capability").unwrap());
+    assert!(!fs.remove_xattr_if_present(f, b"security.capability").unwrap());
+    assert!(matches!(fs.getxattr(f, b"security.capability"), Err(Error::NoAttr)));
+    assert_eq!(fs.getxattr(f, b"user.keep").unwrap(), b"1");
+    let r = fs.check();
+    assert!(r.is_clean(), "{:?}", r.problems);
+    fs.unmount().unwrap();
+}

@@ -1761,6 +1761,41 @@ fn mkfs_force_refuses_the_pool_a_daemon_serves() {
     m.stop(); // fsck clean
 }
 
+#[test]
+fn a_write_removes_file_capabilities_and_a_write_to_a_file_without_any_keeps_its_attributes() {
+    require_base();
+    require("setfattr", "attr");
+    require("getfattr", "attr");
+    let mut m = Mounted::new();
+    let p = m.path("capable");
+    fs::write(&p, b"x").unwrap();
+    // A version-2 capability set (CAP_NET_RAW permitted), as setcap would store it.
+    let cap = "0x0000000200200000000000000000000000000000";
+    ok(cmd("setfattr").args(["-n", "security.capability", "-v", cap]).arg(&p));
+    ok(cmd("setfattr").args(["-n", "user.keep", "-v", "1"]).arg(&p));
+    let shown = |name: &str| {
+        cmd("getfattr")
+            .args(["--absolute-names", "-n", name])
+            .arg(&p)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    assert!(shown("security.capability"), "the capability was not stored");
+    // Any write removes it (as the kernel does for local file systems), root's too; other
+    // attributes stay.
+    fs::OpenOptions::new().append(true).open(&p).unwrap().write_all(b"y").unwrap();
+    assert!(!shown("security.capability"), "a write left the file capability in place");
+    assert!(shown("user.keep"), "a write removed an unrelated attribute");
+    // A file with no attributes at all is written as before.
+    let q = m.path("plain");
+    fs::write(&q, b"a").unwrap();
+    fs::OpenOptions::new().append(true).open(&q).unwrap().write_all(b"b").unwrap();
+    assert_eq!(fs::read(&q).unwrap(), b"ab");
+    m.stop();
+}
+
 /// Prepare files with set-user/group-ID bits in `dir` (as root), let uid 1000 (no
 /// supplementary groups) append to them and truncate one, and return what `stat` shows right
 /// after each change, one "name mode" line each.

@@ -551,6 +551,14 @@ impl Fs {
         xattr::set(&self.state, ino, name, None, XattrSet::Replace)
     }
 
+    /// Remove extended attribute `name` if the inode has it (Ok(false) if not); not counted
+    /// as an operation of its own (the FUSE front end drops `security.capability` this way
+    /// after every write).
+    pub fn remove_xattr_if_present(&self, ino: u64, name: &[u8]) -> Result<bool> {
+        self.state.check_writable()?;
+        xattr::remove_if_present(&self.state, ino, name)
+    }
+
     /// File-system statistics.
     pub fn statfs(&self) -> StatFs {
         self.state.statfs()

@@ -83,7 +83,7 @@ pub(super) fn drop_privileges(fs: &Fs, ino: u64, kill: Option<bool>) -> bool {
             changed = fs.setattr(ino, &set).is_ok();
         }
     }
-    let _ = fs.removexattr(ino, b"security.capability");
+    let _ = fs.remove_xattr_if_present(ino, b"security.capability");
     changed
 }
 

@@ -71,6 +71,24 @@ pub(crate) fn set(
     set_locked(state, &mut g, name, value, how)
 }
 
+/// Remove attribute `name` if the inode has it; Ok(false) if it has not. An inode with no
+/// attributes at all is answered under the read lock: the FUSE front end asks this after every
+/// write (a write drops `security.capability`), and parallel writers of one file should not
+/// take its exclusive lock for nothing.
+pub(crate) fn remove_if_present(state: &MountState, ino: u64, name: &[u8]) -> Result<bool> {
+    state.check_alive()?;
+    check_name(name)?;
+    let n = state.inode(ino)?;
+    if rlock(&n).hdr.xattr_block == 0 {
+        return Ok(false);
+    }
+    match set_locked(state, &mut wlock(&n), name, None, XattrSet::Replace) {
+        Ok(()) => Ok(true),
+        Err(Error::NoAttr) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Whether the inode carries the alignment hint (cached in the node).
 pub(crate) fn hinted(state: &MountState, g: &mut InodeState) -> Result<bool> {
     if let Some(h) = g.hugepage_hint {
