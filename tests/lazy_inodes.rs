@@ -304,3 +304,37 @@ fn idle_file_states_are_dropped_past_the_cap_and_rebuilt_unchanged() {
     let r = fs.check();
     assert!(r.problems.is_empty(), "{:?}", r.problems);
 }
+
+#[test]
+fn files_created_and_unlinked_do_not_push_idle_states_out_below_the_cap() {
+    let (_d, p) = fresh_pool(256 << 20, None);
+    let fs = mount_caching(&p, 64);
+    let root = fs.root();
+    let per_state = state_bytes(&fs); // the root's
+    let kept: Vec<u64> = (0..20)
+        .map(|i| fs.create(root, format!("k{i}").as_bytes(), 0o644, 0, 0).unwrap().ino)
+        .collect();
+    assert_eq!(state_bytes(&fs), 21 * per_state);
+    // A churn of 2,000 files made and removed (varmail's): 20 live files, far below the cap of
+    // 64, so every one of their states stays. Freed files counted as held once pushed live
+    // ones out long before the cap, and every open loaded its file from media again.
+    for i in 0..2000 {
+        let a = fs.create(root, format!("t{i}").as_bytes(), 0o644, 0, 0).unwrap();
+        fs.append(a.ino, b"x").unwrap();
+        fs.unlink(root, format!("t{i}").as_bytes()).unwrap();
+    }
+    assert_eq!(state_bytes(&fs), 21 * per_state, "no state dropped below the cap");
+    // Past the cap the count still holds: 100 more live files leave at most 64 (plus the two
+    // a load may be over by) beside the root.
+    for i in 0..100 {
+        fs.create(root, format!("m{i}").as_bytes(), 0o644, 0, 0).unwrap();
+    }
+    let held = state_bytes(&fs) / per_state;
+    assert!((1 + 60..=1 + 64 + 2).contains(&held), "{held} states in DRAM");
+    for &ino in &kept {
+        assert_eq!(fs.getattr(ino).unwrap().size, 0);
+    }
+    let r = fs.check();
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+    fs.unmount().unwrap();
+}

@@ -426,7 +426,7 @@ pub(crate) fn make_inode(
         xattr::add_hint(state, &mut node)?;
     }
     let attr = state.attr(&node);
-    let mut map = state.inodes.write().unwrap_or_else(|e| e.into_inner());
+    let mut map = state.inodes.write(ino);
     state.insert_loaded(&mut map, ino, Arc::new(RwLock::new(node)));
     drop(map);
     // One directory is locked: the edit finds it without a map of guards.

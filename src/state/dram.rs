@@ -14,9 +14,8 @@ impl MountState {
     /// Bytes of DRAM held per structure: (what, bytes), largest structures first.
     pub fn dram_usage(&self) -> Vec<(&'static str, u64)> {
         let (table, nodes) = {
-            let map = self.inodes.read().unwrap_or_else(|e| e.into_inner());
-            let table = hash_table_bytes(map.capacity(), size_of::<(u64, InodeRef)>());
-            (table, map.values().cloned().collect::<Vec<_>>())
+            let table = hash_table_bytes(self.inodes.capacity(), size_of::<(u64, InodeRef)>());
+            (table, self.inodes.values())
         };
         // Each inode's state sits in an `Arc` (two counts) around its lock.
         let per_state = (2 * size_of::<usize>()

@@ -13,6 +13,7 @@ pub(crate) mod inode_bits;
 pub(crate) mod inode_load;
 pub mod fsck;
 pub(crate) mod inode_state;
+pub(crate) mod inode_table;
 pub(crate) mod leases;
 pub(crate) mod locks;
 pub(crate) mod map_hooks;

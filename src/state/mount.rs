@@ -21,7 +21,8 @@ use crate::state::slots;
 use crate::state::zones::Zones;
 use crate::state::locks::lock;
 use crate::state::inode_bits::InodeBits;
-use crate::state::inode_state::{InoMap, InodeState, wlock};
+use crate::state::inode_state::{InoMap, InodeState, rlock, wlock};
+use crate::state::inode_table::InodeTable;
 use crate::state::scan::load_inodes;
 use crate::state::validate;
 use crate::state::mkfs::write_state;
@@ -396,7 +397,10 @@ pub(crate) fn mount_checked(
             true => (0..g.partitions).map(|_| Default::default()).collect(),
             false => Vec::new(),
         },
-        inodes: RwLock::new(in_dram),
+        loaded_files: std::sync::atomic::AtomicUsize::new(
+            in_dram.values().filter(|n| !rlock(n).is_dir()).count(),
+        ),
+        inodes: InodeTable::new(in_dram),
         on_media: Mutex::new(on_media),
         loaded_order: Mutex::new(std::collections::VecDeque::new()),
         cached_inodes: match opts.cached_inodes {
@@ -465,7 +469,7 @@ pub(crate) fn unmount(state: &MountState) -> Result<()> {
     // A clean pool has no live slot: every file's blocks hold its bytes.
     let nodes: Vec<_> = match state.zones.live() {
         0 => Vec::new(),
-        _ => state.inodes.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect(),
+        _ => state.inodes.values(),
     };
     for n in &nodes {
         slots::fold_all(state, &mut wlock(n))?;

@@ -25,6 +25,7 @@ use crate::state::zones::Zones;
 use crate::state::inode_bits::InodeBits;
 use crate::state::inode_load::load_after_mount;
 use crate::state::inode_state::{InoMap, InodeRef, InodeState, rlock};
+use crate::state::inode_table::InodeTable;
 use crate::state::leases::Leases;
 use crate::state::locks::lock;
 use crate::state::mappings::FaultService;
@@ -48,14 +49,17 @@ pub(crate) struct MountState {
     /// The in-use inodes loaded into DRAM: the directories from mount on, every other inode
     /// from its first use (or its creation) on, until it is freed or dropped as idle
     /// ([`MountState::insert_loaded`]).
-    pub inodes: RwLock<InoMap<InodeRef>>,
+    pub inodes: InodeTable,
     /// In-use inodes not loaded (left on media by the mount's scan, or dropped since as idle).
-    /// Taken under the write lock of `inodes`, so that an inode is loaded once at a time.
+    /// Taken under the write lock of the inode's shard of `inodes`, so that an inode is loaded
+    /// once at a time.
     pub on_media: Mutex<InodeBits>,
     /// Files loaded or created, oldest first: where idle states to drop are looked for.
     pub loaded_order: Mutex<std::collections::VecDeque<u64>>,
     /// Idle file states kept at most (`MountOptions::cached_inodes`).
     pub cached_inodes: usize,
+    /// File states (all but directories') in `inodes`: what `cached_inodes` is held to.
+    pub loaded_files: std::sync::atomic::AtomicUsize,
     /// The namespace lock (see the lock order above); it guards no data of its own.
     pub namespace: RwLock<()>,
     pub consistency: Consistency,
@@ -251,19 +255,23 @@ impl MountState {
     /// mount left on media are loaded first: this is for fsck, repair and compaction, which
     /// look at every file.
     pub fn all_inodes(&self) -> Result<Vec<InodeRef>> {
-        let mut map = self.inodes.write().unwrap_or_else(|e| e.into_inner());
-        // The order `insert_loaded` takes them in (both only under the map's write lock).
+        // The order `insert_loaded` takes them in: the shards (all of them here), the load
+        // order, the inodes left on media.
+        let mut shards = self.inodes.write_all();
         let mut order = lock(&self.loaded_order);
         let mut left = lock(&self.on_media);
         while let Some(ino) = left.next_from(0) {
             let node = self.rebuild(ino)?;
             left.remove(ino);
-            map.insert(ino, node);
+            if !rlock(&node).is_dir() {
+                self.loaded_files.fetch_add(1, Ordering::Relaxed);
+            }
+            shards[InodeTable::shard_index(ino)].insert(ino, node);
             // Dropped again by later loads once idle (none is dropped here: the caller wants
             // them all).
             order.push_back(ino);
         }
-        Ok(map.values().cloned().collect())
+        Ok(shards.iter().flat_map(|m| m.values().cloned()).collect())
     }
 
     /// The state of in-use inode `ino`, built from its table slot (`inode_load`). Its times may
@@ -278,16 +286,16 @@ impl MountState {
     /// The in-use inodes loaded into DRAM (what DRAM-only state, such as quarantined blocks or
     /// live mappings, can be found on).
     pub fn loaded_inodes(&self) -> Vec<InodeRef> {
-        self.inodes.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+        self.inodes.values()
     }
 
     /// The in-use inode `ino` (`Stale` if it is not in use), loaded from its table slot on its
     /// first use after mount.
     pub fn inode(&self, ino: u64) -> Result<InodeRef> {
-        if let Some(n) = self.inodes.read().unwrap_or_else(|e| e.into_inner()).get(&ino) {
-            return Ok(n.clone());
+        if let Some(n) = self.inodes.get(ino) {
+            return Ok(n);
         }
-        let mut map = self.inodes.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.inodes.write(ino);
         // Another thread may have loaded it while this one waited for the lock.
         if let Some(n) = map.get(&ino) {
             return Ok(n.clone());
@@ -303,32 +311,75 @@ impl MountState {
         Ok(node)
     }
 
-    /// Add a new or loaded inode's state to the map (whose write lock the caller holds); past
-    /// `cached_inodes` files, drop the states of a few idle ones.
+    /// Add a new or loaded inode's state to the table (`map`: its shard, write-locked by the
+    /// caller); past `cached_inodes` file states, drop a few idle ones. An idle state in
+    /// another shard is dropped only if that shard is free now (waiting for it while holding
+    /// this one could deadlock); otherwise it goes to the back like a busy one.
     pub(crate) fn insert_loaded(&self, map: &mut InoMap<InodeRef>, ino: u64, node: InodeRef) {
         let is_dir = rlock(&node).is_dir();
         map.insert(ino, node);
         if is_dir {
             return;
         }
+        let loaded = self.loaded_files.fetch_add(1, Ordering::Relaxed) + 1;
         let mut order = lock(&self.loaded_order);
         order.push_back(ino);
+        // Files freed since they were loaded stay in the order until they come up (finding
+        // where they are would cost a walk), and a number freed and reused is there twice; a
+        // churn of creates and unlinks below the cap would let them pile up, so they are swept
+        // out once they are as many as the states (the newest entry of a number is kept).
+        if order.len() > 2 * loaded + 1024 {
+            let mut seen = std::collections::HashSet::with_capacity(loaded);
+            let kept: Vec<u64> = order
+                .iter()
+                .rev()
+                .copied()
+                .filter(|&i| {
+                    seen.insert(i)
+                        && match InodeTable::same_shard(i, ino) {
+                            true => map.contains_key(&i),
+                            // A shard busy now keeps its entries until the next sweep.
+                            false => self.inodes.try_contains(i).unwrap_or(true),
+                        }
+                })
+                .collect();
+            order.clear();
+            order.extend(kept.into_iter().rev());
+        }
         // Two drops per load keep the count at the cap; a state still in use goes to the back
-        // (a second chance), and at most eight are looked at per call.
-        let mut dropped = 0;
-        for _ in 0..8 {
-            if order.len() <= self.cached_inodes || dropped == 2 {
+        // (a second chance), and at most eight are looked at per call. Entries of freed files
+        // are not counted: the sweep above bounds them.
+        let (mut dropped, mut looked) = (0, 0);
+        while looked < 8 {
+            if self.loaded_files.load(Ordering::Relaxed) <= self.cached_inodes || dropped == 2 {
                 break;
             }
             let Some(old) = order.pop_front() else { break };
-            match map.get(&old) {
-                None => {} // freed, or dropped already
-                Some(n) if idle(n) => {
-                    map.remove(&old);
+            let mut other = None;
+            let shard: &mut InoMap<InodeRef> = if InodeTable::same_shard(old, ino) {
+                map
+            } else {
+                match self.inodes.try_write(old) {
+                    Some(g) => std::ops::DerefMut::deref_mut(other.insert(g)),
+                    None => {
+                        looked += 1;
+                        order.push_back(old);
+                        continue;
+                    }
+                }
+            };
+            let Some(n) = shard.get(&old) else {
+                continue; // freed, or dropped already
+            };
+            looked += 1;
+            match idle(n) {
+                true => {
+                    shard.remove(&old);
+                    self.loaded_files.fetch_sub(1, Ordering::Relaxed);
                     lock(&self.on_media).insert(old);
                     dropped += 1;
                 }
-                Some(_) => order.push_back(old),
+                false => order.push_back(old),
             }
         }
     }
@@ -336,11 +387,7 @@ impl MountState {
     /// Whether `node` is still the in-use inode `ino` (not freed after it was looked up: a
     /// freed inode keeps its old map in DRAM, but its blocks are free already).
     pub fn still_live(&self, ino: u64, node: &InodeRef) -> bool {
-        self.inodes
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&ino)
-            .is_some_and(|n| Arc::ptr_eq(n, node))
+        self.inodes.holds(ino, node)
     }
 
     /// Allocate `nblocks` data blocks on the current CPU's partition (stealing if it is full).

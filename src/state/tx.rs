@@ -181,15 +181,15 @@ impl MountState {
     /// Forget inode `n`, giving `runs` back (in that order: the order decides which free
     /// aligned extents are taken next).
     fn forget_inode_freeing(&self, n: &mut InodeState, runs: &[BlockRun]) {
+        let was_file = !n.is_dir();
         self.forget_prealloc(n);
         slots::forget(self, n);
         n.hdr = freed_header(&n.hdr);
         self.free_runs(runs);
         self.free_runs(&std::mem::take(&mut n.quarantine));
-        self.inodes
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&n.ino);
+        if self.inodes.remove(n.ino).is_some() && was_file {
+            self.loaded_files.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
         self.release_inode_number(n.ino);
     }
 
