@@ -250,48 +250,17 @@ fn client_for(fd: c_int, dev: u64) -> Option<Arc<Client>> {
 /// change their credentials, such as setpriv). A mount that appears later is connected to at
 /// first use, as before.
 pub fn announce_to_mounts() {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return;
-    };
-    for line in info.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        if right.split_whitespace().next() != Some("fuse.winefs") {
+    for m in crate::mountinfo::mounts() {
+        if m.fstype != "fuse.winefs" {
             continue;
         }
-        let Some(mnt) = left.split_whitespace().nth(4) else {
-            continue;
-        };
-        let Ok(dir) = std::fs::File::open(unescape_mount_path(mnt)) else {
+        let Ok(dir) = std::fs::File::open(&m.point) else {
             continue;
         };
         if let Ok(name) = sys::fgetxattr(std::os::fd::AsRawFd::as_raw_fd(&dir), crate::proto::CHANNEL_XATTR) {
             Client::announce(&name);
         }
     }
-}
-
-/// A mount point as `/proc/self/mountinfo` writes it, with its octal escapes (`\040` for a
-/// space) undone.
-fn unescape_mount_path(field: &str) -> std::path::PathBuf {
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b.get(i + 1..i + 4).filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match (b[i], octal) {
-            (b'\\', Some(d)) => {
-                out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8).wrapping_add(c - b'0')));
-                i += 4;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(out).into()
 }
 
 /// The daemon of `c` is gone: every mapping of its mount becomes inaccessible (an access
@@ -888,17 +857,3 @@ pub fn grown(fd: c_int) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::unescape_mount_path;
-    use std::path::Path;
-
-    #[test]
-    fn mount_points_are_unescaped_as_mountinfo_escapes_them() {
-        assert_eq!(unescape_mount_path("/mnt/winefs"), Path::new("/mnt/winefs"));
-        assert_eq!(unescape_mount_path("/mnt/a\\040b\\011c"), Path::new("/mnt/a b\tc"));
-        assert_eq!(unescape_mount_path("/back\\134slash"), Path::new("/back\\slash"));
-        // Not an escape: a backslash without three octal digits stays.
-        assert_eq!(unescape_mount_path("/x\\09"), Path::new("/x\\09"));
-    }
-}

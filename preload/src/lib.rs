@@ -12,6 +12,8 @@
 
 mod client;
 mod direct;
+#[path = "../../src/sys/mountinfo.rs"]
+mod mountinfo;
 #[path = "../../src/fuse/proto.rs"]
 #[allow(dead_code)]
 mod proto;

@@ -80,24 +80,10 @@ fn default_mountpoint() -> PathBuf {
 
 /// The file system mounted at `dir`, if `dir` is a mount point.
 fn mounted_fstype(dir: &Path) -> Option<String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let want = dir.to_string_lossy();
-    // Fields: id parent maj:min root mountpoint options [optional...] - fstype source superopts
-    info.lines().find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        let sep = f.iter().position(|&x| x == "-")?;
-        (f.get(4).map(|m| unescape_mountinfo(m)) == Some(want.to_string()))
-            .then(|| f.get(sep + 1).map(|s| s.to_string()))
-            .flatten()
-    })
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal.
-fn unescape_mountinfo(s: &str) -> String {
-    s.replace("\\040", " ")
-        .replace("\\011", "\t")
-        .replace("\\012", "\n")
-        .replace("\\134", "\\")
+    sys::mountinfo::mounts()
+        .into_iter()
+        .find(|m| m.point == dir)
+        .map(|m| m.fstype)
 }
 
 /// Everything about the mountpoint that would make the kernel mount fail, or hide files

@@ -43,30 +43,8 @@ pub(crate) fn stat(target: &Path, json: bool) -> Result<u8, Fail> {
 /// its pool file; the type is `fuse` or `fuse.winefs`), from /proc/self/mountinfo.
 fn mount_of_pool(pool: &Path) -> Option<PathBuf> {
     let pool = std::fs::canonicalize(pool).ok()?;
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        let mut r = right.split(' ');
-        let (fstype, source) = (r.next()?, r.next()?);
-        let mountpoint = left.split(' ').nth(4)?;
-        (matches!(fstype, "fuse" | "fuse.winefs") && Path::new(&unescape(source)) == pool)
-            .then(|| PathBuf::from(unescape(mountpoint)))
-    })
-}
-
-/// Undo mountinfo's octal escapes (`\040` for a space).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    winefs::sys::mountinfo::mounts()
+        .into_iter()
+        .find(|m| matches!(m.fstype.as_str(), "fuse" | "fuse.winefs") && m.source == pool)
+        .map(|m| m.point)
 }

@@ -3,6 +3,7 @@
 //! lazy unmount, file-system statistics, file handles) and virtual-memory calls in `vm`.
 #![allow(unsafe_code)] // one of the few modules allowed `unsafe` (Cargo.toml [lints])
 
+pub mod mountinfo;
 pub(crate) mod vm;
 
 pub use vm::{page_faults, pmd_mapped_bytes, thread_page_faults};
