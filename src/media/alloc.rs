@@ -153,8 +153,24 @@ impl Allocator {
     /// Lock partition `i`, run `f`, then republish its counters before unlocking.
     fn with<R>(&self, i: usize, f: impl FnOnce(&mut FreeSpace) -> R) -> R {
         let p = &self.parts[i];
-        let mut g = p.space.lock().unwrap_or_else(|e| e.into_inner());
-        let r = f(&mut g);
+        let mut g = crate::spin::spin_then_block(|| p.space.try_lock(), || p.space.lock());
+        Self::publish(p, &mut g, f)
+    }
+
+    /// Run `f` on partition `i` if its lock is free now; None (nothing run) if it is held.
+    fn try_with<R>(&self, i: usize, f: impl FnOnce(&mut FreeSpace) -> R) -> Option<R> {
+        let p = &self.parts[i];
+        let mut g = match p.space.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        Some(Self::publish(p, &mut g, f))
+    }
+
+    /// Run `f` on a locked partition, then republish its counters.
+    fn publish<R>(p: &Part, g: &mut FreeSpace, f: impl FnOnce(&mut FreeSpace) -> R) -> R {
+        let r = f(g);
         p.aligned_cnt.store(g.aligned.len() as u64, Relaxed);
         p.hole_blocks.store(g.hole_blocks, Relaxed);
         r
@@ -193,14 +209,29 @@ impl Allocator {
         min: u64,
         f: impl Fn(&mut FreeSpace) -> Option<T>,
     ) -> Option<T> {
-        if let Some(x) = self.with(local, &f) {
-            return Some(x);
+        // A partition whose lock is held now is passed over at first (its holder may have been
+        // preempted; sleeping on it costs more than taking blocks elsewhere) and tried again,
+        // waiting, only if no other partition gives the blocks.
+        let mut busy = Vec::new();
+        match self.try_with(local, &f) {
+            Some(Some(x)) => return Some(x),
+            Some(None) => {}
+            None => busy.push(local),
         }
-        let order = self.others_by(local, key);
-        order
+        let order: Vec<usize> = self
+            .others_by(local, key)
             .into_iter()
             .filter(|&(_, c)| c >= min)
-            .find_map(|(i, _)| self.with(i, &f))
+            .map(|(i, _)| i)
+            .collect();
+        for &i in &order {
+            match self.try_with(i, &f) {
+                Some(Some(x)) => return Some(x),
+                Some(None) => {}
+                None => busy.push(i),
+            }
+        }
+        busy.into_iter().find_map(|i| self.with(i, &f))
     }
 
     /// Collect exactly `need` blocks from holes across partitions, or take nothing and return false.
@@ -484,6 +515,36 @@ mod tests {
 
     fn fresh(ranges: &[(u64, u64)]) -> Allocator {
         Allocator::from_free_runs(ranges, ranges.iter().map(|&(s, e)| br(s, e - s))).unwrap()
+    }
+
+    #[test]
+    fn an_allocation_passes_over_a_partition_whose_lock_is_held_and_a_free_waits_for_it() {
+        // Partition 1 has a hole and an aligned extent free; partition 0 is all free.
+        let free = [br(0, 1024), br(1030, 70), br(1536, 512)];
+        let a = Arc::new(Allocator::from_free_runs(&[(0, 1024), (1024, 2048)], free).unwrap());
+        let held = a.parts[0].space.lock().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let a2 = Arc::clone(&a);
+        let t = std::thread::spawn(move || {
+            // CPU 0's partition is held: a small run and an aligned extent come from partition 1
+            // at once instead of waiting.
+            let small = a2.alloc(8, 0).unwrap();
+            let big = a2.alloc(512, 0).unwrap();
+            tx.send((small, big)).unwrap();
+            // A free of blocks of partition 0 has nowhere else to go: it waits for the lock.
+            a2.free(br(0, 8)).unwrap_err();
+        });
+        let (small, big) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the allocations did not wait for the held partition");
+        assert!(small.iter().chain(&big).all(|r| r.start >= 1024), "{small:?} {big:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!t.is_finished(), "the free waits for partition 0");
+        drop(held);
+        t.join().unwrap();
+        // Partition 0 untouched: its two aligned extents are still there for CPU 0.
+        assert_eq!(a.alloc(1024, 0).unwrap(), vec![br(0, 512), br(512, 512)]);
+        a.check_consistency().unwrap();
     }
 
     fn aligned_total(a: &Allocator) -> u64 {

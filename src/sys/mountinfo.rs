@@ -79,7 +79,10 @@ mod tests {
     #[test]
     fn fields_are_unescaped_as_mountinfo_escapes_them() {
         assert_eq!(unescape("/mnt/winefs"), Path::new("/mnt/winefs"));
-        assert_eq!(unescape("/mnt/a\\040b\\011c\\012"), Path::new("/mnt/a b\tc\n"));
+        assert_eq!(
+            unescape("/mnt/a\\040b\\011c\\012"),
+            Path::new("/mnt/a b\tc\n")
+        );
         assert_eq!(unescape("/back\\134slash"), Path::new("/back\\slash"));
         // Not an escape: a backslash without three octal digits stays.
         assert_eq!(unescape("/x\\09"), Path::new("/x\\09"));
@@ -104,7 +107,10 @@ garbage line
                 source: "/pools/a b.pool".into(),
             }
         );
-        assert_eq!((m[0].fstype.as_str(), m[2].fstype.as_str()), ("proc", "fuse"));
+        assert_eq!(
+            (m[0].fstype.as_str(), m[2].fstype.as_str()),
+            ("proc", "fuse")
+        );
         // This process's own table parses and has the root in it.
         assert!(mounts().iter().any(|m| m.point == Path::new("/")));
     }
