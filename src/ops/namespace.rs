@@ -526,11 +526,15 @@ fn unlink_locked(
         let c = g.get_mut(&loc.ino).expect("locked");
         c.hdr = ch;
         state.times_changed(c);
-        if free_now {
-            state.forget_inode(c);
-        }
     }
     apply_edit(edit, g);
+    if free_now {
+        // The name is gone from the directory, on media and in DRAM: the directory is let go
+        // before the inode's blocks and number go back (under its own lock still), so lookups
+        // and creates there do not wait for the allocator.
+        drop(g.remove(&parent));
+        state.forget_inode(g.get_mut(&loc.ino).expect("locked"));
+    }
     Ok(())
 }
 
