@@ -426,14 +426,10 @@ impl MountState {
 
     /// Give blocks back to the allocator (after the transaction that stopped using them).
     pub fn free_runs(&self, runs: &[BlockRun]) {
-        for r in runs {
-            if r.len > 0
-                && let Err(e) = self.alloc.free(*r)
-            {
-                // A double free means the DRAM indexes disagree with themselves.
-                self.poison();
-                log::error!("allocator refused a free: {e}");
-            }
+        if let Err(e) = self.alloc.free_all(runs) {
+            // A double free means the DRAM indexes disagree with themselves.
+            self.poison();
+            log::error!("allocator refused a free: {e}");
         }
         // Frees are what leave holes behind; compaction starts from here when they pile up.
         let freed: u64 = runs.iter().map(|r| r.len).sum();
