@@ -23,10 +23,8 @@ pub(crate) fn spin_then_block<G>(
     let mut since: Option<Instant> = None;
     let mut tries = 0u32;
     loop {
-        match try_take() {
-            Ok(g) => return g,
-            Err(TryLockError::Poisoned(e)) => return e.into_inner(),
-            Err(TryLockError::WouldBlock) => {}
+        if let Some(g) = taken(try_take()) {
+            return g;
         }
         tries = tries.wrapping_add(1);
         if tries % 32 == 1 && since.get_or_insert_with(Instant::now).elapsed() >= SPIN_BEFORE_SLEEP
@@ -36,4 +34,14 @@ pub(crate) fn spin_then_block<G>(
         std::hint::spin_loop();
     }
     take().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The guard of a `try_lock`/`try_read`/`try_write` that got the lock (a poisoned lock taken
+/// over); None if another holds it.
+pub(crate) fn taken<G>(r: TryLockResult<G>) -> Option<G> {
+    match r {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
 }

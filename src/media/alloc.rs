@@ -160,11 +160,7 @@ impl Allocator {
     /// Run `f` on partition `i` if its lock is free now; None (nothing run) if it is held.
     fn try_with<R>(&self, i: usize, f: impl FnOnce(&mut FreeSpace) -> R) -> Option<R> {
         let p = &self.parts[i];
-        let mut g = match p.space.try_lock() {
-            Ok(g) => g,
-            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return None,
-        };
+        let mut g = crate::spin::taken(p.space.try_lock())?;
         Some(Self::publish(p, &mut g, f))
     }
 

@@ -1,13 +1,14 @@
 //! The table of loaded inodes (inode number → state), split into shards that each have their
 //! own lock. Every operation reads it to find its inodes; creates and unlinks (and the first use
-//! of an inode left on media) write it. Under one lock, a writer waiting for the readers of the
-//! moment made every later reader wait behind it (the lock favours writers): with two threads
-//! running varmail, two thirds of the context switches were readers of the table asleep behind
-//! an insert or a removal. Split by inode number, a writer holds up only the readers of its
-//! own shard.
+//! of an inode left on media) write it. Under one lock, which favours writers, a writer waiting
+//! for the readers of the moment made every later reader wait behind it. Split by inode number,
+//! a writer holds up only the readers of its own shard. (Most of the waiting once seen on the
+//! table came from a bug that made loads from media frequent, since fixed; on two CPUs the split
+//! alone measured no faster: docs/EVALUATION.md, "The cache of loaded inodes".)
 
+use crate::spin::taken;
 use crate::state::inode_state::{InoMap, InodeRef};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Shards of the table: enough that two threads rarely meet in one, few enough that a walk over
 /// all of them (fsck, repair, DRAM accounting) stays cheap.
@@ -54,11 +55,7 @@ impl InodeTable {
 
     /// Whether `ino` is loaded; None if its shard is write-locked now.
     pub fn try_contains(&self, ino: u64) -> Option<bool> {
-        match self.shards[shard_of(ino)].try_read() {
-            Ok(m) => Some(m.contains_key(&ino)),
-            Err(TryLockError::Poisoned(e)) => Some(e.into_inner().contains_key(&ino)),
-            Err(TryLockError::WouldBlock) => None,
-        }
+        taken(self.shards[shard_of(ino)].try_read()).map(|m| m.contains_key(&ino))
     }
 
     /// The shard of `ino`, write-locked.
@@ -70,11 +67,7 @@ impl InodeTable {
 
     /// The shard of `ino`, write-locked, if no one holds it now.
     pub fn try_write(&self, ino: u64) -> Option<ShardGuard<'_>> {
-        match self.shards[shard_of(ino)].try_write() {
-            Ok(g) => Some(g),
-            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
-        }
+        taken(self.shards[shard_of(ino)].try_write())
     }
 
     /// Which of [`InodeTable::write_all`]'s guards holds `ino`.
