@@ -346,3 +346,33 @@ fn whole_unit_strict_overwrites_keep_the_unit_aligned_with_or_without_free_exten
     drop((f, filler));
     fs.unmount().unwrap();
 }
+
+/// A strict append to a file whose last block is partly filled stores into that block in place
+/// (its bytes past the end hold nothing of the file) and takes the blocks right after it when
+/// they are free, even with a lower hole that fits: the file stays one extent.
+#[test]
+fn appends_keep_a_small_file_in_one_extent() {
+    let (_d, p) = common::fresh_pool(64 * MIB, Some(1));
+    let fs = common::mount(&p);
+    let low = fs.create_file("/low").unwrap();
+    low.write_at(0, &[1u8; 3 * BLOCK as usize]).unwrap();
+    let f = fs.create_file("/log").unwrap();
+    f.write_at(0, &[2u8; 5000]).unwrap();
+    let before = fs.extents(f.ino()).unwrap();
+    assert_eq!(before.len(), 1, "{before:?}");
+    drop(low);
+    fs.unlink_path("/low").unwrap(); // a hole below the file that fits the next append
+    for (i, len) in [9000usize, 700, 20_000].into_iter().enumerate() {
+        let size = fs.getattr(f.ino()).unwrap().size;
+        f.write_at(size, &vec![3 + i as u8; len]).unwrap();
+        let after = fs.extents(f.ino()).unwrap();
+        assert_eq!(after.len(), 1, "append {i}: {after:?}");
+        assert_eq!(after[0].1, before[0].1, "append {i}: the first block moved");
+    }
+    let all = f.read_all().unwrap();
+    assert_eq!(all.len(), 5000 + 9000 + 700 + 20_000);
+    assert!(all[..5000].iter().all(|&b| b == 2) && all[5000..14_000].iter().all(|&b| b == 3));
+    assert!(all[14_000..14_700].iter().all(|&b| b == 4) && all[14_700..].iter().all(|&b| b == 5));
+    drop(f);
+    assert_clean(&fs);
+}

@@ -294,6 +294,36 @@ fn an_append_cut_before_its_commit_leaves_no_bytes_a_later_extension_shows() {
     }
 }
 
+/// A strict append past a partly filled last block stores into that block in place, with no
+/// undo image, before its commit; cut there, the bytes it left past the end must not show when
+/// the file grows later (the file is marked before the first such store).
+#[test]
+fn an_append_from_a_partly_filled_block_cut_before_its_commit_shows_nothing_later() {
+    for cut_len in [3000usize, 9000, (1 << 20) + 9000] {
+        let (_d, p) = common::fresh_pool(64 << 20, Some(1));
+        {
+            let fs = mount(&p);
+            let f = fs.create_file("/log").unwrap();
+            f.write_at(0, &[2u8; 5000]).unwrap();
+            fs.inject_crash_before_commit(1);
+            assert!(f.write_at(5000, &vec![0xEE; cut_len]).is_err(), "{cut_len}");
+            drop(f);
+            drop(fs); // the crash: no clean unmount
+        }
+        let fs = mount(&p);
+        let f = fs.open_file("/log").unwrap();
+        assert_eq!(fs.getattr(f.ino()).unwrap().size, 5000, "{cut_len}");
+        f.set_len(40_000).unwrap();
+        let all = f.read_all().unwrap();
+        assert!(all[..5000].iter().all(|&b| b == 2), "{cut_len}: the file's bytes");
+        assert!(all[5000..].iter().all(|&b| b == 0), "{cut_len}: the cut append shows");
+        drop(f);
+        let r = fs.check();
+        assert!(r.is_clean(), "{cut_len}: {r:?}");
+        fs.unmount().unwrap();
+    }
+}
+
 /// An append into blocks the file already has commits its size with one atomic 8-byte store
 /// of a checked size word: no journal bytes, two fences, and after a crash every appended byte
 /// and the size are there.

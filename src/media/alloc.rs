@@ -5,7 +5,7 @@
 //! available) with the handler that takes them back under pressure.
 #![deny(clippy::cast_possible_truncation)]
 
-use crate::media::free_space::{FreeSpace, coalesce};
+use crate::media::free_space::{FreeSpace, Piece, coalesce, first_overlap};
 use crate::media::layout::BLOCKS_PER_HUGE;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
@@ -183,8 +183,13 @@ impl Allocator {
     }
 
     /// Split `[s, e)` at partition boundaries; Err if any block lies outside every partition.
-    fn split(&self, s: u64, e: u64) -> Result<Vec<(usize, u64, u64)>, String> {
+    fn split(&self, s: u64, e: u64) -> Result<Vec<Piece>, String> {
         let mut out = Vec::new();
+        self.split_into(s, e, &mut out).map(|()| out)
+    }
+
+    /// [`Allocator::split`], appending the pieces to `out`.
+    fn split_into(&self, s: u64, e: u64, out: &mut Vec<Piece>) -> Result<(), String> {
         let mut cur = s;
         while cur < e {
             let i = self
@@ -194,7 +199,7 @@ impl Allocator {
             out.push((i, cur, pe));
             cur = pe;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Try `f` locally, then on other partitions by descending `key` counter (skipping those below `min`).
@@ -214,13 +219,9 @@ impl Allocator {
             Some(None) => {}
             None => busy.push(local),
         }
-        let order: Vec<usize> = self
-            .others_by(local, key)
-            .into_iter()
-            .filter(|&(_, c)| c >= min)
-            .map(|(i, _)| i)
-            .collect();
-        for &i in &order {
+        let mut order = self.others_by(local, key);
+        order.retain(|&(_, c)| c >= min);
+        for &(i, _) in &order {
             match self.try_with(i, &f) {
                 Some(Some(x)) => return Some(x),
                 Some(None) => {}
@@ -297,6 +298,30 @@ impl Allocator {
         Ok(out)
     }
 
+    /// [`Allocator::alloc`] of fewer than 512 blocks that takes the free blocks from `goal` on
+    /// first (the block after a file's last one, so that its new blocks continue its extent),
+    /// then the rest as `alloc` does. `goal`'s partition is passed over if it is held now.
+    pub fn alloc_from(&self, nblocks: u64, goal: u64, cpu: usize) -> Result<Vec<BlockRun>, NoSpace> {
+        let first = match self.partition_of(goal) {
+            Some(i) if nblocks < H => self.try_with(i, |p| p.take_at(goal, nblocks)).unwrap_or(0),
+            _ => 0,
+        };
+        if first == 0 {
+            return self.alloc(nblocks, cpu);
+        }
+        let head = BlockRun { start: goal, len: first };
+        match self.alloc(nblocks - first, cpu) {
+            Ok(mut rest) => {
+                rest.insert(0, head);
+                Ok(rest)
+            }
+            Err(_) => {
+                self.release_all(&[head]);
+                Err(NoSpace { requested: nblocks, free: self.free_blocks() })
+            }
+        }
+    }
+
     /// Wear-aware allocation on or off: small allocations from holes go next fit instead of
     /// lowest address first (free aligned extents are taken as before).
     pub fn set_wear_aware(&self, on: bool) {
@@ -323,43 +348,43 @@ impl Allocator {
     /// several partitions are checked in all of them before any takes its runs back (a racing
     /// double free found after that is refused where it is found).
     pub fn free_all(&self, runs: &[BlockRun]) -> Result<(), String> {
-        let mut by_part: BTreeMap<usize, Vec<(u64, u64)>> = BTreeMap::new();
+        // (partition, start, end) of every piece; a stable sort by partition keeps each
+        // partition's pieces in the order given.
+        let mut pieces: Vec<Piece> = Vec::with_capacity(runs.len() + 1);
         for run in runs.iter().filter(|r| r.len > 0) {
             let end = run
                 .start
                 .checked_add(run.len)
                 .ok_or_else(|| format!("run {run:?} overflows"))?;
-            for (i, s, e) in self.split(run.start, end)? {
-                by_part.entry(i).or_default().push((s, e));
-            }
+            self.split_into(run.start, end, &mut pieces)?;
         }
-        for (&i, pieces) in &by_part {
-            let mut sorted = pieces.clone();
-            sorted.sort_unstable();
-            if let Some(w) = sorted.windows(2).find(|w| w[1].0 < w[0].1) {
+        pieces.sort_by_key(|p| p.0);
+        let groups = || pieces.chunk_by(|a, b| a.0 == b.0);
+        for group in groups() {
+            if let Some((a, b)) = first_overlap(group) {
                 return Err(format!(
-                    "double free: [{},{}) and [{},{}) of partition {i} freed together",
-                    w[0].0, w[0].1, w[1].0, w[1].1
+                    "double free: [{},{}) and [{},{}) of partition {} freed together",
+                    a.1, a.2, b.1, b.2, a.0
                 ));
             }
         }
-        let overlap = |i: usize, p: &FreeSpace, pieces: &[(u64, u64)]| {
-            pieces.iter().find(|&&(s, e)| p.overlaps_free(s, e)).map(|&(s, e)| {
+        let overlap = |p: &FreeSpace, group: &[Piece]| {
+            group.iter().find(|&&(_, s, e)| p.overlaps_free(s, e)).map(|&(i, s, e)| {
                 format!("double free: [{s},{e}) overlaps free space of partition {i}")
             })
         };
-        if by_part.len() > 1 {
-            for (&i, pieces) in &by_part {
-                if let Some(why) = self.with(i, |p| overlap(i, p, pieces)) {
+        if groups().count() > 1 {
+            for group in groups() {
+                if let Some(why) = self.with(group[0].0, |p| overlap(p, group)) {
                     return Err(why);
                 }
             }
         }
-        for (&i, pieces) in &by_part {
-            self.with(i, |p| match overlap(i, p, pieces) {
+        for group in groups() {
+            self.with(group[0].0, |p| match overlap(p, group) {
                 Some(why) => Err(why),
                 None => {
-                    pieces.iter().for_each(|&(s, e)| p.insert_free(s, e));
+                    group.iter().for_each(|&(_, s, e)| p.insert_free(s, e));
                     Ok(())
                 }
             })?;
@@ -509,478 +534,5 @@ impl Allocator {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-    use std::sync::Arc;
-
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-        /// An index below `n` (the same draw as `below`).
-        fn pick(&mut self, n: usize) -> usize {
-            usize::try_from(self.below(n as u64)).expect("below n, a usize")
-        }
-    }
-
-    fn br(start: u64, len: u64) -> BlockRun {
-        BlockRun { start, len }
-    }
-
-    fn fresh(ranges: &[(u64, u64)]) -> Allocator {
-        Allocator::from_free_runs(ranges, ranges.iter().map(|&(s, e)| br(s, e - s))).unwrap()
-    }
-
-    #[test]
-    fn many_runs_go_back_at_once_in_order_and_a_double_free_changes_nothing_there() {
-        let a = fresh(&[(0, 1024), (1024, 2048)]);
-        a.alloc(2048, 0).unwrap();
-        assert_eq!(a.free_blocks(), 0);
-        // Units 512 and 0 of partition 0 in pieces, then unit 1536 of partition 1: whole units
-        // come back to the aligned list in the order their last piece went back.
-        let back = [br(512, 100), br(612, 412), br(0, 512), br(1536, 512)];
-        a.free_all(&back).unwrap();
-        assert_eq!(a.free_blocks(), 1536);
-        a.check_consistency().unwrap();
-        assert_eq!(a.alloc(512, 0).unwrap(), vec![br(512, 512)]);
-        assert_eq!(a.alloc(512, 0).unwrap(), vec![br(0, 512)]);
-        // A batch that frees a block twice, or a free block, is refused where it is found:
-        // partition 1 is left as it was.
-        let before = a.free_blocks();
-        let twice = a.free_all(&[br(1024, 8), br(1030, 4)]).unwrap_err();
-        assert!(twice.contains("double free"), "{twice}");
-        let free_already = a.free_all(&[br(1024, 8), br(1536, 8)]).unwrap_err();
-        assert!(free_already.contains("overlaps free space"), "{free_already}");
-        assert_eq!(a.free_blocks(), before);
-        assert!(a.free_all(&[br(4096, 1)]).is_err(), "outside every partition");
-        a.check_consistency().unwrap();
-    }
-
-    #[test]
-    fn an_allocation_passes_over_a_partition_whose_lock_is_held_and_a_free_waits_for_it() {
-        // Partition 1 has a hole and an aligned extent free; partition 0 is all free.
-        let free = [br(0, 1024), br(1030, 70), br(1536, 512)];
-        let a = Arc::new(Allocator::from_free_runs(&[(0, 1024), (1024, 2048)], free).unwrap());
-        let held = a.parts[0].space.lock().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let a2 = Arc::clone(&a);
-        let t = std::thread::spawn(move || {
-            // CPU 0's partition is held: a small run and an aligned extent come from partition 1
-            // at once instead of waiting.
-            let small = a2.alloc(8, 0).unwrap();
-            let big = a2.alloc(512, 0).unwrap();
-            tx.send((small, big)).unwrap();
-            // A free of blocks of partition 0 has nowhere else to go: it waits for the lock.
-            a2.free(br(0, 8)).unwrap_err();
-        });
-        let (small, big) = rx
-            .recv_timeout(std::time::Duration::from_secs(10))
-            .expect("the allocations did not wait for the held partition");
-        assert!(small.iter().chain(&big).all(|r| r.start >= 1024), "{small:?} {big:?}");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        assert!(!t.is_finished(), "the free waits for partition 0");
-        drop(held);
-        t.join().unwrap();
-        // Partition 0 untouched: its two aligned extents are still there for CPU 0.
-        assert_eq!(a.alloc(1024, 0).unwrap(), vec![br(0, 512), br(512, 512)]);
-        a.check_consistency().unwrap();
-    }
-
-    fn aligned_total(a: &Allocator) -> u64 {
-        a.stats().iter().map(|s| s.free_aligned_extents).sum()
-    }
-
-    fn merged(ranges: &[(u64, u64)]) -> Vec<BlockRun> {
-        coalesce(ranges.iter().map(|&(s, e)| br(s, e - s)).collect())
-    }
-
-    /// Allocated runs and free space must be pairwise disjoint and inside the partitions.
-    fn assert_disjoint(a: &Allocator, held: &[BlockRun]) {
-        let mut all: Vec<BlockRun> = held.iter().copied().chain(a.free_runs()).collect();
-        all.sort();
-        for w in all.windows(2) {
-            assert!(w[0].end() <= w[1].start, "overlap {:?} {:?}", w[0], w[1]);
-        }
-        for r in &all {
-            let i = a.partition_of(r.start).expect("inside");
-            assert!(a.partition_of(r.end() - 1).is_some_and(|j| j >= i));
-        }
-    }
-
-    #[test]
-    fn fresh_single_partition_policy() {
-        let a = fresh(&[(0, 4096)]);
-        let v = a.alloc(3 * H, 0).unwrap();
-        assert_eq!(v.len(), 3);
-        assert!(v.iter().all(|r| r.len == H && r.start % H == 0));
-        assert_eq!(aligned_total(&a), 5);
-        // No hole exists: must break exactly one aligned extent.
-        assert_eq!(a.stats()[0].hole_count, 0);
-        let one = a.alloc(1, 0).unwrap();
-        assert_eq!(one, vec![br(3 * H, 1)]);
-        let st = &a.stats()[0];
-        assert_eq!(
-            (st.free_aligned_extents, st.hole_count, st.free_hole_blocks),
-            (4, 1, H - 1)
-        );
-        // A hole now exists: served from it, contiguous, nothing else broken.
-        let two = a.alloc(1, 0).unwrap();
-        assert_eq!(two, vec![br(3 * H + 1, 1)]);
-        assert_eq!(aligned_total(&a), 4);
-        a.check_consistency().unwrap();
-    }
-
-    #[test]
-    fn n_huge_gets_n_aligned_extents() {
-        let ranges = [(0, 4 * H), (4 * H, 8 * H), (8 * H, 12 * H)];
-        // Aligned extents spread across partitions plus many small holes everywhere else.
-        let mut free = vec![br(H, H), br(5 * H, H), br(6 * H, H), br(11 * H, H)];
-        for u in [0u64, 2, 3, 4, 7, 8, 9, 10] {
-            for k in 0..20 {
-                free.push(br(u * H + 1 + k * 20, 7));
-            }
-        }
-        let a = Allocator::from_free_runs(&ranges, free).unwrap();
-        assert_eq!(aligned_total(&a), 4);
-        let holes_before: u64 = a.stats().iter().map(|s| s.free_hole_blocks).sum();
-        let v = a.alloc(4 * H, 0).unwrap();
-        assert_eq!(v.len(), 4);
-        assert!(v.iter().all(|r| r.len == H && r.start % H == 0));
-        let mut starts: Vec<u64> = v.iter().map(|r| r.start).collect();
-        starts.sort();
-        assert_eq!(starts, vec![H, 5 * H, 6 * H, 11 * H]);
-        assert_eq!(
-            a.stats().iter().map(|s| s.free_hole_blocks).sum::<u64>(),
-            holes_before
-        );
-        a.check_consistency().unwrap();
-    }
-
-    #[test]
-    fn frees_merge_back_to_aligned() {
-        let ranges = [(0, 6 * H), (6 * H, 16 * H)];
-        let a = fresh(&ranges);
-        let mut rng = Rng(0x9e3779b97f4a7c15);
-        let mut held = Vec::new();
-        while a.free_blocks() > 0 {
-            let n = 1 + rng.below(a.free_blocks().min(1500));
-            held.extend(a.alloc(n, rng.pick(4)).unwrap());
-        }
-        assert_eq!(a.free_runs(), vec![]);
-        // Split some runs into pieces, then free everything in random order.
-        let mut pieces = Vec::new();
-        for r in held {
-            if r.len > 2 {
-                let cut = 1 + rng.below(r.len - 1);
-                pieces.push(br(r.start, cut));
-                pieces.push(br(r.start + cut, r.len - cut));
-            } else {
-                pieces.push(r);
-            }
-        }
-        while !pieces.is_empty() {
-            let i = rng.pick(pieces.len());
-            a.free(pieces.swap_remove(i)).unwrap();
-            a.check_consistency().unwrap();
-        }
-        assert_eq!(a.free_runs(), vec![br(0, 16 * H)]);
-        let st = a.stats();
-        assert_eq!(
-            (st[0].free_aligned_extents, st[1].free_aligned_extents),
-            (6, 10)
-        );
-        assert!(st.iter().all(|s| s.hole_count == 0));
-    }
-
-    #[test]
-    fn stealing_picks_most_free_partition() {
-        let ranges = [(0, 2 * H), (2 * H, 6 * H), (6 * H, 12 * H)];
-        // P0 empty; P1: 1 aligned + 10-block hole; P2: 3 aligned + 100-block hole.
-        let free = [
-            br(2 * H, H),
-            br(3 * H + 5, 10),
-            br(6 * H, 3 * H),
-            br(10 * H + 7, 100),
-        ];
-        let a = Allocator::from_free_runs(&ranges, free).unwrap();
-        let v = a.alloc(H, 0).unwrap();
-        assert_eq!(a.partition_of(v[0].start), Some(2));
-        assert_eq!(v[0].start % H, 0);
-        let s = a.alloc(5, 0).unwrap();
-        assert_eq!(s, vec![br(10 * H + 7, 5)]);
-        assert_eq!(
-            a.alloc_aligned_extent(0).map(|u| a.partition_of(u)),
-            Some(Some(2))
-        );
-        a.check_consistency().unwrap();
-    }
-
-    #[test]
-    fn small_requests_prefer_holes() {
-        let ranges = [(0, 8 * H), (8 * H, 16 * H)];
-        let mut free = vec![br(0, 4 * H), br(12 * H, 2 * H)];
-        for u in [4u64, 5, 6, 7, 8, 9, 10, 11, 14, 15] {
-            free.push(br(u * H + 3, 300));
-            free.push(br(u * H + 320, 150));
-        }
-        let a = Allocator::from_free_runs(&ranges, free).unwrap();
-        let aligned = aligned_total(&a);
-        assert_eq!(aligned, 6);
-        let mut rng = Rng(42);
-        loop {
-            let r = 1 + rng.below(H - 1);
-            let holes: u64 = a.stats().iter().map(|s| s.free_hole_blocks).sum();
-            if holes < r {
-                break;
-            }
-            let v = a.alloc(r, rng.pick(2)).unwrap();
-            assert_eq!(v.iter().map(|x| x.len).sum::<u64>(), r);
-            assert_eq!(aligned_total(&a), aligned, "alloc({r}) broke an extent");
-        }
-        a.check_consistency().unwrap();
-    }
-
-    #[test]
-    fn no_space_is_all_or_nothing() {
-        let ranges = [(0, 4 * H), (4 * H, 8 * H)];
-        let a = Allocator::from_free_runs(&ranges, [br(H, H), br(5 * H, H), br(7 * H + 1, 100)])
-            .unwrap();
-        let before = a.free_runs();
-        let fb = a.free_blocks();
-        // Two aligned pieces succeed, then the third cannot be served: must roll back.
-        let e = a.alloc(3 * H, 0).unwrap_err();
-        assert_eq!((e.requested, e.free), (3 * H, fb));
-        assert_eq!(a.free_runs(), before);
-        let e = a.alloc(fb + 1, 1).unwrap_err();
-        assert_eq!(e.requested, fb + 1);
-        assert_eq!(a.free_blocks(), fb);
-        assert_eq!(a.free_runs(), before);
-        assert!(e.to_string().contains("no space"));
-        a.check_consistency().unwrap();
-    }
-
-    #[test]
-    fn take_free_in_holds_a_unit_back_until_freed() {
-        // Unit 1 (blocks 512..1024) has a used block at 600; the rest of 0..2048 is free.
-        let a = Allocator::from_free_runs(&[(0, 2048)], [br(0, 600), br(601, 1447)]).unwrap();
-        let before = a.free_blocks();
-        let taken = a.take_free_in(512, 1024);
-        assert_eq!(taken.iter().map(|r| r.len).sum::<u64>(), 511);
-        assert!(taken.iter().all(|r| r.start >= 512 && r.end() <= 1024));
-        assert_eq!(a.free_blocks(), before - 511);
-        // Nothing is allocated inside the unit while it is held.
-        let got = a.alloc(100, 0).unwrap();
-        assert!(
-            got.iter().all(|r| r.end() <= 512 || r.start >= 1024),
-            "{got:?}"
-        );
-        for r in got {
-            a.free(r).unwrap();
-        }
-        // Freeing the used block and the taken runs makes the unit an aligned extent again.
-        a.free(br(600, 1)).unwrap();
-        for r in taken {
-            a.free(r).unwrap();
-        }
-        assert_eq!(aligned_total(&a), 4);
-        a.check_consistency().unwrap();
-    }
-
-    #[test]
-    fn speculative_holdings_count_as_available() {
-        let a = fresh(&[(0, 4 * H)]);
-        let free = a.free_blocks();
-        assert_eq!(a.available_blocks(), free);
-        a.set_speculative(7, 100);
-        a.set_speculative(9, 300);
-        a.set_speculative(7, 40);
-        assert_eq!(a.speculative_blocks(), 340);
-        assert_eq!(a.available_blocks(), free + 340);
-        assert_eq!(a.speculative_holders(), vec![(9, 300), (7, 40)]);
-        assert_eq!(a.speculative_of(7), 40);
-        // No handler yet: nothing is relieved.
-        assert_eq!(a.relieve(10), 0);
-        let asked = std::sync::Arc::new(AtomicU64::new(0));
-        let seen = asked.clone();
-        a.set_pressure_handler(Box::new(move |n| {
-            seen.store(n, Relaxed);
-            5
-        }));
-        assert_eq!(a.relieve(10), 5);
-        assert_eq!(asked.load(Relaxed), 10);
-        a.set_speculative(9, 0);
-        a.set_speculative(7, 0);
-        assert_eq!((a.speculative_blocks(), a.speculative_of(9)), (0, 0));
-        assert!(a.speculative_holders().is_empty());
-        // Nothing held: the handler is not asked.
-        assert_eq!(a.relieve(10), 0);
-    }
-
-    #[test]
-    fn double_free_rejected_without_change() {
-        let ranges = [(0, 4 * H), (4 * H, 8 * H)];
-        let a = fresh(&ranges);
-        let v = a.alloc(3 * H + 10, 0).unwrap();
-        let before = a.free_runs();
-        // Overlaps an aligned extent.
-        assert!(
-            a.free(br(3 * H - 5, 20))
-                .unwrap_err()
-                .contains("double free")
-        );
-        // Overlaps the hole left by the remainder.
-        assert!(a.free(br(3 * H + 5, 10)).is_err());
-        assert_eq!(a.free_runs(), before);
-        // Fill partition 0, then free a run crossing into partition 1 whose second half is free:
-        // the (allocated) first half must not be freed either.
-        assert_eq!(a.alloc(H - 10, 0).unwrap(), vec![br(3 * H + 10, H - 10)]);
-        let before = a.free_runs();
-        assert!(a.free(br(4 * H - 10, 20)).is_err());
-        assert_eq!(a.free_runs(), before);
-        a.free(v[0]).unwrap();
-        assert!(a.free(v[0]).is_err());
-        assert!(a.free(br(8 * H, 1)).is_err());
-        a.check_consistency().unwrap();
-    }
-
-    #[test]
-    fn from_free_runs_validation() {
-        let ranges = [(0, 2 * H), (2 * H, 4 * H + 7)];
-        assert!(Allocator::from_free_runs(&ranges, [br(4 * H, 8)]).is_err());
-        assert!(Allocator::from_free_runs(&ranges, [br(0, 10), br(9, 3)]).is_err());
-        assert!(Allocator::from_free_runs(&[(0, H), (H - 1, 2 * H)], []).is_err());
-        assert!(Allocator::from_free_runs(&[(0, H), (2 * H, 3 * H)], [br(H - 1, 2)]).is_err());
-        let a = Allocator::from_free_runs(&ranges, [br(H + 100, 2 * H)]).unwrap();
-        let st: Vec<_> = a
-            .stats()
-            .iter()
-            .map(|s| (s.free_hole_blocks, s.free_aligned_extents))
-            .collect();
-        assert_eq!(st, vec![(H - 100, 0), (100, 1)]);
-        assert_eq!(a.free_runs(), vec![br(H + 100, 2 * H)]);
-        assert_eq!(a.total_blocks(), 4 * H + 7);
-        assert_eq!(a.partition_of(4 * H + 7), None);
-        assert_eq!(a.partition_of(2 * H), Some(1));
-        a.check_consistency().unwrap();
-    }
-
-    #[derive(Debug, Clone)]
-    enum Op {
-        Alloc(u64, usize),
-        Free(u64, u64, u64),
-    }
-
-    fn op() -> impl Strategy<Value = Op> {
-        prop_oneof![
-            (1u64..3000, 0usize..8).prop_map(|(n, c)| Op::Alloc(n, c)),
-            (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(i, a, b)| Op::Free(i, a, b)),
-        ]
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(40))]
-        #[test]
-        fn random_alloc_free(units in prop::collection::vec(1u64..5, 2..=4), tail in 1u64..512,
-                             ops in prop::collection::vec(op(), 200..400)) {
-            let mut ranges = Vec::new();
-            let mut s = 0;
-            for (i, u) in units.iter().enumerate() {
-                let len = u * H + if i + 1 == units.len() { tail } else { 0 };
-                ranges.push((s, s + len));
-                s += len;
-            }
-            let a = fresh(&ranges);
-            let mut held: Vec<BlockRun> = Vec::new();
-            for o in ops {
-                match o {
-                    Op::Free(i, x, y) if !held.is_empty() => {
-                        let r = held.swap_remove(usize::try_from(i % held.len() as u64).unwrap());
-                        let (lo, hi) = if y % 3 == 0 { (0, r.len) } else {
-                            let lo = x % r.len;
-                            (lo, lo + 1 + y % (r.len - lo))
-                        };
-                        a.free(br(r.start + lo, hi - lo)).unwrap();
-                        held.extend([br(r.start, lo), br(r.start + hi, r.len - hi)].into_iter().filter(|p| p.len > 0));
-                    }
-                    Op::Free(..) => {}
-                    Op::Alloc(n, cpu) => {
-                        let before = a.free_runs();
-                        match a.alloc(n, cpu) {
-                            Ok(v) => {
-                                prop_assert_eq!(v.iter().map(|r| r.len).sum::<u64>(), n);
-                                held.extend(v);
-                            }
-                            Err(e) => {
-                                prop_assert_eq!(e.requested, n);
-                                prop_assert_eq!(a.free_runs(), before);
-                            }
-                        }
-                    }
-                }
-                if let Err(e) = a.check_consistency() { prop_assert!(false, "{}", e); }
-                prop_assert_eq!(a.free_blocks() + held.iter().map(|r| r.len).sum::<u64>(), a.total_blocks());
-                assert_disjoint(&a, &held);
-            }
-            for r in held { a.free(r).unwrap(); }
-            prop_assert_eq!(a.free_runs(), merged(&ranges));
-            for (st, &(s, e)) in a.stats().iter().zip(&ranges) {
-                prop_assert_eq!(st.free_aligned_extents, (e - s) / H);
-                prop_assert_eq!(st.free_hole_blocks, (e - s) % H);
-            }
-            a.check_consistency().unwrap();
-        }
-    }
-
-    #[test]
-    fn concurrent_smoke() {
-        let ranges = [
-            (0, 8 * H),
-            (8 * H, 16 * H),
-            (16 * H, 24 * H),
-            (24 * H, 32 * H + 100),
-        ];
-        let a = Arc::new(fresh(&ranges));
-        let handles: Vec<_> = (0..4)
-            .map(|t| {
-                let a = Arc::clone(&a);
-                std::thread::spawn(move || {
-                    let mut rng = Rng(0x1234_5678 + t as u64 * 7919);
-                    let mut held: Vec<BlockRun> = Vec::new();
-                    for _ in 0..3000 {
-                        if held.is_empty() || rng.below(2) == 0 {
-                            if let Ok(v) = a.alloc(1 + rng.below(2000), t) {
-                                held.extend(v);
-                            }
-                        } else {
-                            let i = rng.pick(held.len());
-                            a.free(held.swap_remove(i)).unwrap();
-                        }
-                    }
-                    held
-                })
-            })
-            .collect();
-        let held: Vec<BlockRun> = handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap())
-            .collect();
-        a.check_consistency().unwrap();
-        assert_eq!(
-            a.free_blocks() + held.iter().map(|r| r.len).sum::<u64>(),
-            a.total_blocks()
-        );
-        assert_disjoint(&a, &held);
-        for r in held {
-            a.free(r).unwrap();
-        }
-        assert_eq!(a.free_runs(), merged(&ranges));
-    }
-}
+#[path = "alloc_tests.rs"]
+mod tests;

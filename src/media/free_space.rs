@@ -172,6 +172,21 @@ impl FreeSpace {
         Some(at)
     }
 
+    /// Take up to `max` blocks from `goal` on if a hole starts there (the blocks after a file's
+    /// last one); how many were taken. None with wear-aware allocation, which spreads instead.
+    pub(crate) fn take_at(&mut self, goal: u64, max: u64) -> u64 {
+        let Some(&l) = self.holes.get(&goal) else {
+            return 0;
+        };
+        if self.spread_from.is_some() {
+            return 0;
+        }
+        let take = l.min(max);
+        self.remove_hole(goal);
+        self.add_hole(goal + take, l - take);
+        take
+    }
+
     /// Take up to `need` blocks from holes in address order; returns how many were taken.
     pub(crate) fn gather(&mut self, need: u64, out: &mut Vec<BlockRun>) -> u64 {
         let mut got = 0;
@@ -316,6 +331,27 @@ impl FreeSpace {
 /// Size class of a hole of `len` (> 0) blocks: floor(log2(len)).
 fn size_class(len: u64) -> usize {
     len.ilog2() as usize
+}
+
+/// The part of a run of blocks inside one partition: (partition, start, end).
+pub(crate) type Piece = (usize, u64, u64);
+
+/// Two pieces of one batch of frees that overlap, if any (a double free inside the batch). A
+/// batch is short (a file's extents), so small ones are compared pair by pair with no
+/// allocation.
+pub(crate) fn first_overlap(pieces: &[Piece]) -> Option<(Piece, Piece)> {
+    let meet = |a: &Piece, b: &Piece| a.1 < b.2 && b.1 < a.2;
+    if pieces.len() <= 16 {
+        return pieces.iter().enumerate().find_map(|(i, a)| {
+            pieces[i + 1..]
+                .iter()
+                .find(|b| meet(a, b))
+                .map(|b| if a.1 <= b.1 { (*a, *b) } else { (*b, *a) })
+        });
+    }
+    let mut sorted = pieces.to_vec();
+    sorted.sort_unstable_by_key(|p| (p.1, p.2));
+    sorted.windows(2).find(|w| meet(&w[0], &w[1])).map(|w| (w[0], w[1]))
 }
 
 /// Sort runs and merge the physically adjacent ones.

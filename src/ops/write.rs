@@ -424,7 +424,14 @@ fn plan<'a>(
     // Bytes at or past the old end hold nothing of the file: blocks wholly past it are written
     // in place, and those bytes need no undo image (docs/DESIGN.md §5).
     let old_size = g.hdr.size;
-    let eof_block = old_size.div_ceil(BLOCK_SIZE);
+    // Blocks holding bytes of the file that this write overwrites are copied on write. A write
+    // at or past the end overwrites none: the last block's bytes past the end hold nothing of
+    // the file, so an append stores into that block in place instead of moving it (which cost a
+    // copy of the block and split the file into one more extent per append).
+    let cow_end = match pos >= old_size {
+        true => lb0,
+        false => old_size.div_ceil(BLOCK_SIZE),
+    };
     // Targets that need new blocks: gaps (None) and, in strict mode outside aligned extents,
     // mapped blocks holding bytes of the file rewritten copy-on-write (Some(old phys)).
     let mut targets: Vec<(u64, u64, Option<u64>)> = Vec::new();
@@ -435,7 +442,7 @@ fn plan<'a>(
             targets.push((cur, l - cur, None));
         }
         if strict && !aligned {
-            let split = eof_block.clamp(l, l + len);
+            let split = cow_end.clamp(l, l + len);
             if split > l {
                 targets.push((l, split - l, Some(phys)));
             }
@@ -457,7 +464,13 @@ fn plan<'a>(
         targets.push((cur, lb1 - cur, None));
     }
     let need: u64 = targets.iter().map(|t| t.1).sum();
-    let runs = if need > 0 { res.alloc(need)? } else { Vec::new() };
+    // New blocks for a gap right after a mapped block go after that block when it is free, so
+    // that an appended file stays one extent (fewer slots, frees and copies per read).
+    let goal = match targets.first() {
+        Some(&(t0, _, None)) if t0 > 0 => g.map.lookup(t0 - 1).map(|(phys, _)| phys + 1),
+        _ => None,
+    };
+    let runs = if need > 0 { res.alloc_from(need, goal)? } else { Vec::new() };
     let placements = lay_out(&runs, targets.iter().map(|t| t.1));
     Ok(Plan { pos, buf, targets, placements, in_place, runs })
 }

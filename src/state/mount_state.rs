@@ -392,10 +392,15 @@ impl MountState {
 
     /// Allocate `nblocks` data blocks on the current CPU's partition (stealing if it is full).
     /// Before it reports no space, speculative preallocation of other files is taken back
-    /// (`ops::prealloc`), so `NoSpace` means the blocks are not there.
-    pub fn alloc_blocks(&self, nblocks: u64) -> Result<Vec<BlockRun>> {
+    /// (`ops::prealloc`), so `NoSpace` means the blocks are not there. With a `goal`, the free
+    /// blocks from there on are taken first (`Allocator::alloc_from`).
+    pub fn alloc_blocks(&self, nblocks: u64, goal: Option<u64>) -> Result<Vec<BlockRun>> {
         loop {
-            match self.alloc.alloc(nblocks, current_cpu()) {
+            let got = match goal {
+                Some(at) => self.alloc.alloc_from(nblocks, at, current_cpu()),
+                None => self.alloc.alloc(nblocks, current_cpu()),
+            };
+            match got {
                 Ok(runs) => {
                     // Space running short while the zones hold units lent from it: the
                     // background worker gives them back (waiting for inode locks as needed).

@@ -37,7 +37,11 @@ impl<'a> Reserved<'a> {
     }
     /// Allocate `nblocks` blocks, given back on drop unless kept.
     pub fn alloc(&mut self, nblocks: u64) -> Result<Vec<BlockRun>> {
-        let runs = self.state.alloc_blocks(nblocks)?;
+        self.alloc_from(nblocks, None)
+    }
+    /// [`Reserved::alloc`], the free blocks from `goal` on first (`Allocator::alloc_from`).
+    pub fn alloc_from(&mut self, nblocks: u64, goal: Option<u64>) -> Result<Vec<BlockRun>> {
+        let runs = self.state.alloc_blocks(nblocks, goal)?;
         self.runs.extend_from_slice(&runs);
         Ok(runs)
     }
