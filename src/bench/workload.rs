@@ -59,6 +59,9 @@ pub struct WorkloadRun {
     pub error: Option<String>,
     /// For winefs FUSE mounts: how requests travelled.
     pub transport: Option<String>,
+    /// Operations per second of each round, in round order (`WorkloadBenchConfig::rounds`);
+    /// the fields above are the median round's.
+    pub round_ops_per_s: Vec<f64>,
 }
 
 impl WorkloadRun {
@@ -86,6 +89,8 @@ pub struct WorkloadBenchReport {
     pub micro_size: u64,
     /// Utilization of the aged pools, percent.
     pub util_pct: f64,
+    /// Rounds per workload (each run reports its median round).
+    pub rounds: usize,
     /// The aging runs' summaries, one per workload that ran on an aged pool.
     pub aging: Vec<(Workload, String)>,
 }
@@ -101,10 +106,16 @@ impl WorkloadBenchReport {
         })
     }
 
-    /// ops/s of `a` over ops/s of `b` for `w` (same thread count where both exist).
+    /// ops/s of `a` over ops/s of `b` for `w` (same thread count where both exist): with
+    /// several rounds, the median of the rounds' ratios (each round ran both in turn).
     pub fn ratio(&self, w: Workload, a: Setup, b: Setup, threads: Option<usize>) -> Option<f64> {
         let x = self.run(w, a, threads)?;
         let y = self.run(w, b, Some(x.threads))?;
+        let (xs, ys) = (&x.round_ops_per_s, &y.round_ops_per_s);
+        if xs.len() > 1 && xs.len() == ys.len() && ys.iter().all(|&v| v > 0.0) {
+            let by_round: Vec<f64> = xs.iter().zip(ys).map(|(a, b)| a / b).collect();
+            return Some(lower_median(by_round));
+        }
         (y.ops_per_s > 0.0).then(|| x.ops_per_s / y.ops_per_s)
     }
 
@@ -331,45 +342,64 @@ pub fn workload_bench(cfg: &WorkloadBenchConfig) -> Result<WorkloadBenchReport> 
         } else {
             vec![p.threads]
         };
-        for &s in &cfg.setups {
-            bar.set_message(format!("{} on {}", w.name(), s.label()));
-            let base_run = WorkloadRun {
-                workload: w,
-                setup: s,
-                threads: p.threads,
-                files: p.files,
-                ops: 0,
-                seconds: 0.0,
-                ops_per_s: 0.0,
-                p50_us: 0.0,
-                p99_us: 0.0,
-                p999_us: 0.0,
-                skipped: None,
-                error: None,
-                transport: None,
-            };
-            match run_setup(s, &p, &place, &counts) {
-                Ok((ms, transport)) => runs.extend(ms.into_iter().map(|m| WorkloadRun {
-                    threads: m.threads,
-                    ops: m.ops,
-                    seconds: m.seconds,
-                    ops_per_s: m.ops as f64 / m.seconds.max(1e-9),
-                    p50_us: m.hist.quantile(0.5) as f64 / 1e3,
-                    p99_us: m.hist.quantile(0.99) as f64 / 1e3,
-                    p999_us: m.hist.quantile(0.999) as f64 / 1e3,
-                    transport: transport.clone(),
-                    ..base_run.clone()
-                })),
-                Err(NotRun::Skip(why)) => runs.push(WorkloadRun {
-                    skipped: Some(why),
-                    ..base_run
-                }),
-                Err(NotRun::Fail(e)) => runs.push(WorkloadRun {
-                    error: Some(e.to_string()),
-                    ..base_run
-                }),
+        // Each round runs every setup in turn; a setup that was skipped or failed is not run
+        // again, and its reason is what the report shows.
+        let mut rounds: Vec<Vec<Vec<WorkloadRun>>> = vec![Vec::new(); cfg.setups.len()];
+        let mut not_run: Vec<Option<WorkloadRun>> = vec![None; cfg.setups.len()];
+        for _ in 0..cfg.rounds.max(1) {
+            for (k, &s) in cfg.setups.iter().enumerate() {
+                if not_run[k].is_some() {
+                    bar.inc(1);
+                    continue;
+                }
+                bar.set_message(format!("{} on {}", w.name(), s.label()));
+                let base_run = WorkloadRun {
+                    workload: w,
+                    setup: s,
+                    threads: p.threads,
+                    files: p.files,
+                    ops: 0,
+                    seconds: 0.0,
+                    ops_per_s: 0.0,
+                    p50_us: 0.0,
+                    p99_us: 0.0,
+                    p999_us: 0.0,
+                    skipped: None,
+                    error: None,
+                    transport: None,
+                    round_ops_per_s: Vec::new(),
+                };
+                match run_setup(s, &p, &place, &counts) {
+                    Ok((ms, transport)) => rounds[k].push(
+                        ms.into_iter()
+                            .map(|m| WorkloadRun {
+                                threads: m.threads,
+                                ops: m.ops,
+                                seconds: m.seconds,
+                                ops_per_s: m.ops as f64 / m.seconds.max(1e-9),
+                                p50_us: m.hist.quantile(0.5) as f64 / 1e3,
+                                p99_us: m.hist.quantile(0.99) as f64 / 1e3,
+                                p999_us: m.hist.quantile(0.999) as f64 / 1e3,
+                                transport: transport.clone(),
+                                ..base_run.clone()
+                            })
+                            .collect(),
+                    ),
+                    Err(NotRun::Skip(why)) => {
+                        not_run[k] = Some(WorkloadRun { skipped: Some(why), ..base_run })
+                    }
+                    Err(NotRun::Fail(e)) => {
+                        not_run[k] = Some(WorkloadRun { error: Some(e.to_string()), ..base_run })
+                    }
+                }
+                bar.inc(1);
             }
-            bar.inc(1);
+        }
+        for (k, done) in rounds.into_iter().enumerate() {
+            match not_run[k].take() {
+                Some(r) => runs.push(r),
+                None => runs.extend(median_rounds(done)),
+            }
         }
         let _ = std::fs::remove_file(&aged_pool);
     }
@@ -383,15 +413,39 @@ pub fn workload_bench(cfg: &WorkloadBenchConfig) -> Result<WorkloadBenchReport> 
         scale: cfg.scale,
         micro_size: cfg.micro_size,
         util_pct: cfg.util_pct,
+        rounds: cfg.rounds.max(1),
         aging,
     })
+}
+
+/// The lower median of `v` (the middle value; of the two middle ones, the lower).
+fn lower_median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0.0)
+}
+
+/// One run per thread count from every round's runs (`rounds[i]`: round i's, one per thread
+/// count, the same counts each round): the round with the median ops/s, with every round's ops/s.
+fn median_rounds(rounds: Vec<Vec<WorkloadRun>>) -> Vec<WorkloadRun> {
+    let points = rounds.first().map_or(0, Vec::len);
+    (0..points)
+        .filter_map(|i| {
+            let all: Vec<&WorkloadRun> = rounds.iter().filter_map(|r| r.get(i)).collect();
+            let ops: Vec<f64> = all.iter().map(|r| r.ops_per_s).collect();
+            let mid = lower_median(ops.clone());
+            let pick = all.iter().find(|r| r.ops_per_s == mid)?;
+            Some(WorkloadRun { round_ops_per_s: ops, ..(*pick).clone() })
+        })
+        .collect()
 }
 
 fn progress_bar(cfg: &WorkloadBenchConfig) -> indicatif::ProgressBar {
     if !cfg.progress {
         return indicatif::ProgressBar::hidden();
     }
-    let b = indicatif::ProgressBar::new((cfg.workloads.len() * cfg.setups.len()) as u64);
+    let b = indicatif::ProgressBar::new(
+        (cfg.workloads.len() * cfg.setups.len() * cfg.rounds.max(1)) as u64,
+    );
     b.set_style(
         indicatif::ProgressStyle::with_template(
             "{elapsed_precise} [{bar:30}] {pos}/{len} runs: {msg}",
@@ -404,6 +458,45 @@ fn progress_bar(cfg: &WorkloadBenchConfig) -> indicatif::ProgressBar {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With rounds, every setup runs once per round; each run is its median round, with every
+    /// round's ops/s, and a ratio is the median of the rounds' ratios.
+    #[test]
+    fn rounds_report_the_median_round_and_the_median_ratio() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = WorkloadBenchConfig {
+            dir: Some(d.path().to_path_buf()),
+            workloads: vec![Workload::AppendFsync],
+            setups: vec![Setup::LibStrict, Setup::Tmpfs],
+            micro_size: 1 << 20,
+            rounds: 3,
+            ..Default::default()
+        };
+        let rep = workload_bench(&cfg).unwrap();
+        let w = Workload::AppendFsync;
+        let (lib, tmp) = (
+            rep.run(w, Setup::LibStrict, None).unwrap(),
+            rep.run(w, Setup::Tmpfs, None).unwrap(),
+        );
+        for r in [lib, tmp] {
+            assert_eq!(r.round_ops_per_s.len(), 3, "{r:?}");
+            let mut v = r.round_ops_per_s.clone();
+            v.sort_by(f64::total_cmp);
+            assert_eq!(r.ops_per_s, v[1], "{r:?}");
+        }
+        let mut by_round: Vec<f64> = (0..3)
+            .map(|i| lib.round_ops_per_s[i] / tmp.round_ops_per_s[i])
+            .collect();
+        by_round.sort_by(f64::total_cmp);
+        assert_eq!(
+            rep.ratio(w, Setup::LibStrict, Setup::Tmpfs, None),
+            Some(by_round[1])
+        );
+        assert!(rep.to_string().contains("3 rounds, the setups in turn"));
+        let j = serde_json::to_value(&rep).unwrap();
+        assert_eq!(j["runs"][0]["round_ops_per_s"].as_array().unwrap().len(), 3);
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0, "left behind");
+    }
 
     /// Every workload kind runs on every setup that can run here, each measured or skipped
     /// for a stated reason; nothing is left behind; the report and its JSON name every run.

@@ -325,6 +325,9 @@ pub struct WorkloadBenchConfig {
     pub age_writes: f64,
     /// Seed of the file sizes, the random choices and the aging.
     pub seed: u64,
+    /// Rounds per workload: every setup runs once per round, the setups in turn, so that the
+    /// host's slow and fast phases fall on all of them alike; each run reports the median round.
+    pub rounds: usize,
     /// Draw a progress bar on standard error.
     pub progress: bool,
 }
@@ -343,6 +346,7 @@ impl Default for WorkloadBenchConfig {
             util_pct: 75.0,
             age_writes: 1.5,
             seed: 1,
+            rounds: 1,
             progress: false,
         }
     }

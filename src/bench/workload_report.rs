@@ -136,6 +136,14 @@ impl fmt::Display for WorkloadBenchReport {
             self.micro_size >> 20,
             self.util_pct
         )?;
+        if self.rounds > 1 {
+            writeln!(
+                f,
+                "{} rounds, the setups in turn in each: ops/s and latencies of each run's median \
+                 round, ratios the median of the rounds' ratios",
+                self.rounds
+            )?;
+        }
         for (w, s) in &self.aging {
             writeln!(f, "aged pool for {}: {s}", w.name())?;
         }

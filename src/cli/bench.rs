@@ -131,6 +131,10 @@ pub(crate) struct WorkloadArgs {
     age_writes: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Rounds: each setup runs once per round, the setups in turn; each run reports its median
+    /// round and each ratio the median of its rounds' ratios (the host's noise falls on both).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=99))]
+    rounds: u64,
     /// Also write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -162,13 +166,15 @@ pub(crate) fn bench_workload(a: WorkloadArgs) -> Result<u8, Fail> {
         util_pct: a.util,
         age_writes: a.age_writes,
         seed: a.seed,
+        rounds: a.rounds as usize,
         progress: !a.quiet,
     };
     eprintln!(
-        "running: {} workloads on {} setups, {} s per timed run (several minutes)...",
+        "running: {} workloads on {} setups, {} s per timed run, {} round(s) (several minutes)...",
         cfg.workloads.len(),
         cfg.setups.len(),
-        cfg.seconds
+        cfg.seconds,
+        cfg.rounds
     );
     let rep = workload_bench(&cfg).ctx(|| "bench workload".into())?;
     print!("{rep}");
