@@ -126,10 +126,10 @@ const FIELDS: usize = 2 * CATEGORIES + 1;
 /// last shard, which they update with atomic adds.
 const OWNED_SHARDS: usize = 32;
 
-/// One shard, on cache lines of its own so threads never write each other's lines.
+/// One shard of `N` counters, on cache lines of its own so threads never write each other's
+/// lines.
 #[repr(align(128))]
-#[derive(Default)]
-struct Shard([AtomicU64; FIELDS]);
+struct Shard<const N: usize>([AtomicU64; N]);
 
 /// The owned shards not held by a live thread.
 struct ShardPool {
@@ -182,19 +182,22 @@ fn my_shard() -> usize {
     SHARD.try_with(|s| s.0).unwrap_or(OWNED_SHARDS)
 }
 
-/// A pool's counters: sums over every thread that wrote through it.
-pub(crate) struct Counters {
-    shards: Box<[Shard]>,
+/// `N` counters that threads add to without a locked instruction: each thread adds to its own
+/// shard with a plain load and store (see the module doc); reads sum the shards.
+pub(crate) struct ThreadSharded<const N: usize> {
+    shards: Box<[Shard<N>]>,
 }
 
-impl Default for Counters {
+impl<const N: usize> Default for ThreadSharded<N> {
     fn default() -> Self {
-        Counters { shards: (0..=OWNED_SHARDS).map(|_| Shard::default()).collect() }
+        let shard = || Shard(std::array::from_fn(|_| AtomicU64::new(0)));
+        ThreadSharded { shards: (0..=OWNED_SHARDS).map(|_| shard()).collect() }
     }
 }
 
-impl Counters {
-    fn add(&self, i: usize, n: u64) {
+impl<const N: usize> ThreadSharded<N> {
+    /// Add `n` to counter `i` (< `N`).
+    pub(crate) fn add(&self, i: usize, n: u64) {
         let s = my_shard();
         let c = &self.shards[s].0[i];
         if s < OWNED_SHARDS {
@@ -203,6 +206,23 @@ impl Counters {
         } else {
             c.fetch_add(n, Ordering::Relaxed);
         }
+    }
+
+    /// Counter `i` summed over every thread.
+    pub(crate) fn sum(&self, i: usize) -> u64 {
+        self.shards.iter().map(|s| s.0[i].load(Ordering::Relaxed)).fold(0, u64::wrapping_add)
+    }
+}
+
+/// A pool's counters: sums over every thread that wrote through it.
+#[derive(Default)]
+pub(crate) struct Counters {
+    shards: ThreadSharded<FIELDS>,
+}
+
+impl Counters {
+    fn add(&self, i: usize, n: u64) {
+        self.shards.add(i, n);
         thread_count(i, n);
     }
     pub(crate) fn bytes(&self, cat: Category, n: u64) {
@@ -216,9 +236,7 @@ impl Counters {
     }
     /// The sums over all threads.
     pub(crate) fn stats(&self) -> PersistStats {
-        let sum = |i: usize| -> u64 {
-            self.shards.iter().map(|s| s.0[i].load(Ordering::Relaxed)).fold(0, u64::wrapping_add)
-        };
+        let sum = |i: usize| self.shards.sum(i);
         let mut s = PersistStats { fences: sum(2 * CATEGORIES), ..Default::default() };
         for i in 0..CATEGORIES {
             s.bytes_written[i] = sum(i);
