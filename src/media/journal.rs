@@ -19,7 +19,6 @@ use crate::media::layout::{
     ino, put_u16, put_u32, put_u64,
 };
 use crate::media::pool::{CACHE_LINE, Category, Pool};
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -69,10 +68,34 @@ const _: () = assert!(entry::PAYLOAD + INLINE_MAX <= entry::EPOCH && entry::EPOC
 // An inode header chunk (`layout::header_diff`) fits one inline undo record.
 const _: () = assert!(ino::CHUNK <= INLINE_MAX);
 
+/// Bytes of a write kept inside the transaction itself rather than on the heap: an inode
+/// header chunk, an extent record, a link word (most metadata writes).
+const INLINE_WRITE: usize = 64;
+
+/// The bytes of one write of a transaction.
+enum TxData<'a> {
+    /// Borrowed (file data: no copy until it lands in the pool).
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
+    /// Up to [`INLINE_WRITE`] bytes, copied in (no allocation).
+    Inline { len: u8, buf: [u8; INLINE_WRITE] },
+}
+
+impl std::ops::Deref for TxData<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            TxData::Borrowed(b) => b,
+            TxData::Owned(v) => v,
+            TxData::Inline { len, buf } => &buf[..usize::from(*len)],
+        }
+    }
+}
+
 /// One write of a transaction.
 struct TxWrite<'a> {
     off: u64,
-    data: Cow<'a, [u8]>,
+    data: TxData<'a>,
     cat: Category,
 }
 
@@ -103,21 +126,26 @@ impl<'a> Tx<'a> {
     /// Add a write of owned bytes.
     pub fn write(&mut self, off: u64, data: Vec<u8>, cat: Category) {
         if !data.is_empty() {
-            self.writes.push(TxWrite {
-                off,
-                data: Cow::Owned(data),
-                cat,
-            });
+            self.writes.push(TxWrite { off, data: TxData::Owned(data), cat });
+        }
+    }
+    /// Add a write of a copy of `data`, kept inline when short (no allocation).
+    pub fn write_copy(&mut self, off: u64, data: &[u8], cat: Category) {
+        match u8::try_from(data.len()) {
+            Ok(len) if data.len() <= INLINE_WRITE => {
+                if len > 0 {
+                    let mut buf = [0u8; INLINE_WRITE];
+                    buf[..data.len()].copy_from_slice(data);
+                    self.writes.push(TxWrite { off, data: TxData::Inline { len, buf }, cat });
+                }
+            }
+            _ => self.write(off, data.to_vec(), cat),
         }
     }
     /// Add a write of borrowed bytes (file data: no copy until it lands in the pool).
     pub(crate) fn write_ref(&mut self, off: u64, data: &'a [u8], cat: Category) {
         if !data.is_empty() {
-            self.writes.push(TxWrite {
-                off,
-                data: Cow::Borrowed(data),
-                cat,
-            });
+            self.writes.push(TxWrite { off, data: TxData::Borrowed(data), cat });
         }
     }
     /// The pool ranges this transaction writes: (offset, length), in order.
@@ -459,4 +487,29 @@ pub(crate) fn staged_field(v: u64) -> Result<u32> {
 /// The epoch stamped on the entries of the mount with this mount count (its low 32 bits).
 pub fn epoch_of(mount_count: u64) -> u32 {
     u32::try_from(mount_count & u64::from(u32::MAX)).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_copies_are_kept_inline_and_read_back_like_any_write() {
+        let long = vec![7u8; INLINE_WRITE + 1];
+        let mut tx = Tx::new();
+        tx.write_copy(0, &[1, 2, 3], Category::Metadata);
+        tx.write_copy(10, &[], Category::Metadata); // nothing to write: left out
+        tx.write_copy(100, &[9u8; INLINE_WRITE], Category::Metadata);
+        tx.write_copy(200, &long, Category::Metadata);
+        assert!(matches!(tx.writes[0].data, TxData::Inline { len: 3, .. }));
+        assert!(matches!(tx.writes[1].data, TxData::Inline { .. }));
+        assert!(matches!(tx.writes[2].data, TxData::Owned(_)));
+        let targets: Vec<(u64, u64)> = tx.targets().collect();
+        assert_eq!(targets, vec![(0, 3), (100, 64), (200, 65)]);
+        let mut buf = vec![0u8; 300];
+        tx.overlay(0, &mut buf);
+        assert_eq!(&buf[..4], &[1, 2, 3, 0]);
+        assert!(buf[100..164].iter().all(|&b| b == 9) && buf[164..200].iter().all(|&b| b == 0));
+        assert!(buf[200..265].iter().all(|&b| b == 7) && buf[265] == 0);
+    }
 }

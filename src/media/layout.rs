@@ -735,14 +735,13 @@ pub(crate) fn header_diff(
     inode_off: u64,
     old: &InodeHeader,
     new: &InodeHeader,
-) -> Vec<(u64, Vec<u8>)> {
+) -> impl Iterator<Item = (u64, [u8; ino::CHUNK])> {
     let (a, b) = (old.encode(), new.encode());
-    a.chunks_exact(ino::CHUNK)
-        .zip(b.chunks_exact(ino::CHUNK))
-        .zip((inode_off..).step_by(ino::CHUNK))
-        .filter(|((old, new), _)| old != new)
-        .map(|((_, new), off)| (off, new.to_vec()))
-        .collect()
+    (0..ino::HEADER / ino::CHUNK).filter_map(move |i| {
+        let r = i * ino::CHUNK..(i + 1) * ino::CHUNK;
+        let chunk: [u8; ino::CHUNK] = b[r.clone()].try_into().ok()?;
+        (a[r] != chunk).then_some((inode_off + (i * ino::CHUNK) as u64, chunk))
+    })
 }
 
 /// Encode a directory entry (header plus name; padded to whole slots when written). `name` must
@@ -933,8 +932,9 @@ mod tests {
         };
         let mut b = a.clone();
         b.mtime = 5;
-        let w = header_diff(1000, &a, &b);
+        let w: Vec<_> = header_diff(1000, &a, &b).collect();
         assert_eq!(w.len(), 1);
         assert_eq!(w[0].0, 1064);
+        assert_eq!(&w[0].1[..], &b.encode()[64..96]);
     }
 }

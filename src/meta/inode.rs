@@ -14,6 +14,7 @@ use crate::media::layout::{
     BLOCK_BYTES, BLOCK_SIZE, EXTENT_BYTES, EXTENT_SIZE, ExtentRecord, Geometry, INDEX_MAGIC,
     INDEX_SLOTS, INLINE_SLOTS, get_u32, get_u64, index_block, ino,
 };
+use crate::media::journal::Tx;
 use crate::media::pool::{Category, Pool};
 pub use crate::meta::extent_map::{Extent, ExtentMap, SlotId};
 use std::collections::{BTreeMap, BTreeSet};
@@ -639,46 +640,55 @@ fn record(logical: u64, e: &Extent) -> ExtentRecord {
     }
 }
 
-/// Encode a map update's slot writes as pool writes, merging the writes that land in one index
-/// block (or the inode) into one range so a transaction needs few journal entries.
+/// Add a map update's slot writes to `tx` as pool writes, merging the writes that land in one
+/// index block (or the inode) into one range so a transaction needs few journal entries; then
+/// its link writes.
 pub(crate) fn slot_pool_writes(
     pool: &Pool,
     map: &FileMap,
     inode_off: u64,
     upd: &MapUpdate,
-) -> Result<Vec<(u64, Vec<u8>)>> {
-    let mut groups: BTreeMap<u64, Vec<(u64, [u8; EXTENT_BYTES])>> = BTreeMap::new();
-    for (&slot, rec) in &upd.slot_writes {
-        let off = map.slot_offset(inode_off, slot);
-        groups
-            .entry(off / BLOCK_SIZE * 2 + ((slot as usize) < INLINE_SLOTS) as u64)
-            .or_default()
-            .push((off, rec.encode()));
-    }
-    let mut out = Vec::new();
-    for (_, mut ws) in groups {
-        ws.sort_by_key(|w| w.0);
-        if ws.len() == 1 {
-            out.push((ws[0].0, ws[0].1.to_vec()));
-            continue;
+    tx: &mut Tx<'_>,
+) -> Result<()> {
+    let meta = Category::Metadata;
+    if upd.slot_writes.len() == 1 {
+        // One record (an append that grew its extent): nothing to merge.
+        for (&slot, rec) in &upd.slot_writes {
+            tx.write_copy(map.slot_offset(inode_off, slot), &rec.encode(), meta);
         }
-        let lo = ws[0].0;
-        let hi = ws.last().expect("non-empty").0 + EXTENT_SIZE;
-        // The writes of one group lie in one block (the group key above), so every distance
-        // below is less than BLOCK_SIZE.
-        let in_group = |o: u64| usize::try_from(o - lo).expect("within one block");
-        let mut buf = vec![0u8; in_group(hi)];
-        pool.read(lo, &mut buf)?;
-        for (o, r) in ws {
-            let i = in_group(o);
-            buf[i..i + EXTENT_BYTES].copy_from_slice(&r);
+    } else {
+        let mut groups: BTreeMap<u64, Vec<(u64, [u8; EXTENT_BYTES])>> = BTreeMap::new();
+        for (&slot, rec) in &upd.slot_writes {
+            let off = map.slot_offset(inode_off, slot);
+            groups
+                .entry(off / BLOCK_SIZE * 2 + ((slot as usize) < INLINE_SLOTS) as u64)
+                .or_default()
+                .push((off, rec.encode()));
         }
-        out.push((lo, buf));
+        for (_, mut ws) in groups {
+            ws.sort_by_key(|w| w.0);
+            if ws.len() == 1 {
+                tx.write_copy(ws[0].0, &ws[0].1, meta);
+                continue;
+            }
+            let lo = ws[0].0;
+            let hi = ws.last().expect("non-empty").0 + EXTENT_SIZE;
+            // The writes of one group lie in one block (the group key above), so every
+            // distance below is less than BLOCK_SIZE.
+            let in_group = |o: u64| usize::try_from(o - lo).expect("within one block");
+            let mut buf = vec![0u8; in_group(hi)];
+            pool.read(lo, &mut buf)?;
+            for (o, r) in ws {
+                let i = in_group(o);
+                buf[i..i + EXTENT_BYTES].copy_from_slice(&r);
+            }
+            tx.write(lo, buf, meta);
+        }
     }
     for &(off, v) in &upd.links {
-        out.push((off, v.to_le_bytes().to_vec()));
+        tx.write_copy(off, &v.to_le_bytes(), meta);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Initialise a fresh index block: zeroed, stamped, and sealed with the checksum of an empty

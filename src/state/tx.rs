@@ -85,7 +85,7 @@ impl MountState {
     /// Journaled writes turning `old` into `new` for inode `ino`.
     pub fn header_tx(&self, tx: &mut Tx<'_>, ino: u64, old: &InodeHeader, new: &InodeHeader) {
         for (off, bytes) in layout::header_diff(self.inode_off(ino), old, new) {
-            tx.write(off, bytes, Category::Metadata);
+            tx.write_copy(off, &bytes, Category::Metadata);
         }
     }
 
@@ -119,9 +119,7 @@ impl MountState {
         hdr: &mut InodeHeader,
     ) -> Result<()> {
         let ioff = self.inode_off(ino);
-        for (off, bytes) in inode::slot_pool_writes(&self.pool, map, ioff, upd)? {
-            tx.write(off, bytes, Category::Metadata);
-        }
+        inode::slot_pool_writes(&self.pool, map, ioff, upd, tx)?;
         for b in upd.index_blocks_touched(map) {
             tx.seal_index_block(b, ioff);
         }
@@ -224,7 +222,7 @@ pub(crate) fn commit_header(
         if off == times {
             state.pool.write_flush(off, &b, Category::Metadata)?;
         } else {
-            tx.write(off, b, Category::Metadata);
+            tx.write_copy(off, &b, Category::Metadata);
         }
     }
     if tx.is_empty() {
