@@ -173,7 +173,7 @@ impl FreeSpace {
     }
 
     /// Take up to `max` blocks from `goal` on if a hole starts there (the blocks after a file's
-    /// last one); how many were taken. None with wear-aware allocation, which spreads instead.
+    /// last one); how many were taken. Nothing under wear-aware allocation, which spreads instead.
     pub(crate) fn take_at(&mut self, goal: u64, max: u64) -> u64 {
         let Some(&l) = self.holes.get(&goal) else {
             return 0;
