@@ -112,6 +112,69 @@ fn a_hot_set_larger_than_the_fixed_zones_is_written_once() {
     verify(&fs, ino, &model);
 }
 
+/// A 256 MiB strict pool that a ballast file fills to `full` percent, then a 32 MiB file
+/// overwritten at random long enough for the zones to grow as far as they may.
+fn nearly_full(full: u64) -> (tempfile::TempDir, Fs, u64, HashMap<u64, u8>) {
+    let (d, p) = common::fresh_pool(256 << 20, Some(2));
+    let fs = common::mount_with(&p, Consistency::Strict);
+    let st = fs.statfs();
+    let ballast = fs.create_file("/ballast").unwrap().ino();
+    let fill = st.blocks * full / 100 - (st.blocks - st.free_blocks) - 8192;
+    fs.fallocate(ballast, 0, fill * 4096, false).unwrap();
+    let ino = fs.create_file("/hot").unwrap().ino();
+    fs.fallocate(ino, 0, 32 << 20, false).unwrap();
+    let mut model = HashMap::new();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    overwrite(&fs, ino, 8192, 40_000, &mut seed, &mut model);
+    (d, fs, ino, model)
+}
+
+#[test]
+fn zones_grow_on_a_nearly_full_pool_but_never_past_the_files_aligned_space() {
+    // 85% full (an aged pool running a workload): the hot set's newest copies (about 4096
+    // slots) outgrow the zones' own 512 per partition, and the zones borrow units as long as
+    // the files keep as many free aligned extents as they hold.
+    let (_d, fs, ino, mut model) = nearly_full(85);
+    let st = fs.statfs();
+    assert!(st.zone_blocks >= 4 * 512, "the zones grew into {} blocks only", st.zone_blocks);
+    assert!(
+        st.free_aligned_extents * 512 >= st.zone_blocks,
+        "the zones hold {} blocks, the files have {} free aligned extents left",
+        st.zone_blocks,
+        st.free_aligned_extents
+    );
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let stats = fs.persist_stats();
+    overwrite(&fs, ino, 8192, 10_000, &mut seed, &mut model);
+    let per_write = fs.persist_stats().since(&stats).total_bytes() as f64 / 10_000.0;
+    assert!(per_write <= 1.2 * 4096.0, "{per_write:.0} bytes stored per 4 KiB write");
+    verify_checked(&fs, ino, &model);
+}
+
+#[test]
+fn units_go_back_when_files_take_the_aligned_extents() {
+    let (_d, fs, ino, model) = nearly_full(85);
+    let lent = fs.statfs().zone_blocks;
+    assert!(lent >= 4 * 512, "the zones grew into {lent} blocks only");
+    // Another file takes free aligned extents in one call, leaving the files fewer than a
+    // quarter as many as the zones hold.
+    let other = fs.create_file("/other").unwrap().ino();
+    let take = fs.statfs().free_aligned_extents - lent / 512 / 4 + 1;
+    fs.fallocate(other, 0, take * (2 << 20), false).unwrap();
+    // The background worker gives back units until the two sides are level again, not all.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let st = loop {
+        let st = fs.statfs();
+        if st.zone_blocks <= st.free_aligned_extents * 512 + 512 {
+            break st;
+        }
+        assert!(std::time::Instant::now() < deadline, "units not given back: {st:?}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    assert!(st.zone_blocks > 0, "every unit went back, not just enough: {st:?}");
+    verify_checked(&fs, ino, &model);
+}
+
 #[test]
 fn space_lent_to_the_zones_comes_back_when_a_file_needs_it() {
     let (_d, _p, fs, ino, model, _) = grown();

@@ -416,7 +416,11 @@ impl Allocator {
         self.parts.iter().map(|p| p.hole_blocks.load(Relaxed)).sum()
     }
 
-    /// Free blocks, summed from the per-partition counters.
+    /// Free blocks in free aligned 2 MiB extents, from the counters.
+    pub fn free_aligned_blocks(&self) -> u64 {
+        self.parts.iter().map(|p| p.aligned_cnt.load(Relaxed) * H).sum()
+    }
+
     /// Whether holes hold more than `share` of the free space, on a pool with at least
     /// `min_free` free blocks (what starts and stops hole compaction).
     pub fn holes_exceed(&self, share: f64, min_free: u64) -> bool {

@@ -21,7 +21,7 @@ use crate::media::pool::Category;
 use crate::media::pool::Pool;
 use crate::state::accounting::Accounting;
 use crate::state::background::Background;
-use crate::state::zones::Zones;
+use crate::state::zones::{Room, Zones};
 use crate::state::inode_bits::InodeBits;
 use crate::state::inode_load::load_after_mount;
 use crate::state::inode_state::{InoMap, InodeRef, InodeState, rlock};
@@ -421,12 +421,21 @@ impl MountState {
         }
     }
 
-    /// Whether the slot zones hold units lent from free space while less than a quarter of the
-    /// data area would be free after `blocks` more were allocated: then the units are given
-    /// back (`slots::shrink`; by the background worker, which may wait for inode locks).
+    /// The space figures that decide lending units to the slot zones and asking them back.
+    pub(crate) fn room(&self) -> Room {
+        Room {
+            data_blocks: self.geo.data_blocks,
+            free: self.alloc.free_blocks(),
+            free_aligned: self.alloc.free_aligned_blocks(),
+            lent: self.zones.unit_blocks(),
+        }
+    }
+
+    /// Whether the slot zones hold units lent from free space that should go back before
+    /// `blocks` more are allocated ([`Room::pressed`]: space or free aligned extents short);
+    /// the background worker gives them back (`slots::shrink`), and may wait for inode locks.
     pub(crate) fn zones_pressed(&self, blocks: u64) -> bool {
-        self.zones.unit_blocks() > 0
-            && self.alloc.free_blocks() < self.geo.data_blocks / 4 + blocks
+        self.room().pressed(blocks)
     }
 
     /// Give blocks back to the allocator (after the transaction that stopped using them).

@@ -191,12 +191,11 @@ fn take_slot(state: &MountState, g: &mut InodeState, lb: u64, home: u64) -> Resu
     Ok(None)
 }
 
-/// Whether the zones may grow by a unit now: the pool's zones grow, and the data area stays
-/// at least half free after the unit is taken (a unit is free space lent to the zones).
+/// Whether the zones may grow by a unit now: the pool's zones grow, it is writable, and the
+/// space left allows it ([`Room::may_lend`]: an eighth of the data area stays free and the files
+/// keep at least as much free aligned space as the zones hold; a unit is free space lent).
 fn may_grow(state: &MountState) -> bool {
-    state.geo.zone_growth
-        && !state.read_only
-        && state.alloc.free_blocks() >= state.geo.data_blocks / 2 + BLOCKS_PER_HUGE
+    state.geo.zone_growth && !state.read_only && state.room().may_lend()
 }
 
 /// Under zone `part`'s lock: grow the zone into a free aligned 2 MiB unit (its descriptors
@@ -357,8 +356,9 @@ fn write_back_victims(
 /// (`MountState::zones_pressed`); in every zone short of free slots, write the oldest back
 /// until half the zone is free.
 pub(crate) fn write_back_lru(state: &MountState) -> Result<()> {
-    let r = match state.zones_pressed(0) {
-        true => shrink(state, u64::MAX, true).map(drop),
+    let room = state.room();
+    let r = match room.pressed(0) {
+        true => shrink(state, room.blocks_to_ask_back(0), true).map(drop),
         false => Ok(()),
     }
     .and_then(|()| write_back_zones(state));

@@ -4,6 +4,7 @@
 //! live (`zone::SlotSpace`), with the units the zones have grown into.
 
 use crate::media::geometry::{EXTENSION_SLOTS, Geometry, ZONE_EXTENSIONS};
+use crate::media::layout::BLOCKS_PER_HUGE;
 use crate::media::zone::{SlotSpace, unit_first_slot};
 use crate::state::locks::lock;
 use std::ops::Range;
@@ -221,5 +222,98 @@ impl Zones {
         } else {
             self.unit_blocks.fetch_sub(delta.unsigned_abs(), Ordering::Relaxed);
         }
+    }
+}
+
+/// The space figures that decide when free space is lent to the zones as units and when it is
+/// asked back (all in blocks). A unit is a free aligned 2 MiB extent, the kind a file needs to
+/// be mapped with hugepages, so the zones borrow at most as many as the files have left.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Room {
+    /// The pool's data area.
+    pub data_blocks: u64,
+    /// Free blocks (the lent units not counted).
+    pub free: u64,
+    /// Free blocks in free aligned extents.
+    pub free_aligned: u64,
+    /// Blocks the zones hold as units.
+    pub lent: u64,
+}
+
+/// Zones grow while a sixteenth of the data area stays free with the unit taken...
+const LEND_FREE_DIVISOR: u64 = 16;
+/// ...and give units back once less than a thirty-second would be free (the gap between the two
+/// lines keeps a pool near one of them from lending and asking back in turn).
+const ASK_FREE_DIVISOR: u64 = 32;
+
+impl Room {
+    /// Whether the zones may take one more unit: with it taken, an eighth of the data area is
+    /// still free and the free aligned extents left are at least the zones' units.
+    pub fn may_lend(&self) -> bool {
+        let h = BLOCKS_PER_HUGE;
+        self.free >= self.data_blocks / LEND_FREE_DIVISOR + h
+            && self.free_aligned >= 2 * h + self.lent
+    }
+
+    /// Whether the zones should give units back before `blocks` more are allocated: they hold
+    /// some, and less than a sixteenth of the data area would be free, or the files have less
+    /// than half as much free aligned space left as the zones hold.
+    pub fn pressed(&self, blocks: u64) -> bool {
+        self.lent > 0
+            && (self.free < self.data_blocks / ASK_FREE_DIVISOR + blocks
+                || self.free_aligned < self.lent / 2)
+    }
+
+    /// Blocks to give back when [`Room::pressed`]: enough to bring free space back to the
+    /// lending line and the zones' units down to the files' free aligned space (each unit
+    /// given back adds a unit to the one side and takes one from the other), whole units.
+    pub fn blocks_to_ask_back(&self, blocks: u64) -> u64 {
+        let h = BLOCKS_PER_HUGE;
+        let space = (self.data_blocks / LEND_FREE_DIVISOR + blocks).saturating_sub(self.free);
+        let aligned = self.lent.saturating_sub(self.free_aligned).div_ceil(2);
+        space.max(aligned).next_multiple_of(h).min(self.lent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: u64 = BLOCKS_PER_HUGE;
+
+    fn room(free: u64, free_aligned: u64, lent: u64) -> Room {
+        Room { data_blocks: 1600 * H, free, free_aligned, lent }
+    }
+
+    #[test]
+    fn zones_borrow_at_most_what_the_files_keep_of_aligned_space() {
+        // An aged pool 85% full: 240 units free, 100 of them aligned.
+        assert!(room(240 * H, 100 * H, 0).may_lend());
+        // The 50th unit leaves the files 50 aligned extents, level with the zones...
+        assert!(room(240 * H, 51 * H, 49 * H).may_lend());
+        // ...one fewer aligned extent free, and it would leave them 49 against 50.
+        assert!(!room(240 * H, 50 * H, 49 * H).may_lend());
+        // A sixteenth of the data area (100 units) free: taking a unit would go below it.
+        assert!(!room(100 * H, 100 * H, 0).may_lend());
+    }
+
+    #[test]
+    fn units_are_asked_back_below_lower_lines_than_they_are_lent_at() {
+        // Just past the lending lines: not pressed, so lending stops without a give-back.
+        assert!(!room(99 * H, 50 * H, 50 * H).pressed(0));
+        assert!(!room(99 * H, 25 * H, 50 * H).pressed(0));
+        // Files took aligned extents: fewer than half the zones' units are left to them.
+        let r = room(99 * H, 24 * H, 50 * H);
+        assert!(r.pressed(0));
+        assert_eq!(r.blocks_to_ask_back(0), 13 * H, "(50 - 24) / 2 units bring the sides level");
+        // Space short of a thirty-second (50 units) with an allocation of 10 units coming.
+        let r = room(55 * H, 100 * H, 20 * H);
+        assert!(r.pressed(10 * H));
+        assert!(!r.pressed(4 * H));
+        assert_eq!(r.blocks_to_ask_back(10 * H), 20 * H, "never more than the zones hold");
+        let r = room(55 * H, 100 * H, 200 * H);
+        assert_eq!(r.blocks_to_ask_back(10 * H), 55 * H, "back to the lending line (100 + 10 - 55)");
+        // Nothing lent: never pressed.
+        assert!(!room(0, 0, 0).pressed(H));
     }
 }
