@@ -430,7 +430,11 @@ fn micro<T: Target>(t: &mut T, p: &Plan, w: Workload) -> Result<Measured> {
     };
     let h = t.open(f, how)?;
     let mut rng = Rng(p.seed);
-    let mut buf = vec![0u8; SMALL_IO];
+    // A page-aligned buffer: where a heap buffer lands against the pool's pages changed a
+    // 4 KiB copy's speed up to twofold (between setups of one run, and between builds).
+    let mut backing = vec![0u8; 2 * SMALL_IO];
+    let skip = backing.as_ptr().align_offset(SMALL_IO).min(SMALL_IO);
+    let buf = &mut backing[skip..skip + SMALL_IO];
     t0 = Instant::now();
     for i in 0..n {
         let off = match w {
@@ -438,7 +442,7 @@ fn micro<T: Target>(t: &mut T, p: &Plan, w: Workload) -> Result<Measured> {
             _ => i,
         } * SMALL_IO as u64;
         match how {
-            OpenFor::Read => r.op(|| match t.read_at(&h, off, &mut buf)? {
+            OpenFor::Read => r.op(|| match t.read_at(&h, off, buf)? {
                 SMALL_IO => Ok(()),
                 got => Err(Error::Invalid(format!(
                     "read {got} of {SMALL_IO} bytes at {off}"

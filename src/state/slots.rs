@@ -140,8 +140,9 @@ fn store(
 }
 
 /// A free slot of this CPU's zone for block `lb` of `g` (home `home`). A zone short of free
-/// slots grows into a free 2 MiB unit while the pool is mostly free ([`grow`]); otherwise its
-/// writer writes back a batch of the oldest: those of `g` (whose lock it holds), and of files
+/// slots (under a quarter) grows into a free 2 MiB unit while the space left allows it
+/// ([`grow`]); one that cannot grow, once under [`write_back_mark`], has its writer write back
+/// a batch of the oldest: those of `g` (whose lock it holds), and of files
 /// whose lock is free now; what it could not free goes to the background worker. (Handing all
 /// of it to the worker costs more than it saves when the writer's own file is the one to fold:
 /// the two take turns at one inode lock.) None if no slot could be freed without waiting.
@@ -153,13 +154,13 @@ fn take_slot(state: &MountState, g: &mut InodeState, lb: u64, home: u64) -> Resu
             if let Some(slot) = z.free.pop() {
                 z.owner[slot as usize] = Some((g.ino, lb));
                 z.touch(slot);
-                let low = z.free.len() < z.capacity() / 4;
-                let grown = match low {
+                let cap = z.capacity();
+                let grown = match z.free.len() < cap / 4 {
                     true => grow(state, part, &mut z),
                     false => Ok(false),
                 };
                 let mut victims = match grown {
-                    Ok(false) if low => z.oldest(BATCH),
+                    Ok(false) if z.free.len() < write_back_mark(cap) => z.oldest(BATCH),
                     _ => Vec::new(),
                 };
                 // Not the slot just taken (its bytes are not stored yet).
@@ -322,6 +323,14 @@ fn give_unit(state: &MountState, start: u64) {
 
 /// Slots written back together: one fence for their lines, one for their descriptors.
 const BATCH: usize = 64;
+
+/// Free slots below which a writer whose zone cannot grow writes a batch back: a sixteenth of
+/// the zone, at least a batch, at most the quarter at which the zone tries to grow. (Writing
+/// back from the quarter on, where growth is tried, left a quarter of a zone that could not
+/// grow unused.)
+fn write_back_mark(capacity: usize) -> usize {
+    (capacity / 16).max(BATCH).min(capacity / 4)
+}
 
 /// Write the slots of `victims` back home, grouped by inode: those of `own` (locked by the
 /// caller) directly, others under their inode's lock, taken only if free now unless `wait`.
@@ -542,3 +551,18 @@ pub(crate) fn fold_at_mount(
     zone::clear_units(pool, g, &all)
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zone_that_cannot_grow_writes_back_from_a_sixteenth_free() {
+        // A large zone keeps a sixteenth free, not the quarter at which it tries to grow.
+        assert_eq!(write_back_mark(65_536), 4096);
+        // At least a batch...
+        assert_eq!(write_back_mark(1024), BATCH);
+        // ...but never more than the quarter (a zone of 64 slots writes back below 16 free).
+        assert_eq!(write_back_mark(64), 16);
+    }
+}
