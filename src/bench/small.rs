@@ -120,7 +120,7 @@ pub fn small_bench(cfg: &SmallBenchConfig) -> Result<SmallBenchReport> {
         let ino = fs.create(fs.root(), b"big", 0o644, 0, 0)?.ino;
         fs.fallocate(ino, 0, cfg.file_size, false)?;
         fs.unmount()?;
-        let cases = SIZES.iter().enumerate().map(|(i, &size)| (size, 100, 0x9e37_79b9 + i as u64));
+        let cases = (0u64..).zip(SIZES).map(|(i, size)| (size, 100, 0x9e37_79b9 + i));
         for (size, writes, seed) in cases.chain([(MIX_SIZE, MIX_WRITES, 0x2545_f491)]) {
             // Each case on a fresh mount: a clean unmount wrote the slots the case before left
             // home, so no case pays for another's (alternate writing defers that copy).

@@ -193,7 +193,7 @@ fn take_slot(state: &MountState, g: &mut InodeState, lb: u64, home: u64) -> Resu
 }
 
 /// Whether the zones may grow by a unit now: the pool's zones grow, it is writable, and the
-/// space left allows it ([`Room::may_lend`]: an eighth of the data area stays free and the files
+/// space left allows it ([`Room::may_lend`]: a sixteenth of the data area stays free and the files
 /// keep at least as much free aligned space as the zones hold; a unit is free space lent).
 fn may_grow(state: &MountState) -> bool {
     state.geo.zone_growth && !state.read_only && state.room().may_lend()
@@ -550,7 +550,6 @@ pub(crate) fn fold_at_mount(
     let all: Vec<Unit> = units.iter().chain(stray).copied().collect();
     zone::clear_units(pool, g, &all)
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -247,7 +247,7 @@ const LEND_FREE_DIVISOR: u64 = 16;
 const ASK_FREE_DIVISOR: u64 = 32;
 
 impl Room {
-    /// Whether the zones may take one more unit: with it taken, an eighth of the data area is
+    /// Whether the zones may take one more unit: with it taken, a sixteenth of the data area is
     /// still free and the free aligned extents left are at least the zones' units.
     pub fn may_lend(&self) -> bool {
         let h = BLOCKS_PER_HUGE;
@@ -256,7 +256,7 @@ impl Room {
     }
 
     /// Whether the zones should give units back before `blocks` more are allocated: they hold
-    /// some, and less than a sixteenth of the data area would be free, or the files have less
+    /// some, and less than a thirty-second of the data area would be free, or the files have less
     /// than half as much free aligned space left as the zones hold.
     pub fn pressed(&self, blocks: u64) -> bool {
         self.lent > 0
