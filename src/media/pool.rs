@@ -778,7 +778,6 @@ impl Drop for Pool {
     }
 }
 
-
 /// Copies of this many bytes up to [`VECTOR_COPY_MAX`] use [`copy_avx2`] where the CPU has
 /// AVX2. glibc copies such sizes with `rep movsb` on CPUs that advertise fast short `rep movsb`
 /// (FSRM), unless the destination sits just past the source's offset in a page; on this
