@@ -248,3 +248,29 @@ fn a_table_word_naming_a_files_blocks_is_refused() {
     common::patch(&p, g.zone_table_offset(0) + u64::from(free_word) * 8, &word.to_le_bytes());
     common::refused(&p, &format!("slot zone 0 extension word {free_word} names unit {unit}, which holds blocks of inode {ino}"));
 }
+
+#[test]
+fn a_zone_that_cannot_grow_fills_to_a_sixteenth_before_writing_back() {
+    // One partition, a ballast leaving no room to lend units: the zone keeps its own slots.
+    let (_d, p) = common::fresh_pool(256 << 20, Some(1));
+    let fs = common::mount_with(&p, Consistency::Strict);
+    let slots = u64::from(fs.geometry().zone_slots);
+    assert!(slots >= 1024, "a zone of {slots} slots: too small for its sixteenth to be below 64");
+    let ballast = fs.create_file("/ballast").unwrap().ino();
+    let free = fs.statfs().free_blocks;
+    fs.fallocate(ballast, 0, (free - slots - 1024) * 4096, false).unwrap();
+    let ino = fs.create_file("/hot").unwrap().ino();
+    fs.fallocate(ino, 0, slots * 4096, false).unwrap();
+    // Seven eighths of the slots, each block overwritten once: every newest copy stays in a
+    // slot, and nothing is written home (a zone that wrote back from a quarter free did).
+    let stats = fs.persist_stats();
+    let mut model = HashMap::new();
+    for lb in 0..slots * 7 / 8 {
+        fs.write(ino, lb * 4096, &block(lb, 1)).unwrap();
+        model.insert(lb, 1u8);
+    }
+    let spent = fs.persist_stats().since(&stats);
+    assert_eq!(spent.bytes_written[winefs::media::pool::Category::WriteBack as usize], 0);
+    assert_eq!(fs.statfs().zone_blocks, 0, "the zone grew");
+    verify_checked(&fs, ino, &model);
+}
