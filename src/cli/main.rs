@@ -825,7 +825,7 @@ fn info(pool: &Path) -> Result<u8, Fail> {
             "slot zones    {s} slots per partition ({}), {}",
             human(u64::from(s) * BLOCK_SIZE),
             match g.zone_growth {
-                true => "growing into free 2 MiB units while the pool is mostly free",
+                true => "growing into free 2 MiB units while a sixteenth of the pool stays free (never more units than files have free)",
                 false => "fixed (a pool made before zones grew)",
             }
         ),

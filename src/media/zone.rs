@@ -16,8 +16,8 @@
 //! miss when `LINES` is stored.
 //!
 //! Zones of a pool made with growth (`Geometry::zone_growth`) may grow into free 2 MiB units
-//! of the data area while it is mostly free, and give them back under space pressure and at
-//! every unmount and mount. Each zone's extension table (its last block) names its units: word
+//! of the data area while enough of it stays free (the mount state's lending rules), and give
+//! them back under pressure and at every unmount and mount. Each zone's extension table (its last block) names its units: word
 //! *k* is 0 or the unit's first block in bits 0..40 with a check of the block, zone and *k* in
 //! bits 40..64. A unit holds [`EXTENSION_SLOTS`] descriptors in its first two blocks, then as
 //! many slots; its slots are numbered on after the zone's own `zone_slots`, unit *k*'s from
