@@ -87,6 +87,13 @@ fn ttl(fs: &Fs, ino: u64) -> Duration {
     if fs.appended_directly(ino) { Duration::ZERO } else { TTL }
 }
 
+/// How long a thread serving `/dev/fuse` that has just answered keeps reading without sleeping
+/// (`fuser::Config::dev_spin`): as long as the io_uring transport polls its rings. A caller
+/// that sends its next request within it wakes no thread; on this virtual machine a wake-up
+/// of an idle CPU at times took over 100 µs (docs/BENCHMARKS.md, "Reading on without
+/// sleeping").
+pub const DEV_SPIN: Duration = Duration::from_micros(50);
+
 /// Largest write the kernel may send in one request (it needs `FUSE_MAX_PAGES`).
 pub(crate) const MAX_WRITE: u32 = 1 << 20;
 

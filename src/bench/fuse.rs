@@ -544,6 +544,7 @@ impl FuseServed {
         ];
         fc.n_threads = Some(threads);
         fc.clone_fd = true;
+        fc.dev_spin = crate::fuse::DEV_SPIN;
         fc.io_uring = io_uring;
         let mut adapter = WinefsFuse::new(Arc::clone(&fs));
         let notifier = adapter.notifier_slot();

@@ -381,6 +381,7 @@ fn serve(
     };
     cfg.n_threads = Some(threads);
     cfg.clone_fd = true;
+    cfg.dev_spin = winefs::fuse::DEV_SPIN;
     cfg.io_uring = front.transport != Transport::Dev;
     let mut adapter = WinefsFuse::new(Arc::clone(&fs));
     if front.writeback_cache {

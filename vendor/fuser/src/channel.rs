@@ -31,6 +31,46 @@ impl Channel {
         nix::unistd::read(&self.0, buffer)
     }
 
+    /// winefs: make reads return EAGAIN when no request is pending (`on`), or block again.
+    /// The flag belongs to the open file description, which only this channel's thread reads
+    /// from (a cloned descriptor, or the only thread).
+    pub(crate) fn set_nonblocking(&self, on: bool) -> nix::Result<()> {
+        use nix::fcntl::{FcntlArg, OFlag, fcntl};
+        let flags = OFlag::from_bits_truncate(fcntl(&self.0, FcntlArg::F_GETFL)?);
+        let flags = if on {
+            flags | OFlag::O_NONBLOCK
+        } else {
+            flags - OFlag::O_NONBLOCK
+        };
+        fcntl(&self.0, FcntlArg::F_SETFL(flags)).map(drop)
+    }
+
+    /// winefs: read the next request without sleeping for up to `spin` and while `go_on()`,
+    /// the descriptor being non-blocking ([`Channel::set_nonblocking`]); Ok(None) when none
+    /// came. A request that comes within `spin` of the last reply then needs no wake-up of
+    /// this thread, which on a virtual machine can cost more than the request itself (an idle
+    /// virtual CPU halts and must be scheduled again by its host).
+    pub(crate) fn receive_spinning(
+        &self,
+        buffer: &mut [u8],
+        spin: std::time::Duration,
+        go_on: impl Fn() -> bool,
+    ) -> nix::Result<Option<usize>> {
+        let deadline = std::time::Instant::now() + spin;
+        loop {
+            match self.receive(buffer) {
+                Ok(size) => return Ok(Some(size)),
+                Err(Errno::EAGAIN) if std::time::Instant::now() < deadline && go_on() => {
+                    // A caller this CPU has just woken (with a reply) runs first.
+                    std::thread::yield_now();
+                }
+                Err(Errno::EAGAIN) => return Ok(None),
+                Err(Errno::ENOENT | Errno::EINTR) => {}
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
     /// Receives data up to the capacity of the given buffer (can block),
     /// retrying on errors that are safe to retry (ENOENT, EINTR, EAGAIN).
     ///

@@ -23,6 +23,11 @@ pub struct Config {
     /// `io-uring` feature.
     #[cfg(feature = "io-uring")]
     pub io_uring: bool,
+    /// winefs: how long an event loop thread that has just served a request keeps reading
+    /// `/dev/fuse` without sleeping before it blocks again (zero, the default: it blocks at
+    /// once, as upstream). Only threads with a descriptor of their own spin (`clone_fd`, or one
+    /// thread), and not while io_uring serves the requests.
+    pub dev_spin: std::time::Duration,
 }
 
 /// Mount options accepted by the FUSE filesystem type
