@@ -22,7 +22,7 @@
 //! single-issuer).
 //!
 //! A queue thread that has just answered polls for the next request for up to `SPIN` before it
-//! sleeps: the kernel flags pending work in the ring's shared memory (`TASKRUN_FLAG`), so a
+//! sleeps, yielding its CPU between looks: the kernel flags pending work in the ring's shared memory (`TASKRUN_FLAG`), so a
 //! caller that comes back quickly wakes nobody. That is where the transport's gain over
 //! `/dev/fuse` comes from on a virtual machine, at the price of CPU time.
 
@@ -526,7 +526,9 @@ impl Queue {
             if std::time::Instant::now() >= deadline {
                 return Ok(Vec::new());
             }
-            std::hint::spin_loop();
+            // The queue serves the callers on this thread's CPU: one its reply has woken runs
+            // first (four callers on two CPUs read and wrote 1.2-1.9x faster than spinning on).
+            std::thread::yield_now();
         }
     }
 
