@@ -28,6 +28,7 @@ pub mod media;
 pub mod meta;
 pub(crate) mod ops;
 pub mod report;
+pub mod rng;
 pub(crate) mod spin;
 pub mod state;
 pub mod sys;

@@ -28,6 +28,7 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
+use winefs::rng::Rng;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -700,22 +701,9 @@ impl Drop for World {
 // ---------------------------------------------------------------------------------------------
 // 1. liblmdb's tools.
 
-/// Deterministic pseudo-random numbers (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn bytes(&mut self, len: usize) -> Vec<u8> {
-        (0..len).map(|_| self.next() as u8).collect()
-    }
+/// `len` seeded pseudo-random bytes.
+fn random_bytes(rng: &mut Rng, len: usize) -> Vec<u8> {
+    (0..len).map(|_| rng.next_u64() as u8).collect()
 }
 
 fn hex(b: &[u8]) -> String {
@@ -739,9 +727,9 @@ fn lmdb_input(path: &Path) {
     header(&mut s, "alpha", false);
     for i in 0..3000u32 {
         let mut key = i.to_be_bytes().to_vec();
-        key.extend(rng.bytes(1 + (i % 40) as usize));
+        key.extend(random_bytes(&mut rng, 1 + (i % 40) as usize));
         let len = [1, 10, 100, 1000, 2500, 5000, 20000][rng.below(7) as usize];
-        s.push_str(&format!(" {}\n {}\n", hex(&key), hex(&rng.bytes(len))));
+        s.push_str(&format!(" {}\n {}\n", hex(&key), hex(&random_bytes(&mut rng, len))));
     }
     s.push_str("DATA=END\n");
     header(&mut s, "beta", true);
@@ -751,7 +739,7 @@ fn lmdb_input(path: &Path) {
             s.push_str(&format!(
                 " {}\n {}\n",
                 hex(format!("beta{k:04}").as_bytes()),
-                hex(&rng.bytes(len))
+                hex(&random_bytes(&mut rng, len))
             ));
         }
     }

@@ -29,5 +29,4 @@ mod state;
 pub use ager::Ager;
 pub use config::AgeConfig;
 pub use report::AgeReport;
-pub(crate) use state::Rng;
 pub use target::{AgeTarget, CreateMethod, LibraryTarget, PosixTarget, Usage};

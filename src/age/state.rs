@@ -5,6 +5,7 @@
 use crate::age::config::AgeConfig;
 use crate::age::profile::{Profile, Weighted};
 use crate::error::{Error, Result};
+use crate::rng::Rng;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use std::io::Write as _;
@@ -13,26 +14,6 @@ use std::path::Path;
 /// Directories per depth at most (the profiles' products of subdirectory counts reach
 /// millions; a few hundred directories per level spread files as widely as small pools need).
 pub(crate) const MAX_DIRS_PER_DEPTH: u64 = 256;
-
-/// A small deterministic generator (splitmix64); also the space benchmark's.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Rng(pub(crate) u64);
-
-impl Rng {
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub(crate) fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct LiveFile {

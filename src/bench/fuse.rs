@@ -321,13 +321,10 @@ fn parallel_random(dir: &Path, cfg: &FuseBenchConfig) -> Result<(f64, f64)> {
                             .open(p)
                             .map_err(io_err(format!("open {}", p.display())))?;
                         let mut buf = [0u8; 4096];
-                        // A different multiplicative walk over the blocks per thread.
-                        let mut x = t.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                        // A different sequence of blocks per thread.
+                        let mut rng = crate::rng::Rng::new(t);
                         for _ in 0..per_thread {
-                            x ^= x << 13;
-                            x ^= x >> 7;
-                            x ^= x << 17;
-                            let b = x % blocks;
+                            let b = rng.below(blocks);
                             if write {
                                 buf.fill((b % 251) as u8);
                                 f.write_all_at(&buf, b * 4096)

@@ -6,6 +6,7 @@
 //! Reported: sequential and random write/read bandwidth (1 MiB and 4 KiB memcpy), random
 //! 8-byte read latency, page faults taken while first touching the mapping, PMD-mapped share.
 
+use crate::rng::Rng;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, Mapping};
 use crate::sys::thread_page_faults;
@@ -149,17 +150,6 @@ impl Drop for PlainMap {
     }
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 fn gbs(bytes: u64, secs: f64) -> f64 {
     bytes as f64 / secs.max(1e-9) / 1e9
 }
@@ -201,7 +191,7 @@ pub(crate) fn measure(
             let cold = map()?;
             let t = Instant::now();
             for _ in 0..pages {
-                cold.store((rng.next() as usize % pages) * 4096, &page)?;
+                cold.store(rng.pick(pages) * 4096, &page)?;
             }
             best.rand_write_cold = best
                 .rand_write_cold
@@ -209,21 +199,21 @@ pub(crate) fn measure(
         }
         let t = Instant::now();
         for _ in 0..pages {
-            m.store((rng.next() as usize % pages) * 4096, &page)?;
+            m.store(rng.pick(pages) * 4096, &page)?;
         }
         best.rand_write = best
             .rand_write
             .max(gbs(cfg.size, t.elapsed().as_secs_f64()));
         let t = Instant::now();
         for _ in 0..pages {
-            m.load((rng.next() as usize % pages) * 4096, &mut page)?;
+            m.load(rng.pick(pages) * 4096, &mut page)?;
         }
         best.rand_read = best.rand_read.max(gbs(cfg.size, t.elapsed().as_secs_f64()));
         let words = size / 8;
         let mut sink = 0u64;
         let t = Instant::now();
         for _ in 0..cfg.reads {
-            sink ^= m.load_u64((rng.next() as usize % words) * 8)?;
+            sink ^= m.load_u64(rng.pick(words) * 8)?;
         }
         let ns = t.elapsed().as_secs_f64() * 1e9 / cfg.reads.max(1) as f64;
         best.read8_ns = best.read8_ns.min(ns);

@@ -14,7 +14,7 @@
 //! on what a target reports, so all sides see the same operations.
 
 use super::syscall::{TempDir, default_dir, io_err};
-use crate::age::Rng;
+use crate::rng::Rng;
 use crate::age::profile::{Profile, Weighted};
 use crate::error::{Error, Result};
 use crate::fs::Fs;

@@ -283,24 +283,17 @@ pub(crate) fn fs_type(dir: &Path) -> String {
     }
 }
 
-/// Deterministic xorshift offsets: `n` 4 KiB-aligned offsets inside `size`.
+/// Seeded pseudo-random offsets: `n` 4 KiB-aligned offsets inside `size`.
 fn random_offsets(n: u64, size: u64, seed: u64) -> Vec<u64> {
     offsets_of(n, size, IO_SIZE as u64, seed)
 }
 
-/// Deterministic xorshift offsets: `n` `unit`-aligned offsets of `unit`-byte updates inside
+/// Seeded pseudo-random offsets: `n` `unit`-aligned offsets of `unit`-byte updates inside
 /// `size`.
 pub(crate) fn offsets_of(n: u64, size: u64, unit: u64, seed: u64) -> Vec<u64> {
     let slots = (size / unit).max(1);
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % slots) * unit
-        })
-        .collect()
+    let mut rng = crate::rng::Rng::new(seed);
+    (0..n).map(|_| rng.below(slots) * unit).collect()
 }
 
 /// Run `f` (which performs `ops` operations and returns) `repeats` times; best ops/s.

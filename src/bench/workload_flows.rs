@@ -5,7 +5,7 @@
 use super::workload_hist::Hist;
 use super::workload_plan::{Plan, Workload};
 use super::workload_setups::{FileRef, OpenFor, Target};
-use crate::age::Rng;
+use crate::rng::Rng;
 use crate::error::{Error, Result};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};

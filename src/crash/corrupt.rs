@@ -15,7 +15,7 @@
 //! carries a checksum (format version 3), so wrong content nobody reported is a failure for
 //! every kind.
 
-use crate::crash::workload::Rng;
+use crate::rng::Rng;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
 use crate::media::journal::KIND_UNDO_STAGED;

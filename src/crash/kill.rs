@@ -4,7 +4,7 @@
 //! fsync'd file) checked against the content it must have — or, for a name whose change was
 //! in flight at the kill, against the contents it may have (old or new).
 
-use crate::crash::workload::Rng;
+use crate::rng::Rng;
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};

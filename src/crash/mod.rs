@@ -29,7 +29,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tree::Tree;
-use workload::{Rng, Start};
+use crate::rng::Rng;
+use workload::Start;
 
 /// Size of the explored pools: one partition, 256 inodes, nine 2 MiB data units.
 pub(crate) const POOL_SIZE: u64 = 24 << 20;

@@ -3,6 +3,7 @@
 //! operation sequences (exhaustive at length 1, sampled beyond).
 
 use crate::error::{Error, Result};
+use crate::rng::Rng;
 use crate::fs::Fs;
 use crate::media::layout::{BLOCK_SIZE, HUGE_SIZE};
 use crate::media::pool::Category;
@@ -929,29 +930,6 @@ impl Model {
             | Op::Alternate { .. }
             | Op::AlternateMany { .. } => {}
         }
-    }
-}
-
-/// A small deterministic generator (splitmix64): every sampled choice derives from a seed.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
     }
 }
 

@@ -1,25 +1,9 @@
 //! Unit tests of the allocator (`media::alloc`), kept beside it in their own file.
 
 use super::*;
+use crate::rng::Rng;
 use proptest::prelude::*;
 use std::sync::Arc;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// An index below `n` (the same draw as `below`).
-    fn pick(&mut self, n: usize) -> usize {
-        usize::try_from(self.below(n as u64)).expect("below n, a usize")
-    }
-}
 
 fn br(start: u64, len: u64) -> BlockRun {
     BlockRun { start, len }

@@ -380,13 +380,8 @@ mod tests {
             end: 1 << 20,
             ..Default::default()
         };
-        let mut x = 99u64;
-        let mut rnd = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rng = crate::rng::Rng::new(99);
+        let mut rnd = |n: u64| rng.below(n);
         let mut found = 0;
         for step in 0..20_000 {
             if step % 3 != 0 {

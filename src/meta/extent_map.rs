@@ -285,6 +285,7 @@ impl DoubleEndedIterator for Iter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::Rng;
     use std::panic::catch_unwind;
 
     fn ext(x: u64) -> Extent {
@@ -295,23 +296,12 @@ mod tests {
         }
     }
 
-    /// Deterministic pseudo-random numbers (xorshift64).
-    struct Rng(u64);
-
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-
-        fn bound(&mut self, x: u64) -> Bound<u64> {
-            match self.below(3) {
-                0 => Bound::Included(x),
-                1 => Bound::Excluded(x),
-                _ => Bound::Unbounded,
-            }
+    /// A bound at `x` of a kind drawn from `rng`: included, excluded or none.
+    fn bound(rng: &mut Rng, x: u64) -> Bound<u64> {
+        match rng.below(3) {
+            0 => Bound::Included(x),
+            1 => Bound::Excluded(x),
+            _ => Bound::Unbounded,
         }
     }
 
@@ -329,7 +319,7 @@ mod tests {
         for _ in 0..8 {
             let (x, y) = (rng.below(260), rng.below(260));
             let (lo, hi) = (x.min(y), x.max(y));
-            let r = (rng.bound(lo), rng.bound(hi));
+            let r = (bound(rng, lo), bound(rng, hi));
             if matches!(r, (Bound::Excluded(a), Bound::Excluded(b)) if a == b) {
                 continue;
             }

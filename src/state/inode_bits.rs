@@ -145,12 +145,9 @@ mod tests {
         let (base, span) = (1001u64, 700u64);
         let mut f = InodeBits::new(base, span);
         let mut want = BTreeSet::new();
-        let mut x = 12345u64;
+        let mut rng = crate::rng::Rng::new(12345);
         for round in 0..5000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let ino = base + x % span;
+            let ino = base + rng.below(span);
             match round % 5 {
                 0 | 1 => assert_eq!(f.insert(ino), want.insert(ino)),
                 2 => assert_eq!(f.remove(ino), want.remove(&ino)),
