@@ -280,7 +280,8 @@ fn prepare<T: Target>(t: &mut T, p: &Plan) -> Result<()> {
 /// page handed back costs a fault on the host: a FUSE read of 128 KiB into new page-cache pages
 /// took about 290 µs instead of 10, so whether a run happened on such pages decided its result
 /// (sequential FUSE reads 150K or 800K/s). The guest's allocator gives out the pages just freed
-/// before those it has reported. Elsewhere it costs a few milliseconds and changes nothing.
+/// before those it has reported. Elsewhere it costs about a tenth of a second and changes
+/// nothing.
 fn back_free_memory(bytes: u64) {
     const PAGE: usize = 4096;
     let len = usize::try_from(bytes.min(1 << 30)).unwrap_or(1 << 30);

@@ -655,7 +655,8 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         // `self.spin` (the descriptor stays non-blocking while requests keep coming), but only
         // while no other event loop thread is serving or spinning: one caller waiting for
         // each reply gains, while callers that keep several threads busy would lose CPU time
-        // to a spinner (a third less on two CPUs, creates and appends by two threads).
+        // to a spinner (two threads' create/append/unlink loops ran a quarter slower on two
+        // CPUs when every idle thread spun).
         let spins = !self.spin.is_zero();
         let alone = || self.active.load(std::sync::atomic::Ordering::Relaxed) == 1;
         let mut counted = false;
