@@ -175,7 +175,7 @@ impl<'a, T: AgeTarget> Ager<'a, T> {
             })
             .unwrap_or(0);
         let (lo, hi) = self.bucket_range(bucket);
-        let idx = lo + self.st.rng.below((hi - lo) as u64) as usize;
+        let idx = lo + self.st.rng.pick(hi - lo);
         let birth = self.st.births.remove(idx);
         let f = self
             .st

@@ -61,7 +61,7 @@ impl Share {
 
     /// A random existing file (staying existing).
     fn any_live(&mut self) -> Option<u64> {
-        let i = self.rng.below(self.live.len() as u64) as usize;
+        let i = self.rng.pick(self.live.len());
         self.live.get(i).copied()
     }
 
@@ -75,7 +75,7 @@ impl Share {
         if from.is_empty() {
             return None;
         }
-        let f = from.swap_remove(self.rng.below(from.len() as u64) as usize);
+        let f = from.swap_remove(self.rng.pick(from.len()));
         to.push(f);
         Some(f)
     }

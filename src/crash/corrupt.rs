@@ -264,7 +264,7 @@ fn build_base(dir: &Path) -> Result<Base> {
 }
 
 fn pick<T: Copy>(r: &mut Rng, v: &[T]) -> Option<T> {
-    (!v.is_empty()).then(|| v[r.below(v.len() as u64) as usize])
+    (!v.is_empty()).then(|| v[r.pick(v.len())])
 }
 
 /// Damage a copy of the base image; returns the bytes (or None when the base has no such
@@ -360,7 +360,7 @@ fn damage(base: &Base, kind: Damage, r: &mut Rng) -> Option<Vec<u8>> {
             img[b * bs..(b + 1) * bs].fill(0);
         }
         Damage::Truncated => {
-            let len = r.below(img.len() as u64) as usize;
+            let len = r.pick(img.len());
             img.truncate(len);
         }
         Damage::SharedBlock => share_a_block(&mut img, base, r)?,
@@ -383,9 +383,9 @@ fn share_a_block(img: &mut [u8], base: &Base, r: &mut Rng) -> Option<()> {
             }
         }
     }
-    let (ino, off, o, mut rec) = recs[r.below(recs.len() as u64) as usize];
+    let (ino, off, o, mut rec) = recs[r.pick(recs.len())];
     let others: Vec<_> = recs.iter().filter(|x| x.0 != ino).collect();
-    let (_, _, _, other) = others.get(r.below(others.len().max(1) as u64) as usize)?;
+    let (_, _, _, other) = others.get(r.pick(others.len()))?;
     rec.phys = other.phys + r.below(u64::from(other.len));
     img.get_mut(off + o..off + o + EXTENT_BYTES)?
         .copy_from_slice(&rec.encode());

@@ -202,7 +202,7 @@ pub fn workloads(cfg: &ExploreConfig) -> Vec<Workload> {
         if cfg.pairs < all.len() {
             // A seeded partial shuffle: the first `pairs` are a uniform sample.
             for i in 0..cfg.pairs {
-                let j = i + rng.below((all.len() - i) as u64) as usize;
+                let j = i + rng.pick(all.len() - i);
                 all.swap(i, j);
             }
             all.truncate(cfg.pairs);

@@ -970,7 +970,7 @@ pub fn sample(start: Start, len: usize, rng: &mut Rng) -> Result<Vec<Op>> {
                 "no operation applies after {seq:?}"
             )));
         }
-        let op = ok[rng.below(ok.len() as u64) as usize].clone();
+        let op = ok[rng.pick(ok.len())].clone();
         m.apply(&op);
         seq.push(op);
     }
