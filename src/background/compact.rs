@@ -178,8 +178,8 @@ fn empty_unit(state: &MountState, unit: u64, all: &mut Pieces) -> Result<Option<
         }
         // The blocks are copied: their newest bytes must be in them.
         slots::fold_all(state, &mut g)?;
-        // Holes must take the piece: with none left, the allocator would break an aligned
-        // extent for it, undoing what compaction is for.
+        // Holes must take the piece (`alloc_in_holes` never breaks an aligned extent, which
+        // would undo what compaction is for): with too few left, stop here.
         if state.alloc.hole_blocks() < n {
             ok = false;
             break;
@@ -207,7 +207,7 @@ fn empty_unit(state: &MountState, unit: u64, all: &mut Pieces) -> Result<Option<
             ok = false;
             continue;
         }
-        let runs = match state.alloc.alloc(n, current_cpu()) {
+        let runs = match state.alloc.alloc_in_holes(n, current_cpu()) {
             Ok(r) => r,
             Err(_) => {
                 ok = false;

@@ -16,6 +16,10 @@ use std::sync::{Mutex, OnceLock};
 const H: u64 = BLOCKS_PER_HUGE;
 const ALIGNED: fn(&Part) -> &AtomicU64 = |p| &p.aligned_cnt;
 const HOLES: fn(&Part) -> &AtomicU64 = |p| &p.hole_blocks;
+/// Most pieces a request of fewer than 512 blocks is split into while an aligned extent is free:
+/// past that, breaking one extent costs less than a file in tiny pieces (a slot, a free and a
+/// separate copy per piece, and a partition lock held while dozens are gathered).
+pub const MAX_SMALL_PIECES: u64 = 4;
 
 pub use crate::media::free_space::BlockRun;
 
@@ -286,14 +290,55 @@ impl Allocator {
         if r > 0 {
             if let Some(s) = self.local_then_most(local, HOLES, r, |p| p.first_fit(r)) {
                 out.push(BlockRun { start: s, len: r });
-            } else if self.gather_all(local, r, &mut out) {
+            } else if self.gather_few(local, r, &mut out) {
                 // gathered pieces already appended
             } else if let Some(u) = self.local_then_most(local, ALIGNED, 1, |p| p.break_aligned(r))
             {
                 out.push(BlockRun { start: u, len: r });
+            } else if self.gather_all(local, r, &mut out) {
+                // no aligned extent left anywhere: holes of any size
             } else {
                 return Err(fail(out));
             }
+        }
+        Ok(out)
+    }
+
+    /// Collect exactly `need` blocks in at most [`MAX_SMALL_PIECES`] pieces from holes of at
+    /// least `need / MAX_SMALL_PIECES` blocks (local partition first, then by most hole blocks),
+    /// or take nothing and return false.
+    fn gather_few(&self, local: usize, need: u64, out: &mut Vec<BlockRun>) -> bool {
+        let min_piece = need.div_ceil(MAX_SMALL_PIECES);
+        let mut tmp = Vec::new();
+        let mut got = self.with(local, |p| p.gather_pieces(need, min_piece, &mut tmp));
+        for (i, blocks) in self.others_by(local, HOLES) {
+            if got == need || blocks < min_piece {
+                break;
+            }
+            got += self.with(i, |p| p.gather_pieces(need - got, min_piece, &mut tmp));
+        }
+        if got < need {
+            self.release_all(&tmp);
+            return false;
+        }
+        out.extend(tmp);
+        true
+    }
+
+    /// Allocate from holes only, in as many pieces as it takes (hole compaction, which must
+    /// never break an aligned extent to empty another); all-or-nothing.
+    pub fn alloc_in_holes(&self, nblocks: u64, cpu: usize) -> Result<Vec<BlockRun>, NoSpace> {
+        let local = cpu % self.parts.len();
+        let mut out = Vec::new();
+        if nblocks == 0 {
+            return Ok(out);
+        }
+        if nblocks < H
+            && let Some(s) = self.local_then_most(local, HOLES, nblocks, |p| p.first_fit(nblocks))
+        {
+            out.push(BlockRun { start: s, len: nblocks });
+        } else if !self.gather_all(local, nblocks, &mut out) {
+            return Err(NoSpace { requested: nblocks, free: self.free_blocks() });
         }
         Ok(out)
     }

@@ -206,6 +206,13 @@ fn stealing_picks_most_free_partition() {
     a.check_consistency().unwrap();
 }
 
+/// Every partition's holes' lengths (the free runs outside aligned extents).
+fn hole_lengths(a: &Allocator) -> Vec<u64> {
+    (0..a.partitions())
+        .flat_map(|i| a.with(i, |p| p.holes.values().copied().collect::<Vec<_>>()))
+        .collect()
+}
+
 #[test]
 fn small_requests_prefer_holes() {
     let ranges = [(0, 8 * H), (8 * H, 16 * H)];
@@ -215,19 +222,83 @@ fn small_requests_prefer_holes() {
         free.push(br(u * H + 320, 150));
     }
     let a = Allocator::from_free_runs(&ranges, free).unwrap();
-    let aligned = aligned_total(&a);
+    let mut aligned = aligned_total(&a);
     assert_eq!(aligned, 6);
+    let (mut from_holes, mut broke) = (0, 0);
     let mut rng = Rng(42);
-    loop {
+    while aligned > 0 {
         let r = 1 + rng.below(H - 1);
-        let holes: u64 = a.stats().iter().map(|s| s.free_hole_blocks).sum();
-        if holes < r {
-            break;
-        }
+        // Holes serve r while those of at least r / MAX_SMALL_PIECES blocks add up to r.
+        let min_piece = r.div_ceil(MAX_SMALL_PIECES);
+        let usable: u64 = hole_lengths(&a).into_iter().filter(|&l| l >= min_piece).sum();
         let v = a.alloc(r, rng.pick(2)).unwrap();
         assert_eq!(v.iter().map(|x| x.len).sum::<u64>(), r);
-        assert_eq!(aligned_total(&a), aligned, "alloc({r}) broke an extent");
+        assert!(v.len() as u64 <= MAX_SMALL_PIECES, "alloc({r}) took {} pieces", v.len());
+        if usable >= r {
+            assert_eq!(aligned_total(&a), aligned, "alloc({r}) broke an extent");
+            from_holes += 1;
+        } else {
+            assert_eq!(v.len(), 1, "alloc({r}) from a broken extent is one run");
+            assert_eq!(aligned_total(&a), aligned - 1, "alloc({r}) broke one extent");
+            aligned -= 1;
+            broke += 1;
+        }
+        a.check_consistency().unwrap();
     }
+    assert!(from_holes > 10 && broke == 6, "{from_holes} from holes, {broke} broke");
+}
+
+#[test]
+fn a_small_request_breaks_an_extent_rather_than_take_tiny_holes_until_none_is_left() {
+    // Partition 0: one free aligned extent and 64 one-block holes; partition 1 full.
+    let ranges = [(0, 4 * H), (4 * H, 8 * H)];
+    let mut free = vec![br(3 * H, H)];
+    free.extend((0..64).map(|i| br(H + 2 * i, 1)));
+    let a = Allocator::from_free_runs(&ranges, free).unwrap();
+    // 32 blocks from holes would take 32 pieces: the extent is broken instead, one run.
+    assert_eq!(a.alloc(32, 1).unwrap(), vec![br(3 * H, 32)]);
+    assert_eq!((aligned_total(&a), hole_lengths(&a).len()), (0, 65));
+    // Holes of 480 blocks (the extent's rest) serve the next ones whole.
+    assert_eq!(a.alloc(100, 0).unwrap(), vec![br(3 * H + 32, 100)]);
+    // With no aligned extent left, tiny holes are gathered: 30 blocks from 30 holes, lowest
+    // address first, after the rest of the broken extent is taken.
+    a.alloc(380, 0).unwrap();
+    let v = a.alloc(30, 0).unwrap();
+    assert_eq!(v.len(), 30);
+    assert!(v.iter().all(|r| r.len == 1 && r.start < 2 * H));
+    a.check_consistency().unwrap();
+}
+
+#[test]
+fn a_small_request_gathers_a_few_large_enough_holes_before_breaking_an_extent() {
+    let ranges = [(0, 4 * H), (4 * H, 8 * H)];
+    // Two free aligned extents; holes of 40, 30, 20 and 10 blocks plus many single blocks.
+    let mut free = vec![br(2 * H, H), br(6 * H, H)];
+    free.extend([br(H, 40), br(H + 100, 30), br(5 * H, 20), br(5 * H + 100, 10)]);
+    free.extend((0..50).map(|i| br(H + 200 + 2 * i, 1)));
+    let a = Allocator::from_free_runs(&ranges, free).unwrap();
+    // 80 blocks: no hole fits, pieces of at least 20 do (40 + 30 + 10 of the 20): three runs,
+    // largest first, across partitions, and both extents stay whole.
+    let v = a.alloc(80, 0).unwrap();
+    assert_eq!(v, vec![br(H, 40), br(H + 100, 30), br(5 * H, 10)]);
+    assert_eq!(aligned_total(&a), 2);
+    // 60 blocks: pieces of at least 15 hold only 10 (the rest of the 20): an extent is broken.
+    assert_eq!(a.alloc(60, 1).unwrap().len(), 1);
+    assert_eq!(aligned_total(&a), 1);
+    a.check_consistency().unwrap();
+}
+
+#[test]
+fn compaction_allocates_from_holes_of_any_size_and_never_breaks_an_extent() {
+    let ranges = [(0, 4 * H)];
+    let mut free = vec![br(3 * H, H)];
+    free.extend((0..64).map(|i| br(H + 2 * i, 1)));
+    let a = Allocator::from_free_runs(&ranges, free).unwrap();
+    let v = a.alloc_in_holes(40, 0).unwrap();
+    assert_eq!((v.len(), aligned_total(&a)), (40, 1));
+    let e = a.alloc_in_holes(25, 0).unwrap_err();
+    assert_eq!((e.requested, aligned_total(&a), hole_lengths(&a).len()), (25, 1, 24));
+    assert_eq!(a.alloc_in_holes(0, 0).unwrap(), Vec::new());
     a.check_consistency().unwrap();
 }
 

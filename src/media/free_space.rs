@@ -206,6 +206,35 @@ impl FreeSpace {
         got
     }
 
+    /// Take up to `need` blocks from holes of at least `min_piece` blocks, the largest size
+    /// class first (so the fewest pieces), lowest address first within a class; returns how
+    /// many were taken. Every piece but the last is a whole hole of `min_piece` or more.
+    pub(crate) fn gather_pieces(&mut self, need: u64, min_piece: u64, out: &mut Vec<BlockRun>) -> u64 {
+        let mut got = 0;
+        while got < need {
+            let Some((s, l)) = self.largest_class_hole(min_piece) else {
+                break;
+            };
+            let take = l.min(need - got);
+            self.remove_hole(s);
+            self.add_hole(s + take, l - take);
+            out.push(BlockRun { start: s, len: take });
+            got += take;
+        }
+        got
+    }
+
+    /// The lowest-address hole of at least `min` blocks in the largest size class that has one.
+    fn largest_class_hole(&self, min: u64) -> Option<(u64, u64)> {
+        let lowest = size_class(min.max(1));
+        // Every hole of a class above `min`'s own is long enough; in that class some may not be.
+        (lowest..self.by_class.len()).rev().find_map(|c| {
+            self.by_class[c]
+                .iter()
+                .find_map(|s| self.holes.get(s).filter(|&&l| l >= min).map(|&l| (*s, l)))
+        })
+    }
+
     /// Move every free block of `[a, b)` out of this pool into `out` (parts of free runs
     /// outside the range stay free).
     pub(crate) fn take_range(&mut self, a: u64, b: u64, out: &mut Vec<BlockRun>) {
