@@ -103,6 +103,22 @@ def workload_tables(wl):
                     cells.append(f"{r['ops_per_s']:,.0f} ({fmt(t)})")
             lines.append(f"| {LABEL[s]} | " + " | ".join(cells) + " |")
         lines.append("")
+        # How many pieces the allocator left the file sets in (winefs setups only).
+        counted = [s for s in setups
+                   if any((measured(runs, n, s) or {}).get("pieces") for n in names)]
+        if key == "fig9" and counted:
+            lines += ["Extents per file after the run (physically contiguous runs; the most "
+                      "in one file in brackets):", "",
+                      "| setup | " + " | ".join(names) + " |",
+                      "|---|" + "--:|" * len(names)]
+            for s in counted:
+                cells = []
+                for n in names:
+                    p = (measured(runs, n, s) or {}).get("pieces")
+                    cells.append("-" if not p else
+                                 f"{p['pieces'] / max(p['files'], 1):.2f} ({p['most']})")
+                lines.append(f"| {LABEL[s]} | " + " | ".join(cells) + " |")
+            lines.append("")
     scale = [r for r in runs if r["workload"] == "scale"]
     if scale:
         counts = sorted({r["threads"] for r in scale})

@@ -20,7 +20,8 @@ use super::workload_flows::{Measured, measure};
 use super::workload_plan::Plan;
 pub use super::workload_plan::{Setup, Workload, WorkloadBenchConfig};
 use super::syscall::mount_pool;
-use super::workload_setups::{LibTarget, LoopFs, PosixTarget, passthrough};
+pub use super::workload_setups::FilePieces;
+use super::workload_setups::{LibTarget, LoopFs, PosixTarget, file_pieces, passthrough};
 use crate::age::profile::Profile;
 use crate::age::{AgeConfig, Ager, CreateMethod, LibraryTarget};
 use crate::error::{Error, Result};
@@ -59,6 +60,9 @@ pub struct WorkloadRun {
     pub error: Option<String>,
     /// For winefs FUSE mounts: how requests travelled.
     pub transport: Option<String>,
+    /// For winefs setups running a Filebench personality: how many pieces the file set's
+    /// files were in after the run.
+    pub pieces: Option<FilePieces>,
     /// Operations per second of each round, in round order (`WorkloadBenchConfig::rounds`);
     /// the fields above are the median round's.
     pub round_ops_per_s: Vec<f64>,
@@ -189,14 +193,32 @@ impl Place<'_> {
     }
 }
 
-/// Run workload `p` on setup `s`: its measurements and, for FUSE mounts of winefs, the
-/// transport.
+/// What one setup's run of a workload gave.
+struct SetupRun {
+    measured: Vec<Measured>,
+    /// For FUSE mounts of winefs: the transport.
+    transport: Option<String>,
+    /// For winefs and a Filebench personality: the file set's pieces after the run.
+    pieces: Option<FilePieces>,
+}
+
+/// The file set's pieces on `fs` after workload `p`, for the Filebench personalities (the
+/// other workloads' files are gone or one big file).
+fn pieces_after(fs: &Fs, p: &Plan) -> Result<Option<FilePieces>> {
+    match p.workload.is_filebench() {
+        true => file_pieces(fs).map(Some),
+        false => Ok(None),
+    }
+}
+
+/// Run workload `p` on setup `s`: its measurements and what the setup adds to them.
 fn run_setup(
     s: Setup,
     p: &Plan,
     place: &Place<'_>,
     counts: &[usize],
-) -> std::result::Result<(Vec<Measured>, Option<String>), NotRun> {
+) -> std::result::Result<SetupRun, NotRun> {
+    let plain = |measured| SetupRun { measured, transport: None, pieces: None };
     match s {
         Setup::LibStrict | Setup::LibRelaxed | Setup::LibStrictAged => {
             let pool = place.pool(s.aged())?;
@@ -207,9 +229,10 @@ fn run_setup(
             };
             let mut t = LibTarget::new(mount_pool(&pool, mode)?)?;
             let m = measure(&mut t, p, counts);
+            let pieces = m.is_ok().then(|| pieces_after(&t.fs, p)).transpose();
             check_and_unmount(t.fs)?;
             let _ = std::fs::remove_file(&pool);
-            Ok((m?, None))
+            Ok(SetupRun { measured: m?, transport: None, pieces: pieces?.flatten() })
         }
         Setup::Fuse | Setup::FuseAged => {
             let pool = place.pool(s.aged())?;
@@ -217,8 +240,9 @@ fn run_setup(
             // No FUSE here (no /dev/fuse, no permission) is this machine's limit, not winefs's.
             // As `winefs mount` serves by default: a thread per CPU, io_uring where offered.
             let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+            let fs = mount_pool(&pool, Consistency::Strict)?;
             let served = FuseServed::start(
-                mount_pool(&pool, Consistency::Strict)?,
+                fs.clone(),
                 &mnt.0,
                 threads,
                 true,
@@ -227,15 +251,17 @@ fn run_setup(
             .map_err(|e| NotRun::Skip(format!("no FUSE mount here: {e}")))?;
             let transport = served.transport().to_string();
             let m = PosixTarget::new(&mnt.0).and_then(|mut t| measure(&mut t, p, counts));
+            let pieces = m.is_ok().then(|| pieces_after(&fs, p)).transpose();
+            drop(fs);
             served.stop()?;
             let _ = std::fs::remove_file(&pool);
-            Ok((m?, Some(transport)))
+            Ok(SetupRun { measured: m?, transport: Some(transport), pieces: pieces?.flatten() })
         }
         Setup::Tmpfs => {
             let dir = TempDir(place.root.join("tmpfs"));
             std::fs::create_dir(&dir.0).map_err(io_err(format!("mkdir {}", dir.0.display())))?;
             let mut t = PosixTarget::new(&dir.0)?;
-            Ok((measure(&mut t, p, counts)?, None))
+            Ok(plain(measure(&mut t, p, counts)?))
         }
         Setup::Passthrough => {
             let source = TempDir(place.root.join("passthrough-source"));
@@ -246,7 +272,7 @@ fn run_setup(
                 .map_err(NotRun::Skip)?;
             let r = PosixTarget::new(&m.at).and_then(|mut t| measure(&mut t, p, counts));
             drop(m);
-            Ok((r?, None))
+            Ok(plain(r?))
         }
         Setup::Ext4 | Setup::Xfs => {
             let kind = s.name();
@@ -255,7 +281,7 @@ fn run_setup(
             let lfs = LoopFs::make(kind, &image, &mnt.0, place.pool_size).map_err(NotRun::Skip)?;
             let r = PosixTarget::new(&lfs.mnt).and_then(|mut t| measure(&mut t, p, counts));
             drop(lfs);
-            Ok((r?, None))
+            Ok(plain(r?))
         }
     }
 }
@@ -371,11 +397,13 @@ pub fn workload_bench(cfg: &WorkloadBenchConfig) -> Result<WorkloadBenchReport> 
                     skipped: None,
                     error: None,
                     transport: None,
+                    pieces: None,
                     round_ops_per_s: Vec::new(),
                 };
                 match run_setup(s, &p, &place, &counts) {
-                    Ok((ms, transport)) => rounds[k].push(
-                        ms.into_iter()
+                    Ok(SetupRun { measured, transport, pieces }) => rounds[k].push(
+                        measured
+                            .into_iter()
                             .map(|m| WorkloadRun {
                                 threads: m.threads,
                                 ops: m.ops,
@@ -385,6 +413,7 @@ pub fn workload_bench(cfg: &WorkloadBenchConfig) -> Result<WorkloadBenchReport> 
                                 p99_us: m.hist.quantile(0.99) as f64 / 1e3,
                                 p999_us: m.hist.quantile(0.999) as f64 / 1e3,
                                 transport: transport.clone(),
+                                pieces,
                                 ..base_run.clone()
                             })
                             .collect(),
@@ -586,6 +615,20 @@ mod tests {
                         matches!(s, Setup::Fuse | Setup::FuseAged),
                         "{r:?}"
                     );
+                    // The file set's pieces are counted on winefs after a personality's run:
+                    // every file at least one run, none in more than the allocator allows
+                    // (small files, a few pieces each).
+                    let winefs = !matches!(
+                        s,
+                        Setup::Tmpfs | Setup::Passthrough | Setup::Ext4 | Setup::Xfs
+                    );
+                    match r.pieces {
+                        Some(p) => {
+                            assert!(winefs && w.is_filebench(), "{r:?}");
+                            assert!(p.files > 0 && p.pieces >= p.files, "{r:?}");
+                        }
+                        None => assert!(!winefs || !w.is_filebench(), "{r:?}"),
+                    }
                 }
             }
         }

@@ -32,16 +32,16 @@ impl WorkloadBenchReport {
     fn setup_rows(&self, f: &mut fmt::Formatter<'_>, w: Workload) -> fmt::Result {
         writeln!(
             f,
-            "| setup | threads | ops/s | p50 µs | p99 µs | p99.9 µs | vs tmpfs | vs passthrough_ll | aged/clean |"
+            "| setup | threads | ops/s | p50 µs | p99 µs | p99.9 µs | vs tmpfs | vs passthrough_ll | aged/clean | extents per file (most) |"
         )?;
-        writeln!(f, "|---|--:|--:|--:|--:|--:|--:|--:|--:|")?;
+        writeln!(f, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")?;
         for r in self.runs.iter().filter(|r| r.workload == w) {
             let label = match &r.transport {
                 Some(t) => format!("{} ({t})", r.setup.label()),
                 None => r.setup.label().to_string(),
             };
             if let Some(why) = why_not(r) {
-                writeln!(f, "| {label} | {} | {why} | | | | | | |", r.threads)?;
+                writeln!(f, "| {label} | {} | {why} | | | | | | | |", r.threads)?;
                 continue;
             }
             let t = Some(r.threads);
@@ -53,9 +53,12 @@ impl WorkloadBenchReport {
                 Setup::FuseAged => Some(Setup::Fuse),
                 _ => None,
             };
+            let pieces = r
+                .pieces
+                .map_or("-".into(), |p| format!("{:.2} ({})", p.per_file(), p.most));
             writeln!(
                 f,
-                "| {label} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} |",
+                "| {label} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {pieces} |",
                 r.threads,
                 thousands(r.ops_per_s as u64),
                 r.p50_us,
@@ -146,6 +149,13 @@ impl fmt::Display for WorkloadBenchReport {
         }
         for (w, s) in &self.aging {
             writeln!(f, "aged pool for {}: {s}", w.name())?;
+        }
+        if self.runs.iter().any(|r| r.pieces.is_some()) {
+            writeln!(
+                f,
+                "extents per file: the file set after the run on winefs, counted in physically \
+                 contiguous runs of blocks (the most in one file in brackets)"
+            )?;
         }
         let mut seen: Vec<Workload> = Vec::new();
         for r in &self.runs {

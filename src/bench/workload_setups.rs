@@ -19,6 +19,56 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+/// How many pieces the allocator left the file set's files in, counted after a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FilePieces {
+    /// Regular files in the file set.
+    pub files: u64,
+    /// Their physically contiguous runs of blocks, in all.
+    pub pieces: u64,
+    /// The most runs any one of them has.
+    pub most: u64,
+}
+
+impl FilePieces {
+    /// Runs per file (0 with no files).
+    pub fn per_file(&self) -> f64 {
+        self.pieces as f64 / self.files.max(1) as f64
+    }
+}
+
+/// Count the physically contiguous runs of every regular file of the file set (`/wl` of `fs`,
+/// where both [`LibTarget`] and [`PosixTarget`] on a winefs mount put it).
+pub(crate) fn file_pieces(fs: &Fs) -> Result<FilePieces> {
+    let mut out = FilePieces::default();
+    let mut dirs = vec![fs.lookup(fs.root(), b"wl")?.ino];
+    while let Some(d) = dirs.pop() {
+        for e in fs.readdir(d, 0)? {
+            match e.kind {
+                FileKind::Dir if e.name != b"." && e.name != b".." => dirs.push(e.ino),
+                FileKind::File => {
+                    let n = contiguous_runs(&fs.extents(e.ino)?);
+                    out.files += 1;
+                    out.pieces += n;
+                    out.most = out.most.max(n);
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Runs of `(logical, phys, len)` extents in logical order once neighbours that continue each
+/// other both logically and physically are counted as one.
+fn contiguous_runs(extents: &[(u64, u64, u64)]) -> u64 {
+    let joined = extents
+        .windows(2)
+        .filter(|w| w[0].0 + w[0].2 == w[1].0 && w[0].1 + w[0].2 == w[1].1)
+        .count();
+    (extents.len() - joined) as u64
+}
+
 /// One file of a workload's file set: directory `dir`, file number `idx` (named `f<idx>`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FileRef {
@@ -421,6 +471,40 @@ mod tests {
             file_name(u64::MAX, &mut b),
             format!("f{}", u64::MAX).as_bytes()
         );
+    }
+
+    #[test]
+    fn extents_that_continue_each_other_count_as_one_run() {
+        assert_eq!(contiguous_runs(&[]), 0);
+        assert_eq!(contiguous_runs(&[(0, 100, 4)]), 1);
+        // Joined: (0..4 at 100) and (4..8 at 104); apart: a jump in either address.
+        let e = [(0, 100, 4), (4, 104, 4), (8, 300, 1), (10, 301, 1), (11, 302, 2)];
+        assert_eq!(contiguous_runs(&e), 3);
+    }
+
+    #[test]
+    fn the_file_set_is_counted_in_runs_of_blocks() {
+        let d = tempfile::tempdir().unwrap();
+        let pool = d.path().join("pool");
+        Fs::mkfs(&pool, &crate::types::MkfsOptions { size: Some(64 << 20), ..Default::default() })
+            .unwrap();
+        let mut lib = LibTarget::new(mount_pool(&pool, Consistency::Strict).unwrap()).unwrap();
+        lib.make_dirs(2).unwrap();
+        for (dir, idx) in [(0, 1), (1, 2), (1, 3)] {
+            let mut h = lib.create(FileRef { dir, idx }).unwrap();
+            lib.append(&mut h, &[7u8; 10_000]).unwrap();
+            lib.close(h).unwrap();
+        }
+        let one_each = file_pieces(&lib.fs).unwrap();
+        assert_eq!(one_each, FilePieces { files: 3, pieces: 3, most: 1 });
+        // A write 8 MiB past the end of one file gives it a second run.
+        let h = lib.open(FileRef { dir: 1, idx: 3 }, OpenFor::Write).unwrap();
+        lib.write_at(&h, 8 << 20, b"far").unwrap();
+        lib.close(h).unwrap();
+        let p = file_pieces(&lib.fs).unwrap();
+        assert_eq!(p, FilePieces { files: 3, pieces: 4, most: 2 });
+        assert!((p.per_file() - 4.0 / 3.0).abs() < 1e-9);
+        check_and_unmount(lib.fs).unwrap();
     }
 
     /// The library and `std::fs` targets agree on every call's effect.
