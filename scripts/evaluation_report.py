@@ -79,46 +79,42 @@ def verdict(r, want):
     return f"{r:.2f} ({'met' if r >= want else '**not met**'})"
 
 
+def setup_table(setups, names, cell):
+    """A table of one row per setup and one column per workload, cells from cell(setup, name)."""
+    lines = ["| setup | " + " | ".join(names) + " |", "|---|" + "--:|" * len(names)]
+    for s in setups:
+        lines.append(f"| {LABEL[s]} | " + " | ".join(cell(s, n) for n in names) + " |")
+    return lines + [""]
+
+
 def workload_tables(wl):
     runs = wl["runs"]
     setups = [s for s in LABEL if any(r["setup"] == s for r in runs)]
     lines = []
+
+    def ops(s, n):
+        r = measured(runs, n, s)
+        return "-" if r is None else f"{r['ops_per_s']:,.0f} ({fmt(ratio(runs, n, s, 'tmpfs'))})"
+
+    def pieces(s, n):
+        p = (measured(runs, n, s) or {}).get("pieces")
+        return "-" if not p else f"{p['pieces'] / max(p['files'], 1):.2f} ({p['most']})"
+
     for title, names, key in [("Filebench personalities (Fig. 9)", FILEBENCH, "fig9"),
                               ("Microbenchmarks (Fig. 6 b, c)", MICRO, "fig6")]:
         names = [n for n in names if any(r["workload"] == n for r in runs)]
         if not names:
             continue
         lines += [f"### {title}", "", f"Paper: {PAPER[key]}.", "",
-                  "ops/s of this run (ratio to tmpfs in brackets):", "",
-                  "| setup | " + " | ".join(names) + " |",
-                  "|---|" + "--:|" * len(names)]
-        for s in setups:
-            cells = []
-            for n in names:
-                r = measured(runs, n, s)
-                if r is None:
-                    cells.append("-")
-                else:
-                    t = ratio(runs, n, s, "tmpfs")
-                    cells.append(f"{r['ops_per_s']:,.0f} ({fmt(t)})")
-            lines.append(f"| {LABEL[s]} | " + " | ".join(cells) + " |")
-        lines.append("")
+                  "ops/s of this run (ratio to tmpfs in brackets):", ""]
+        lines += setup_table(setups, names, ops)
         # How many pieces the allocator left the file sets in (winefs setups only).
         counted = [s for s in setups
                    if any((measured(runs, n, s) or {}).get("pieces") for n in names)]
-        if key == "fig9" and counted:
+        if counted:
             lines += ["Extents per file after the run (physically contiguous runs; the most "
-                      "in one file in brackets):", "",
-                      "| setup | " + " | ".join(names) + " |",
-                      "|---|" + "--:|" * len(names)]
-            for s in counted:
-                cells = []
-                for n in names:
-                    p = (measured(runs, n, s) or {}).get("pieces")
-                    cells.append("-" if not p else
-                                 f"{p['pieces'] / max(p['files'], 1):.2f} ({p['most']})")
-                lines.append(f"| {LABEL[s]} | " + " | ".join(cells) + " |")
-            lines.append("")
+                      "in one file in brackets):", ""]
+            lines += setup_table(counted, names, pieces)
     scale = [r for r in runs if r["workload"] == "scale"]
     if scale:
         counts = sorted({r["threads"] for r in scale})
