@@ -20,6 +20,11 @@ const HOLES: fn(&Part) -> &AtomicU64 = |p| &p.hole_blocks;
 /// past that, breaking one extent costs less than a file in tiny pieces (a slot, a free and a
 /// separate copy per piece, and a partition lock held while dozens are gathered).
 pub const MAX_SMALL_PIECES: u64 = 4;
+/// While holes hold more than this share of the free space, a small request that holes cannot
+/// give in [`MAX_SMALL_PIECES`] takes them in any number of pieces before it breaks an aligned
+/// extent: the space is in the holes, and breaking extents there would leave ever more of it in
+/// holes (hole compaction starts at the same share).
+pub const HOLES_FIRST_SHARE: f64 = 0.08;
 
 pub use crate::media::free_space::BlockRun;
 
@@ -292,6 +297,9 @@ impl Allocator {
                 out.push(BlockRun { start: s, len: r });
             } else if self.gather_few(local, r, &mut out) {
                 // gathered pieces already appended
+            } else if self.holes_exceed(HOLES_FIRST_SHARE, 0) && self.gather_all(local, r, &mut out)
+            {
+                // holes hold much of the free space: used in any pieces, extents kept
             } else if let Some(u) = self.local_then_most(local, ALIGNED, 1, |p| p.break_aligned(r))
             {
                 out.push(BlockRun { start: u, len: r });

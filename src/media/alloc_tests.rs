@@ -224,19 +224,26 @@ fn small_requests_prefer_holes() {
     let a = Allocator::from_free_runs(&ranges, free).unwrap();
     let mut aligned = aligned_total(&a);
     assert_eq!(aligned, 6);
-    let (mut from_holes, mut broke) = (0, 0);
+    let (mut few, mut any, mut broke) = (0, 0, 0);
     let mut rng = Rng(42);
     while aligned > 0 {
         let r = 1 + rng.below(H - 1);
-        // Holes serve r while those of at least r / MAX_SMALL_PIECES blocks add up to r.
+        // Holes serve r while those of at least r / MAX_SMALL_PIECES blocks add up to r, or
+        // in any pieces while they hold more than HOLES_FIRST_SHARE of the free space.
+        let holes = hole_lengths(&a);
         let min_piece = r.div_ceil(MAX_SMALL_PIECES);
-        let usable: u64 = hole_lengths(&a).into_iter().filter(|&l| l >= min_piece).sum();
+        let usable: u64 = holes.iter().filter(|&&l| l >= min_piece).sum();
+        let in_holes: u64 = holes.iter().sum();
+        let holes_first = in_holes as f64 > HOLES_FIRST_SHARE * a.free_blocks() as f64;
         let v = a.alloc(r, rng.pick(2)).unwrap();
         assert_eq!(v.iter().map(|x| x.len).sum::<u64>(), r);
-        assert!(v.len() as u64 <= MAX_SMALL_PIECES, "alloc({r}) took {} pieces", v.len());
         if usable >= r {
+            assert!(v.len() as u64 <= MAX_SMALL_PIECES, "alloc({r}) took {} pieces", v.len());
             assert_eq!(aligned_total(&a), aligned, "alloc({r}) broke an extent");
-            from_holes += 1;
+            few += 1;
+        } else if holes_first && in_holes >= r {
+            assert_eq!(aligned_total(&a), aligned, "alloc({r}) broke an extent");
+            any += 1;
         } else {
             assert_eq!(v.len(), 1, "alloc({r}) from a broken extent is one run");
             assert_eq!(aligned_total(&a), aligned - 1, "alloc({r}) broke one extent");
@@ -245,24 +252,41 @@ fn small_requests_prefer_holes() {
         }
         a.check_consistency().unwrap();
     }
-    assert!(from_holes > 10 && broke == 6, "{from_holes} from holes, {broke} broke");
+    assert!(few > 10 && any > 0 && broke == 6, "{few} in few pieces, {any} in any, {broke} broke");
 }
 
 #[test]
-fn a_small_request_breaks_an_extent_rather_than_take_tiny_holes_until_none_is_left() {
-    // Partition 0: one free aligned extent and 64 one-block holes; partition 1 full.
+fn a_small_request_breaks_an_extent_rather_than_take_tiny_holes() {
+    // Partition 0: five free aligned extents and 64 one-block holes (2.4% of the free space);
+    // partition 1 full.
+    let ranges = [(0, 8 * H), (8 * H, 12 * H)];
+    let mut free = vec![br(3 * H, 5 * H)];
+    free.extend((0..64).map(|i| br(H + 2 * i, 1)));
+    let a = Allocator::from_free_runs(&ranges, free).unwrap();
+    // 32 blocks from holes would take 32 pieces: the head extent is broken instead, one run.
+    assert_eq!(a.alloc(32, 1).unwrap(), vec![br(3 * H, 32)]);
+    assert_eq!((aligned_total(&a), hole_lengths(&a).len()), (4, 65));
+    // The rest of that extent (480 blocks) serves the next ones whole.
+    assert_eq!(a.alloc(100, 0).unwrap(), vec![br(3 * H + 32, 100)]);
+    a.check_consistency().unwrap();
+}
+
+#[test]
+fn tiny_holes_are_gathered_while_they_hold_much_of_the_free_space_or_nothing_else_is_free() {
+    // 64 one-block holes and one free aligned extent: holes hold 11% of the free space.
     let ranges = [(0, 4 * H), (4 * H, 8 * H)];
     let mut free = vec![br(3 * H, H)];
     free.extend((0..64).map(|i| br(H + 2 * i, 1)));
     let a = Allocator::from_free_runs(&ranges, free).unwrap();
-    // 32 blocks from holes would take 32 pieces: the extent is broken instead, one run.
-    assert_eq!(a.alloc(32, 1).unwrap(), vec![br(3 * H, 32)]);
-    assert_eq!((aligned_total(&a), hole_lengths(&a).len()), (0, 65));
-    // Holes of 480 blocks (the extent's rest) serve the next ones whole.
-    assert_eq!(a.alloc(100, 0).unwrap(), vec![br(3 * H + 32, 100)]);
-    // With no aligned extent left, tiny holes are gathered: 30 blocks from 30 holes, lowest
-    // address first, after the rest of the broken extent is taken.
-    a.alloc(380, 0).unwrap();
+    let v = a.alloc(32, 0).unwrap();
+    assert_eq!(v.len(), 32);
+    assert!(v.iter().all(|r| r.len == 1 && r.start < 2 * H));
+    assert_eq!(aligned_total(&a), 1);
+    // 32 holes (5.9%) now: the extent is broken for the next 20 blocks.
+    assert_eq!(a.alloc(20, 0).unwrap(), vec![br(3 * H, 20)]);
+    // With no aligned extent left, tiny holes are gathered whatever their share: the rest of
+    // the broken extent goes first (lowest fit), then 30 blocks from 30 holes.
+    a.alloc(492, 0).unwrap();
     let v = a.alloc(30, 0).unwrap();
     assert_eq!(v.len(), 30);
     assert!(v.iter().all(|r| r.len == 1 && r.start < 2 * H));
@@ -282,7 +306,8 @@ fn a_small_request_gathers_a_few_large_enough_holes_before_breaking_an_extent() 
     let v = a.alloc(80, 0).unwrap();
     assert_eq!(v, vec![br(H, 40), br(H + 100, 30), br(5 * H, 10)]);
     assert_eq!(aligned_total(&a), 2);
-    // 60 blocks: pieces of at least 15 hold only 10 (the rest of the 20): an extent is broken.
+    // 60 blocks: pieces of at least 15 hold only 10 (the rest of the 20), and holes are 5.5% of
+    // the free space: an extent is broken.
     assert_eq!(a.alloc(60, 1).unwrap().len(), 1);
     assert_eq!(aligned_total(&a), 1);
     a.check_consistency().unwrap();
