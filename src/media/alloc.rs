@@ -246,16 +246,30 @@ impl Allocator {
         if avail < need {
             return false; // keep aligned extents intact rather than gather a partial amount
         }
+        self.gather_across(local, need, 0, out, FreeSpace::gather)
+    }
+
+    /// Take exactly `need` blocks with `take` (a partition's free space, the blocks still
+    /// wanted, where to put them; how many it took), the local partition first, then those with
+    /// at least `min_blocks` hole blocks by most hole blocks; or take nothing and return false
+    /// (too few there, or lost to another thread).
+    fn gather_across(
+        &self,
+        local: usize,
+        need: u64,
+        min_blocks: u64,
+        out: &mut Vec<BlockRun>,
+        take: impl Fn(&mut FreeSpace, u64, &mut Vec<BlockRun>) -> u64,
+    ) -> bool {
         let mut tmp = Vec::new();
-        let mut got = self.with(local, |p| p.gather(need, &mut tmp));
-        for (i, _) in self.others_by(local, HOLES) {
-            if got == need {
+        let mut got = self.with(local, |p| take(p, need, &mut tmp));
+        for (i, blocks) in self.others_by(local, HOLES) {
+            if got == need || blocks < min_blocks {
                 break;
             }
-            got += self.with(i, |p| p.gather(need - got, &mut tmp));
+            got += self.with(i, |p| take(p, need - got, &mut tmp));
         }
         if got < need {
-            // Lost a race with another thread; undo so the caller can fall back.
             self.release_all(&tmp);
             return false;
         }
@@ -317,20 +331,7 @@ impl Allocator {
     /// or take nothing and return false.
     fn gather_few(&self, local: usize, need: u64, out: &mut Vec<BlockRun>) -> bool {
         let min_piece = need.div_ceil(MAX_SMALL_PIECES);
-        let mut tmp = Vec::new();
-        let mut got = self.with(local, |p| p.gather_pieces(need, min_piece, &mut tmp));
-        for (i, blocks) in self.others_by(local, HOLES) {
-            if got == need || blocks < min_piece {
-                break;
-            }
-            got += self.with(i, |p| p.gather_pieces(need - got, min_piece, &mut tmp));
-        }
-        if got < need {
-            self.release_all(&tmp);
-            return false;
-        }
-        out.extend(tmp);
-        true
+        self.gather_across(local, need, min_piece, out, |p, n, o| p.gather_pieces(n, min_piece, o))
     }
 
     /// Allocate from holes only, in as many pieces as it takes (hole compaction, which must

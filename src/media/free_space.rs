@@ -189,30 +189,27 @@ impl FreeSpace {
 
     /// Take up to `need` blocks from holes in address order; returns how many were taken.
     pub(crate) fn gather(&mut self, need: u64, out: &mut Vec<BlockRun>) -> u64 {
-        let mut got = 0;
-        while got < need {
-            let Some((&s, &l)) = self.holes.iter().next() else {
-                break;
-            };
-            let take = l.min(need - got);
-            self.remove_hole(s);
-            self.add_hole(s + take, l - take);
-            out.push(BlockRun {
-                start: s,
-                len: take,
-            });
-            got += take;
-        }
-        got
+        self.take_holes(need, out, |f| f.holes.iter().next().map(|(&s, &l)| (s, l)))
     }
 
     /// Take up to `need` blocks from holes of at least `min_piece` blocks, the largest size
     /// class first (so the fewest pieces), lowest address first within a class; returns how
     /// many were taken. Every piece but the last is a whole hole of `min_piece` or more.
     pub(crate) fn gather_pieces(&mut self, need: u64, min_piece: u64, out: &mut Vec<BlockRun>) -> u64 {
+        self.take_holes(need, out, |f| f.largest_class_hole(min_piece))
+    }
+
+    /// Take up to `need` blocks from the holes `next` picks in turn (each from its start, the
+    /// last one possibly in part) into `out`; returns how many were taken.
+    fn take_holes(
+        &mut self,
+        need: u64,
+        out: &mut Vec<BlockRun>,
+        next: impl Fn(&Self) -> Option<(u64, u64)>,
+    ) -> u64 {
         let mut got = 0;
         while got < need {
-            let Some((s, l)) = self.largest_class_hole(min_piece) else {
+            let Some((s, l)) = next(self) else {
                 break;
             };
             let take = l.min(need - got);
