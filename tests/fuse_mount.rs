@@ -2552,8 +2552,75 @@ fn transport_uring_serves_requests_from_its_queues_or_is_refused_in_one_line() {
     holes_read_as_zeros_after_data(&m);
     assert_last_record(&f, WRITES);
     drop(f);
+    queue_threads_run_on_their_cpu_except_after_large_reads(&m);
     m.stop();
     fsck_clean(&m.pool);
+}
+
+/// A CPU list as the kernel writes it (`0-3,6`), as numbers.
+fn cpu_list(list: &str) -> Vec<usize> {
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        cpus.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap());
+    }
+    cpus
+}
+
+/// The CPUs the thread named `name` of process `pid` may run on (`Cpus_allowed_list`).
+fn thread_cpus(pid: u32, name: &str) -> String {
+    for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        if fs::read_to_string(task.path().join("comm")).unwrap_or_default().trim() != name {
+            continue;
+        }
+        let status = fs::read_to_string(task.path().join("status")).unwrap();
+        let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"));
+        return list.expect("Cpus_allowed_list").trim().to_string();
+    }
+    panic!("no thread {name} in process {pid}");
+}
+
+/// Append a line to `path` 40 times from CPU `cpu` through a shell's `>>`: each is an OPEN, a
+/// WRITE, a FLUSH and a RELEASE at least, all sent to that CPU's queue.
+fn append_lines_from(cpu: usize, path: &Path) {
+    let script = "i=0; while [ $i -lt 40 ]; do echo x >> \"$1\"; i=$((i+1)); done";
+    ok(cmd("taskset").args(["-c", &cpu.to_string(), "sh", "-c", script, "sh"]).arg(path));
+}
+
+/// A queue thread runs on its queue's CPU; a stream of large reads (readahead) sends it to the
+/// daemon's other CPUs, and a run of other requests brings it back (DESIGN "FUSE over
+/// io_uring").
+fn queue_threads_run_on_their_cpu_except_after_large_reads(m: &Mounted) {
+    let online = cpu_list(&fs::read_to_string("/sys/devices/system/cpu/online").unwrap());
+    let daemon = fs::read_to_string(format!("/proc/{}/comm", m.pid())).unwrap();
+    let wide = thread_cpus(m.pid(), daemon.trim());
+    assert_eq!(cpu_list(&wide), online, "the daemon may run on every online CPU");
+    // Whatever the test sent before, a run of small requests on each queue pins its thread.
+    for &cpu in &online {
+        append_lines_from(cpu, &m.path(&format!("appended{cpu}")));
+        assert_eq!(fs::read(m.path(&format!("appended{cpu}"))).unwrap(), b"x\n".repeat(40));
+    }
+    for &cpu in &online {
+        let list = thread_cpus(m.pid(), &format!("fuser-uring-{cpu}"));
+        assert_eq!(list, cpu.to_string(), "queue of CPU {cpu}");
+    }
+    if online.len() < 2 {
+        return; // pinned and unpinned look alike
+    }
+    // A read-only open is cached, so reading a file no one has read yet is readahead: READs of
+    // up to 1 MiB, sent to the queue of the reader's CPU, and nothing else for a while.
+    let cpu = online[0];
+    let data: Vec<u8> = (0..(32u32 << 20)).map(|i| b' ' + (i % 95) as u8).collect();
+    fs::write(m.path("stream"), &data).unwrap();
+    let read = ok(cmd("taskset").args(["-c", &cpu.to_string(), "cat"]).arg(m.path("stream")));
+    assert_eq!(read.as_bytes(), data, "what cat read");
+    let others: Vec<usize> = online.iter().copied().filter(|&c| c != cpu).collect();
+    let after = thread_cpus(m.pid(), &format!("fuser-uring-{cpu}"));
+    assert_eq!(cpu_list(&after), others, "queue of CPU {cpu} after readahead: {after}");
+    append_lines_from(cpu, &m.path("appended"));
+    let list = thread_cpus(m.pid(), &format!("fuser-uring-{cpu}"));
+    assert_eq!(list, cpu.to_string(), "queue of CPU {cpu} after appends");
+    assert_eq!(fs::read(m.path("stream")).unwrap(), data);
 }
 
 /// A `/dev/fuse` thread that has just answered reads on without sleeping for a moment
