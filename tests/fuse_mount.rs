@@ -241,6 +241,8 @@ struct Mounted {
     /// Options `start` adds to `winefs mount POOL MNT -f` (and `--threads 4` unless they set
     /// `--threads`).
     args: Vec<&'static str>,
+    /// CPUs the daemon is started on (`taskset -c`), if not every one.
+    cpus: Option<&'static str>,
 }
 
 impl Mounted {
@@ -263,6 +265,7 @@ impl Mounted {
             mnt,
             daemon: None,
             args: Vec::new(),
+            cpus: None,
         };
         m.start();
         m
@@ -293,7 +296,14 @@ impl Mounted {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let mut child = Command::new(BIN)
+        let mut child = match self.cpus {
+            Some(cpus) => {
+                let mut c = Command::new("taskset");
+                c.args(["-c", cpus, BIN]);
+                c
+            }
+            None => Command::new(BIN),
+        }
             .arg("mount")
             .arg(&self.pool)
             .arg(&self.mnt)
@@ -2554,6 +2564,27 @@ fn transport_uring_serves_requests_from_its_queues_or_is_refused_in_one_line() {
     drop(f);
     queue_threads_run_on_their_cpu_except_after_large_reads(&m);
     m.stop();
+    // A daemon kept off a CPU (`taskset`) leaves that queue's thread on the CPUs it has, and
+    // requests made there are answered all the same.
+    let online = cpu_list(&fs::read_to_string("/sys/devices/system/cpu/online").unwrap());
+    if online.len() >= 2 {
+        m.cpus = Some("0");
+        m.start();
+        let log = m.daemon_log();
+        assert!(log.contains("requests travel by FUSE over io_uring"), "{log}");
+        // Requests from each CPU first: a queue thread places itself once it serves.
+        for &cpu in &online {
+            let path = m.path(&format!("from-cpu{cpu}"));
+            append_lines_from(cpu, &path);
+            assert_eq!(fs::read(&path).unwrap(), b"x\n".repeat(40));
+        }
+        for &cpu in &online {
+            let list = thread_cpus(m.pid(), &format!("fuser-uring-{cpu}"));
+            assert_eq!(list, "0", "queue of CPU {cpu}, daemon on CPU 0");
+        }
+        m.stop();
+        m.cpus = None;
+    }
     fsck_clean(&m.pool);
 }
 
