@@ -2525,13 +2525,7 @@ fn transport_uring_serves_requests_from_its_queues_or_is_refused_in_one_line() {
     m.start();
     assert!(m.daemon_log().contains("requests travel by FUSE over io_uring"), "{}", m.daemon_log());
     let possible = fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
-    let cpus = possible
-        .trim()
-        .split([',', '-'])
-        .filter_map(|n| n.parse::<usize>().ok())
-        .max()
-        .unwrap()
-        + 1;
+    let cpus = cpu_list(&possible).into_iter().max().unwrap() + 1;
     let (threads, _, uring_cpu) = fuse_threads(m.pid(), true);
     assert_eq!(threads, cpus, "queue threads vs possible CPUs ({possible})");
     // The event loops start once the mount is announced.
@@ -2588,11 +2582,16 @@ fn transport_uring_serves_requests_from_its_queues_or_is_refused_in_one_line() {
     fsck_clean(&m.pool);
 }
 
+/// The CPU list (`Cpus_allowed_list`) in a `/proc` status file.
+fn cpus_allowed(status: &Path) -> String {
+    let status = fs::read_to_string(status).unwrap();
+    let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"));
+    list.expect("Cpus_allowed_list").trim().to_string()
+}
+
 /// The CPUs this process may run on.
 fn usable_cpus() -> Vec<usize> {
-    let status = fs::read_to_string("/proc/self/status").unwrap();
-    let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"));
-    cpu_list(list.expect("Cpus_allowed_list"))
+    cpu_list(&cpus_allowed(Path::new("/proc/self/status")))
 }
 
 /// A CPU list as the kernel writes it (`0-3,6`), as numbers.
@@ -2608,12 +2607,9 @@ fn cpu_list(list: &str) -> Vec<usize> {
 /// The CPUs the thread named `name` of process `pid` may run on (`Cpus_allowed_list`).
 fn thread_cpus(pid: u32, name: &str) -> String {
     for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
-        if fs::read_to_string(task.path().join("comm")).unwrap_or_default().trim() != name {
-            continue;
+        if fs::read_to_string(task.path().join("comm")).unwrap_or_default().trim() == name {
+            return cpus_allowed(&task.path().join("status"));
         }
-        let status = fs::read_to_string(task.path().join("status")).unwrap();
-        let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"));
-        return list.expect("Cpus_allowed_list").trim().to_string();
     }
     panic!("no thread {name} in process {pid}");
 }
@@ -2629,8 +2625,7 @@ fn append_lines_from(cpu: usize, path: &Path) {
 /// daemon's other CPUs, and a run of other requests brings it back (DESIGN "FUSE over
 /// io_uring").
 fn queue_threads_run_on_their_cpu_except_after_large_reads(m: &Mounted) {
-    let daemon = fs::read_to_string(format!("/proc/{}/comm", m.pid())).unwrap();
-    let online = cpu_list(&thread_cpus(m.pid(), daemon.trim()));
+    let online = cpu_list(&cpus_allowed(Path::new(&format!("/proc/{}/status", m.pid()))));
     assert_eq!(online, usable_cpus(), "the daemon may run where the test may");
     // Whatever the test sent before, a run of small requests on each queue pins its thread.
     for &cpu in &online {
