@@ -712,7 +712,11 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                         ));
                     }
                 },
-                Err(nix::errno::Errno::ENODEV) => return Ok(()),
+                // winefs: ECONNABORTED too is the end of the connection, not a failure: a read
+                // that takes a request just as an unmount aborts the connection gets it
+                // (`fuse_dev_do_read`, whatever the abort-error setting), and a clean unmount
+                // reported "Software caused connection abort" now and then.
+                Err(nix::errno::Errno::ENODEV | nix::errno::Errno::ECONNABORTED) => return Ok(()),
                 Err(err) => return Err(err.into()),
             }
         }
