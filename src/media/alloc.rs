@@ -25,6 +25,15 @@ pub const MAX_SMALL_PIECES: u64 = 4;
 /// extent: the space is in the holes, and breaking extents there would leave ever more of it in
 /// holes (hole compaction starts at the same share).
 pub const HOLES_FIRST_SHARE: f64 = 0.08;
+/// While the pool holds fewer hole blocks than this per partition, a small request that the
+/// local partition's holes cannot serve (they hold fewer blocks than it needs) breaks a local
+/// aligned extent rather than take another partition's holes. On a young pool the holes are the rests of extents just broken for small
+/// files, about one per busy CPU: taking another CPU's had every thread allocate, append and
+/// free in the same few partitions, waiting for their locks (16 threads of create, append,
+/// fsync, unlink spent a third of their time there). Breaking locally costs at most about two
+/// extents per partition before holes stop being scarce; on an aged pool they are plentiful
+/// and used first, wherever they are.
+pub const SCARCE_HOLES_PER_PARTITION: u64 = 2 * H;
 
 pub use crate::media::free_space::BlockRun;
 
@@ -307,7 +316,7 @@ impl Allocator {
         }
         let r = nblocks % H;
         if r > 0 {
-            if let Some(s) = self.local_then_most(local, HOLES, r, |p| p.first_fit(r)) {
+            if let Some(s) = self.small_run(local, r) {
                 out.push(BlockRun { start: s, len: r });
             } else if self.gather_few(local, r, &mut out) {
                 // gathered pieces already appended
@@ -324,6 +333,28 @@ impl Allocator {
             }
         }
         Ok(out)
+    }
+
+    /// One run of `r` (< 512) blocks: a hole of the local partition; else, where the local
+    /// holes hold fewer than `r` blocks and holes are scarce ([`SCARCE_HOLES_PER_PARTITION`]),
+    /// the head of a local aligned extent, broken; else a hole of the partition with the most
+    /// hole blocks.
+    fn small_run(&self, local: usize, r: u64) -> Option<u64> {
+        match self.try_with(local, |p| p.first_fit(r)) {
+            Some(Some(s)) => return Some(s),
+            // Held: its holder may have been preempted; look elsewhere as below.
+            None => return self.local_then_most(local, HOLES, r, |p| p.first_fit(r)),
+            Some(None) => {}
+        }
+        let part = &self.parts[local];
+        if part.hole_blocks.load(Relaxed) < r
+            && part.aligned_cnt.load(Relaxed) > 0
+            && self.hole_blocks() < SCARCE_HOLES_PER_PARTITION * self.parts.len() as u64
+            && let Some(Some(u)) = self.try_with(local, |p| p.break_aligned(r))
+        {
+            return Some(u);
+        }
+        self.local_then_most(local, HOLES, r, |p| p.first_fit(r))
     }
 
     /// Collect exactly `need` blocks in at most [`MAX_SMALL_PIECES`] pieces from holes of at

@@ -224,8 +224,8 @@ fn small_requests_prefer_holes() {
     let a = Allocator::from_free_runs(&ranges, free).unwrap();
     let mut aligned = aligned_total(&a);
     assert_eq!(aligned, 6);
-    let (mut few, mut any, mut broke) = (0, 0, 0);
-    let mut rng = Rng(42);
+    let (mut few, mut any, mut broke, mut local_breaks) = (0, 0, 0, 0);
+    let mut rng = Rng(3);
     while aligned > 0 {
         let r = 1 + rng.below(H - 1);
         // Holes serve r while those of at least r / MAX_SMALL_PIECES blocks add up to r, or
@@ -235,9 +235,23 @@ fn small_requests_prefer_holes() {
         let usable: u64 = holes.iter().filter(|&&l| l >= min_piece).sum();
         let in_holes: u64 = holes.iter().sum();
         let holes_first = in_holes as f64 > HOLES_FIRST_SHARE * a.free_blocks() as f64;
-        let v = a.alloc(r, rng.pick(2)).unwrap();
+        // Where the local partition's holes cannot give r while holes are scarce, a local
+        // extent is broken before other partitions' holes are taken.
+        let cpu = rng.pick(2);
+        let local = a.stats()[cpu].clone();
+        let breaks_locally = local.free_hole_blocks < r
+            && local.free_aligned_extents > 0
+            && in_holes < SCARCE_HOLES_PER_PARTITION * 2;
+        let v = a.alloc(r, cpu).unwrap();
         assert_eq!(v.iter().map(|x| x.len).sum::<u64>(), r);
-        if usable >= r {
+        if breaks_locally {
+            assert_eq!(v.len(), 1, "alloc({r}) from a broken extent is one run");
+            assert_eq!(a.partition_of(v[0].start), Some(cpu), "alloc({r}) broke a local extent");
+            assert_eq!(aligned_total(&a), aligned - 1, "alloc({r}) broke one extent");
+            aligned -= 1;
+            broke += 1;
+            local_breaks += 1;
+        } else if usable >= r {
             assert!(v.len() as u64 <= MAX_SMALL_PIECES, "alloc({r}) took {} pieces", v.len());
             assert_eq!(aligned_total(&a), aligned, "alloc({r}) broke an extent");
             few += 1;
@@ -252,7 +266,43 @@ fn small_requests_prefer_holes() {
         }
         a.check_consistency().unwrap();
     }
-    assert!(few > 10 && any > 0 && broke == 6, "{few} in few pieces, {any} in any, {broke} broke");
+    assert!(
+        few > 10 && any > 0 && broke == 6 && local_breaks > 0,
+        "{few} in few pieces, {any} in any, {broke} broke ({local_breaks} locally while scarce)"
+    );
+}
+
+#[test]
+fn a_young_pool_serves_each_cpu_from_its_own_partition() {
+    // Four partitions of eight free aligned extents each, as a fresh pool.
+    let ranges = [(0, 8 * H), (8 * H, 16 * H), (16 * H, 24 * H), (24 * H, 32 * H)];
+    let a = Allocator::from_free_runs(&ranges, [br(0, 32 * H)]).unwrap();
+    // Each CPU's first small file breaks an extent of its own partition...
+    let firsts: Vec<BlockRun> = (0..4).map(|cpu| a.alloc(16, cpu).unwrap()[0]).collect();
+    for (cpu, r) in firsts.iter().enumerate() {
+        assert_eq!(a.partition_of(r.start), Some(cpu));
+    }
+    // ...and when CPU 0's file goes, its extent is whole again and its partition has no holes:
+    // the next file there breaks another local extent, not the rests that CPUs 1-3 are using.
+    a.free(firsts[0]).unwrap();
+    assert_eq!(a.stats()[0].free_hole_blocks, 0);
+    let next = a.alloc(16, 0).unwrap();
+    assert_eq!(next.len(), 1);
+    assert_eq!(a.partition_of(next[0].start), Some(0));
+    assert_eq!(a.stats()[1..].iter().map(|s| s.free_hole_blocks).sum::<u64>(), 3 * (H - 16));
+    a.check_consistency().unwrap();
+
+    // Holes plentiful (more than two extents' worth per partition, most in partition 3): a
+    // CPU with no holes of its own takes them there and keeps its extents.
+    let ranges = [(0, 8 * H), (8 * H, 16 * H), (16 * H, 24 * H), (24 * H, 32 * H)];
+    let mut free = vec![br(0, 8 * H)];
+    free.extend((16..18).chain(24..32).map(|u| br(u * H + 1, H - 1)));
+    let a = Allocator::from_free_runs(&ranges, free).unwrap();
+    assert!(a.hole_blocks() >= SCARCE_HOLES_PER_PARTITION * 4);
+    let v = a.alloc(16, 0).unwrap();
+    assert_eq!(a.partition_of(v[0].start), Some(3));
+    assert_eq!(a.stats()[0].free_aligned_extents, 8);
+    a.check_consistency().unwrap();
 }
 
 #[test]
