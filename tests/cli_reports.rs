@@ -74,9 +74,12 @@ fn frag_filemap_and_rewrite_report_the_layout() {
         fs.unmount().unwrap();
     }
     let after = run(&["frag", ps]);
-    // An 8 MiB fallocate takes exactly four aligned extents.
+    // An 8 MiB fallocate takes exactly four aligned extents, and its extent-index block one
+    // block from a hole; where the mount ran on a CPU whose partition had no hole, that block
+    // broke an extent of its own (a fifth), leaving a hole in every partition.
     let used = created_aligned - number_after(&after, "aligned 2 MiB extents");
-    assert_eq!(used, 4.0, "{created}\n{after}");
+    let holes_everywhere = !after.contains(" holes 0 (");
+    assert!(used == 4.0 || (used == 5.0 && holes_everywhere), "{created}\n{after}");
     {
         let fs = common::mount(&pool);
         let s = fs.open_file("/scattered").unwrap();
