@@ -156,7 +156,7 @@ fn track(pieces: &mut Pieces, ino: u64, mut l: u64, runs: &[BlockRun]) {
 /// nothing is lost).
 fn empty_unit(state: &MountState, unit: u64, all: &mut Pieces) -> Result<Option<u64>> {
     // Like any foreground operation: fsck (which takes it for writing) sees no move half done.
-    let _ns = state.namespace.read().unwrap_or_else(|e| e.into_inner());
+    let _ns = state.namespace.read();
     let pieces = all.remove(&unit).unwrap_or_default();
     let mut held = state.alloc.take_free_in(unit * UNIT, (unit + 1) * UNIT);
     let mut moved = 0;

@@ -38,7 +38,7 @@ pub(crate) fn rewrite_file(
         let moved = {
             // Like any foreground operation: fsck (which takes it for writing) sees no unit
             // half moved.
-            let _ns = state.namespace.read().unwrap_or_else(|e| e.into_inner());
+            let _ns = state.namespace.read();
             let mut g = wlock(&node);
             // Freed after the lookup: its DRAM map still lists blocks that are free now.
             if !state.still_live(ino, &node) {

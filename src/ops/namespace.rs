@@ -23,7 +23,6 @@ use crate::ops::file::read_locked;
 use crate::ops::{prealloc, xattr};
 use crate::state::damage::Damage;
 use crate::state::inode_state::{InodeRef, InodeState, rlock, wlock};
-use crate::state::locks;
 use crate::state::mount_state::MountState;
 use crate::state::tx::Reserved;
 use crate::types::{Attr, DirEntry, RenameFlags};
@@ -329,7 +328,7 @@ pub(crate) fn make_inode(
         return Err(Error::Exists);
     }
     // Shared: names change under their directory's lock; the namespace lock keeps renames out.
-    let _ns = locks::read(&state.namespace);
+    let _ns = state.namespace.read();
     let p = state.inode(parent)?;
     let mut pg = wlock(&p);
     if pg.find_name(&state.pool, name)?.is_some() {
@@ -453,7 +452,7 @@ pub(crate) fn unlink(state: &MountState, parent: u64, name: &[u8], want_dir: boo
     }
     // Shared: another unlink, create or link may change this directory until its lock is
     // held, so the entry found first is checked again under the lock (a rename cannot run).
-    let _ns = locks::read(&state.namespace);
+    let _ns = state.namespace.read();
     loop {
         let loc = dir_lookup(state, parent, name)?;
         let arcs = match inode_refs(state, &[parent, loc.ino]) {
@@ -571,7 +570,7 @@ pub(crate) fn rename(
     if is_dot(n1) || is_dot(n2) {
         return Err(Error::Busy("cannot rename '.' or '..'".into()));
     }
-    let _ns = locks::write(&state.namespace);
+    let _ns = state.namespace.write();
     let src = dir_lookup(state, p1, n1)?;
     let dst = match dir_lookup(state, p2, n2) {
         Ok(l) => Some(l),
@@ -740,7 +739,7 @@ pub(crate) fn link(state: &MountState, ino: u64, parent: u64, name: &[u8]) -> Re
         return Err(Error::Exists);
     }
     // Shared, as for create: both inodes' locks order this link against their other changes.
-    let _ns = locks::read(&state.namespace);
+    let _ns = state.namespace.read();
     let arcs = inode_refs(state, &[ino, parent])?;
     let mut g = lock_all(&arcs);
     if g[&parent].hdr.nlink == 0 {
@@ -802,7 +801,7 @@ pub(crate) fn link(state: &MountState, ino: u64, parent: u64, name: &[u8]) -> Re
 pub(crate) fn lookup(state: &MountState, parent: u64, name: &[u8]) -> Result<Attr> {
     state.check_alive()?;
     check_name(name)?;
-    let _ns = locks::read(&state.namespace);
+    let _ns = state.namespace.read();
     let p = state.inode(parent)?;
     // The entry's inode is fetched while the directory is locked, so an unlink cannot free it
     // (and a create reuse its number) in between.
@@ -831,7 +830,7 @@ pub(crate) fn readdir_page(
     max: usize,
 ) -> Result<Vec<DirEntry>> {
     state.check_alive()?;
-    let _ns = locks::read(&state.namespace);
+    let _ns = state.namespace.read();
     let n = state.inode(ino)?;
     let g = rlock(&n);
     let (d, media) = g.dir_with_media(&state.pool)?;

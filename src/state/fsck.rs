@@ -71,7 +71,7 @@ const FREE: &str = "the free lists";
 /// Check every invariant of a mounted file system, holding the namespace lock exclusively.
 pub(crate) fn check(state: &MountState) -> Report {
     let mut r = Report::default();
-    let _ns = state.namespace.write().unwrap_or_else(|e| e.into_inner());
+    let _ns = state.namespace.write();
     // An inode the mount left on media that fails to load now is damage since the mount: it
     // is listed, and the rest are checked.
     let arcs = state.all_inodes().unwrap_or_else(|e| {

@@ -25,12 +25,108 @@ pub(crate) fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     spin_then_block(|| l.try_write(), || l.write())
 }
 
+/// A reader-writer lock for many readers on many CPUs and a rare writer: a reader takes the
+/// shard of the CPU it runs on, the writer takes every shard. Taking an `RwLock` shared writes
+/// its reader count, so one lock that every operation takes is one cache line every CPU writes;
+/// here readers on different CPUs write different lines. It guards no data (the namespace lock:
+/// every name lookup and change takes it shared, renames and fsck exclusively).
+pub(crate) struct ShardedRwLock {
+    shards: Box<[Shard]>,
+}
+
+/// One shard, alone on its cache lines (128 bytes: two lines, which some processors fetch
+/// together).
+#[repr(align(128))]
+struct Shard(RwLock<()>);
+
+/// Every shard of a [`ShardedRwLock`], held exclusively, in shard order.
+pub(crate) struct ShardedWriteGuard<'a> {
+    _held: Vec<RwLockWriteGuard<'a, ()>>,
+}
+
+impl ShardedRwLock {
+    /// A lock of `shards` shards (at least one).
+    pub(crate) fn new(shards: usize) -> ShardedRwLock {
+        ShardedRwLock { shards: (0..shards.max(1)).map(|_| Shard(RwLock::new(()))).collect() }
+    }
+
+    /// One shard per CPU the process may run on (at most 64).
+    pub(crate) fn per_cpu() -> ShardedRwLock {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        ShardedRwLock::new(cpus.min(64))
+    }
+
+    /// Take it shared: the calling CPU's shard, spinning first. The guard holds that shard
+    /// even if the thread moves to another CPU.
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, ()> {
+        self.read_shard(crate::sys::current_cpu())
+    }
+
+    /// Take shard `i` (modulo the count) shared.
+    fn read_shard(&self, i: usize) -> RwLockReadGuard<'_, ()> {
+        read(&self.shards[i % self.shards.len()].0)
+    }
+
+    /// Take it exclusively: every shard, in order, spinning first on each.
+    pub(crate) fn write(&self) -> ShardedWriteGuard<'_> {
+        ShardedWriteGuard { _held: self.shards.iter().map(|s| write(&s.0)).collect() }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::{Duration, Instant};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[test]
+    fn a_reader_of_any_shard_keeps_the_writer_out_and_readers_share() {
+        let l = Arc::new(ShardedRwLock::new(4));
+        for i in 0..4 {
+            let r = l.read_shard(i);
+            // Readers of the same and of other shards share it.
+            let (a, b) = (l.read_shard(i), l.read_shard(i + 1));
+            drop((a, b));
+            let entered = Arc::new(AtomicBool::new(false));
+            let writer = {
+                let (l, entered) = (Arc::clone(&l), Arc::clone(&entered));
+                std::thread::spawn(move || {
+                    let _w = l.write();
+                    entered.store(true, Ordering::SeqCst);
+                })
+            };
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(!entered.load(Ordering::SeqCst), "writer got in past a reader of shard {i}");
+            drop(r);
+            writer.join().unwrap();
+            assert!(entered.load(Ordering::SeqCst));
+        }
+        drop(l.read());
+    }
+
+    #[test]
+    fn a_writer_keeps_readers_of_every_shard_out_until_it_lets_go() {
+        let l = Arc::new(ShardedRwLock::new(3));
+        let w = l.write();
+        let entered = Arc::new(AtomicBool::new(false));
+        let readers: Vec<_> = (0..3)
+            .map(|i| {
+                let (l, entered) = (Arc::clone(&l), Arc::clone(&entered));
+                std::thread::spawn(move || {
+                    let _g = l.read_shard(i);
+                    entered.store(true, Ordering::SeqCst);
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!entered.load(Ordering::SeqCst), "a reader got in past the writer");
+        drop(w);
+        for r in readers {
+            r.join().unwrap();
+        }
+        assert!(entered.load(Ordering::SeqCst));
+    }
 
     #[test]
     fn a_free_lock_is_taken_at_once_and_a_poisoned_one_taken_over() {

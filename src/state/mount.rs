@@ -407,7 +407,7 @@ pub(crate) fn mount_checked(
             0 => DEFAULT_CACHED_INODES,
             n => usize::try_from(n).unwrap_or(usize::MAX),
         },
-        namespace: RwLock::new(()),
+        namespace: crate::state::locks::ShardedRwLock::per_cpu(),
         consistency: opts.consistency,
         overwrite_path: opts.overwrite_path,
         poisoned: AtomicBool::new(false),

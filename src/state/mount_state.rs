@@ -60,8 +60,9 @@ pub(crate) struct MountState {
     pub cached_inodes: usize,
     /// File states (all but directories') in `inodes`: what `cached_inodes` is held to.
     pub loaded_files: std::sync::atomic::AtomicUsize,
-    /// The namespace lock (see the lock order above); it guards no data of its own.
-    pub namespace: RwLock<()>,
+    /// The namespace lock (see the lock order above); it guards no data of its own. Sharded
+    /// by CPU: every lookup, create and unlink takes it shared.
+    pub namespace: crate::state::locks::ShardedRwLock,
     pub consistency: Consistency,
     /// How strict overwrites inside one block are written (`MountOptions::overwrite_path`).
     pub overwrite_path: OverwritePath,
