@@ -2,7 +2,8 @@
 //! condition, so a write fails with ENOSPC only when no block is free; statfs reports space a
 //! write can use; small files and small sparse mappings allocate small; speculative
 //! preallocation past EOF is given back at the last close of a small file and under space
-//! pressure; a growing large file still ends up on aligned 2 MiB extents.
+//! pressure; a growing large file still ends up on aligned 2 MiB extents; on a young pool each
+//! CPU allocates in its own partition.
 
 use winefs::{Error, Fs};
 
@@ -374,5 +375,48 @@ fn appends_keep_a_small_file_in_one_extent() {
     assert!(all[..5000].iter().all(|&b| b == 2) && all[5000..14_000].iter().all(|&b| b == 3));
     assert!(all[14_000..14_700].iter().all(|&b| b == 4) && all[14_700..].iter().all(|&b| b == 5));
     drop(f);
+    assert_clean(&fs);
+}
+
+/// Run the calling thread on `cpu` only; false if the process may not use it.
+fn pin_to(cpu: usize) -> bool {
+    winefs::sys::run_only_on_cpu(cpu).is_ok()
+}
+
+/// The partition (index into `Fs::alloc_stats`) holding pool block `b`.
+fn partition_of(fs: &Fs, b: u64) -> usize {
+    fs.alloc_stats().iter().position(|p| p.start <= b && b < p.end).expect("inside a partition")
+}
+
+#[test]
+fn a_cpu_whose_partition_has_no_holes_breaks_its_own_extent_on_a_young_pool() {
+    // DESIGN §4, "Each CPU in its own partition": one partition per CPU, and a thread that
+    // moves from CPU 1 to CPU 0 plays two CPUs' threads in turn.
+    let (_d, p) = common::fresh_pool(256 * MIB, Some(2));
+    let fs = common::mount(&p);
+    if !pin_to(1) {
+        eprintln!("skipped: this process may not run on CPU 1");
+        return;
+    }
+    // CPU 1 writes a small file and keeps it: the rest of the extent it broke is a hole there.
+    let kept = fs.create(fs.root(), b"kept", 0o644, 0, 0).unwrap().ino;
+    fs.write(kept, 0, &vec![1u8; 64 * KIB as usize]).unwrap();
+    assert!(fs.alloc_stats()[1].free_hole_blocks > 0);
+    assert!(pin_to(0));
+    // CPU 0 writes a file and deletes it: its extent is whole again, its partition without
+    // holes.
+    let gone = fs.create(fs.root(), b"gone", 0o644, 0, 0).unwrap().ino;
+    fs.write(gone, 0, &vec![2u8; 64 * KIB as usize]).unwrap();
+    fs.unlink(fs.root(), b"gone").unwrap();
+    assert_eq!(fs.alloc_stats()[0].free_hole_blocks, 0);
+    // Its next file breaks one of its own extents rather than take CPU 1's hole.
+    let next = fs.create(fs.root(), b"next", 0o644, 0, 0).unwrap().ino;
+    for i in 0..16u64 {
+        fs.write(next, i * BLOCK, &vec![3u8; BLOCK as usize]).unwrap();
+    }
+    let ext = fs.extents(next).unwrap();
+    assert!(ext.iter().all(|e| partition_of(&fs, e.1) == 0), "{ext:?}");
+    let kept_ext = fs.extents(kept).unwrap();
+    assert!(kept_ext.iter().all(|e| partition_of(&fs, e.1) == 1), "{kept_ext:?}");
     assert_clean(&fs);
 }

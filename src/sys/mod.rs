@@ -1,6 +1,7 @@
 //! The system calls std does not offer, and the only `unsafe` code besides the pool mapping:
-//! process-level calls here (ids, the current CPU, the clock, forking a daemon, signal masks,
-//! lazy unmount, file-system statistics, file handles) and virtual-memory calls in `vm`.
+//! process-level calls here (ids, the current CPU and running on one, the clock, forking a
+//! daemon, signal masks, lazy unmount, file-system statistics, file handles) and
+//! virtual-memory calls in `vm`.
 #![allow(unsafe_code)] // one of the few modules allowed `unsafe` (Cargo.toml [lints])
 
 pub mod mountinfo;
@@ -27,6 +28,22 @@ pub fn current_cpu() -> usize {
     // SAFETY: sched_getcpu has no preconditions; it returns -1 on failure.
     let c = unsafe { libc::sched_getcpu() };
     usize::try_from(c).unwrap_or(0)
+}
+
+/// Run the calling thread on CPU `cpu` only (tests and tools that must place a thread:
+/// the per-CPU journal, partition and inode free list follow the CPU it runs on).
+pub fn run_only_on_cpu(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("no CPU {cpu}")));
+    }
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it (cpu is below
+    // CPU_SETSIZE), and sched_setaffinity reads size_of::<cpu_set_t>() bytes of it.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    check(rc, &format!("run on CPU {cpu}"))
 }
 
 /// The latest fine-grained time handed out by [`now_ns`]: [`coarse_now_ns`] never returns less,
