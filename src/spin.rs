@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 /// How long a contended lock is retried before the thread sleeps on it.
 /// Measured on varmail (three threads, one directory, two CPUs; docs/EVALUATION.md): 100 µs
 /// took the library's median run from 316K to 385K operations per second and its 99th
-/// percentile from 115-135 µs to 35-44 µs; 300 µs did no better. The bound keeps a thread whose
-/// holder was preempted from burning more than that.
+/// percentile from 115-135 µs to 35-44 µs; 300 µs did no better. On 16 CPUs, 10 µs ran varmail
+/// and webproxy (19 and 115 threads, one directory) a third and a half slower than 100 µs. The
+/// bound keeps a thread whose holder was preempted from burning more than that.
 pub(crate) const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(100);
 
 /// Take a lock with `try_take` until it succeeds or [`SPIN_BEFORE_SLEEP`] has passed, then

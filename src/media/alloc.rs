@@ -27,12 +27,12 @@ pub const MAX_SMALL_PIECES: u64 = 4;
 pub const HOLES_FIRST_SHARE: f64 = 0.08;
 /// While the pool holds fewer hole blocks than this per partition, a small request that the
 /// local partition's holes cannot serve (they hold fewer blocks than it needs) breaks a local
-/// aligned extent rather than take another partition's holes. On a young pool the holes are the rests of extents just broken for small
-/// files, about one per busy CPU: taking another CPU's had every thread allocate, append and
-/// free in the same few partitions, waiting for their locks (16 threads of create, append,
-/// fsync, unlink spent a third of their time there). Breaking locally costs at most about two
-/// extents per partition before holes stop being scarce; on an aged pool they are plentiful
-/// and used first, wherever they are.
+/// aligned extent rather than take another partition's holes. On a young pool the holes are
+/// the rests of extents just broken for small files, about one per busy CPU: taking another
+/// CPU's had every thread allocate, append and free in the same few partitions, waiting for
+/// their locks (16 threads of create, append, fsync, unlink spent a third of their time
+/// there). Breaking locally costs at most about two extents per partition before holes stop
+/// being scarce; on an aged pool they are plentiful and used first, wherever they are.
 pub const SCARCE_HOLES_PER_PARTITION: u64 = 2 * H;
 
 pub use crate::media::free_space::BlockRun;
