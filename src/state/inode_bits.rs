@@ -3,8 +3,11 @@
 //! a byte per inode instead of a B-tree entry (about 12 bytes) per member, and a mount sets
 //! bits instead of inserting every number into a tree.
 
-/// A set of inode numbers within `base..base + 64 * words.len()`.
+/// A set of inode numbers within `base..base + 64 * words.len()`. Aligned to 128 bytes: the
+/// per-partition free sets sit side by side (`MountState::inode_free`), each locked by its
+/// own CPU's creates and unlinks, and must not share cache lines.
 #[derive(Clone, Debug, Default)]
+#[repr(align(128))]
 pub(crate) struct InodeBits {
     /// The inode number of bit 0 of word 0.
     base: u64,

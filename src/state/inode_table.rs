@@ -16,8 +16,14 @@ const SHARDS: usize = 64;
 
 /// Loaded inodes by number, in [`SHARDS`] separately locked maps.
 pub struct InodeTable {
-    shards: Box<[RwLock<InoMap<InodeRef>>]>,
+    shards: Box<[Shard]>,
 }
+
+/// One shard's lock and map, alone on its cache lines: every operation takes a shard's lock,
+/// and shards side by side on one line would make CPUs that use different shards take that
+/// line from each other (false sharing).
+#[repr(align(128))]
+struct Shard(RwLock<InoMap<InodeRef>>);
 
 /// One shard, write-locked: where an inode of that shard is inserted or removed.
 pub type ShardGuard<'a> = RwLockWriteGuard<'a, InoMap<InodeRef>>;
@@ -33,12 +39,12 @@ impl InodeTable {
             maps[shard_of(ino)].insert(ino, node);
         }
         InodeTable {
-            shards: maps.into_iter().map(RwLock::new).collect(),
+            shards: maps.into_iter().map(|m| Shard(RwLock::new(m))).collect(),
         }
     }
 
     fn read_shard(&self, i: usize) -> RwLockReadGuard<'_, InoMap<InodeRef>> {
-        self.shards[i].read().unwrap_or_else(|e| e.into_inner())
+        self.shards[i].0.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The state of `ino`, if loaded.
@@ -55,19 +61,20 @@ impl InodeTable {
 
     /// Whether `ino` is loaded; None if its shard is write-locked now.
     pub fn try_contains(&self, ino: u64) -> Option<bool> {
-        taken(self.shards[shard_of(ino)].try_read()).map(|m| m.contains_key(&ino))
+        taken(self.shards[shard_of(ino)].0.try_read()).map(|m| m.contains_key(&ino))
     }
 
     /// The shard of `ino`, write-locked.
     pub fn write(&self, ino: u64) -> ShardGuard<'_> {
         self.shards[shard_of(ino)]
+            .0
             .write()
             .unwrap_or_else(|e| e.into_inner())
     }
 
     /// The shard of `ino`, write-locked, if no one holds it now.
     pub fn try_write(&self, ino: u64) -> Option<ShardGuard<'_>> {
-        taken(self.shards[shard_of(ino)].try_write())
+        taken(self.shards[shard_of(ino)].0.try_write())
     }
 
     /// Which of [`InodeTable::write_all`]'s guards holds `ino`.
@@ -85,7 +92,7 @@ impl InodeTable {
     pub fn write_all(&self) -> Vec<ShardGuard<'_>> {
         self.shards
             .iter()
-            .map(|s| s.write().unwrap_or_else(|e| e.into_inner()))
+            .map(|s| s.0.write().unwrap_or_else(|e| e.into_inner()))
             .collect()
     }
 
