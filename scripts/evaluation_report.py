@@ -120,7 +120,7 @@ def workload_tables(wl):
         counts = sorted({r["threads"] for r in scale})
         lines += ["### Scalability (Fig. 10)", "", f"Paper: {PAPER['fig10']}.", "",
                   "ops/s by threads (speed-up over one thread in brackets):", "",
-                  "| setup | " + " | ".join(f"{c} threads" for c in counts) + " |",
+                  "| setup | " + " | ".join(f"{c} thread{'' if c == 1 else 's'}" for c in counts) + " |",
                   "|---|" + "--:|" * len(counts)]
         for s in setups:
             base = measured(runs, "scale", s, 1)
