@@ -1,10 +1,18 @@
-//! Locks that spin a while before they sleep. The locks of winefs's DRAM state (inodes, the
+//! Locks that spin a while before they sleep, and [`CacheAligned`], which keeps per-CPU locks
+//! and counters off each other's cache lines. The locks of winefs's DRAM state (inodes, the
 //! namespace, allocator partitions) are held for microseconds or less, and a thread that sleeps
 //! on one costs the holder a futex wake and itself a trip through the scheduler, several times
 //! the wait. Sleeping at once made threads of one directory take turns through the kernel.
 
 use std::sync::{LockResult, TryLockError, TryLockResult};
 use std::time::{Duration, Instant};
+
+/// A value alone on its cache lines (128 bytes: two 64-byte lines, which some processors fetch
+/// together). Per-CPU or per-thread locks and counters kept side by side in an array would
+/// otherwise share lines that different CPUs write, each write taking the line from the
+/// others (false sharing).
+#[repr(align(128))]
+pub(crate) struct CacheAligned<T>(pub T);
 
 /// How long a contended lock is retried before the thread sleeps on it.
 /// Measured on varmail (three threads, one directory, two CPUs; docs/EVALUATION.md): 100 µs

@@ -8,6 +8,7 @@
 //! each 4 KiB copy, that made every counted copy wait for the one before it.
 #![deny(clippy::cast_possible_truncation)]
 
+use crate::spin::CacheAligned;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -128,8 +129,7 @@ const OWNED_SHARDS: usize = 32;
 
 /// One shard of `N` counters, on cache lines of its own so threads never write each other's
 /// lines.
-#[repr(align(128))]
-struct Shard<const N: usize>([AtomicU64; N]);
+type Shard<const N: usize> = CacheAligned<[AtomicU64; N]>;
 
 /// The owned shards not held by a live thread.
 struct ShardPool {
@@ -190,7 +190,7 @@ pub(crate) struct ThreadSharded<const N: usize> {
 
 impl<const N: usize> Default for ThreadSharded<N> {
     fn default() -> Self {
-        let shard = || Shard(std::array::from_fn(|_| AtomicU64::new(0)));
+        let shard = || CacheAligned(std::array::from_fn(|_| AtomicU64::new(0)));
         ThreadSharded { shards: (0..=OWNED_SHARDS).map(|_| shard()).collect() }
     }
 }

@@ -6,7 +6,7 @@
 //! table came from a bug that made loads from media frequent, since fixed; on two CPUs the split
 //! alone measured no faster: docs/EVALUATION.md, "The cache of loaded inodes".)
 
-use crate::spin::taken;
+use crate::spin::{CacheAligned, taken};
 use crate::state::inode_state::{InoMap, InodeRef};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -16,14 +16,9 @@ const SHARDS: usize = 64;
 
 /// Loaded inodes by number, in [`SHARDS`] separately locked maps.
 pub struct InodeTable {
-    shards: Box<[Shard]>,
+    /// Each on its own cache lines: every operation takes a shard's lock.
+    shards: Box<[CacheAligned<RwLock<InoMap<InodeRef>>>]>,
 }
-
-/// One shard's lock and map, alone on its cache lines: every operation takes a shard's lock,
-/// and shards side by side on one line would make CPUs that use different shards take that
-/// line from each other (false sharing).
-#[repr(align(128))]
-struct Shard(RwLock<InoMap<InodeRef>>);
 
 /// One shard, write-locked: where an inode of that shard is inserted or removed.
 pub type ShardGuard<'a> = RwLockWriteGuard<'a, InoMap<InodeRef>>;
@@ -39,7 +34,7 @@ impl InodeTable {
             maps[shard_of(ino)].insert(ino, node);
         }
         InodeTable {
-            shards: maps.into_iter().map(|m| Shard(RwLock::new(m))).collect(),
+            shards: maps.into_iter().map(|m| CacheAligned(RwLock::new(m))).collect(),
         }
     }
 

@@ -8,6 +8,7 @@
 //! wait. Sleeping at once made threads of one directory take turns through the kernel.
 
 pub(crate) use crate::spin::spin_then_block;
+use crate::spin::CacheAligned;
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Lock `m`, taking over a poisoned lock.
@@ -31,13 +32,8 @@ pub(crate) fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 /// here readers on different CPUs write different lines. It guards no data (the namespace lock:
 /// every name lookup and change takes it shared, renames and fsck exclusively).
 pub(crate) struct ShardedRwLock {
-    shards: Box<[Shard]>,
+    shards: Box<[CacheAligned<RwLock<()>>]>,
 }
-
-/// One shard, alone on its cache lines (128 bytes: two lines, which some processors fetch
-/// together).
-#[repr(align(128))]
-struct Shard(RwLock<()>);
 
 /// Every shard of a [`ShardedRwLock`], held exclusively, in shard order.
 pub(crate) struct ShardedWriteGuard<'a> {
@@ -47,7 +43,7 @@ pub(crate) struct ShardedWriteGuard<'a> {
 impl ShardedRwLock {
     /// A lock of `shards` shards (at least one).
     pub(crate) fn new(shards: usize) -> ShardedRwLock {
-        ShardedRwLock { shards: (0..shards.max(1)).map(|_| Shard(RwLock::new(()))).collect() }
+        ShardedRwLock { shards: (0..shards.max(1)).map(|_| CacheAligned(RwLock::new(()))).collect() }
     }
 
     /// One shard per CPU the process may run on (at most 64).
