@@ -245,19 +245,36 @@ impl DirIndex {
     /// needed (it will be block `blocks()`, slot 1). Tries the last block, then blocks with
     /// removed entries, so inserts stay O(1) amortised.
     pub fn find_space(&mut self, len: usize) -> Option<(u32, u32)> {
+        let (found, full) = self.peek_space(len);
+        for b in full {
+            self.roomy.remove(&b);
+        }
+        found
+    }
+
+    /// [`DirIndex::find_space`] without changing the index (a create plans while lookups read
+    /// it): also the blocks with removed entries it found too full, for
+    /// [`DirIndex::forget_roomy`] once the index may change.
+    pub fn peek_space(&self, len: usize) -> (Option<(u32, u32)>, Vec<u32>) {
         let n = dentry_slots(len);
         if let Some(last) = self.blocks().checked_sub(1)
             && let Some(s) = self.fit_in(last, n)
         {
-            return Some((last, s));
+            return (Some((last, s)), Vec::new());
         }
-        while let Some(&b) = self.roomy.first() {
+        let mut full = Vec::new();
+        for &b in &self.roomy {
             if let Some(s) = self.fit_in(b, n) {
-                return Some((b, s));
+                return (Some((b, s)), full);
             }
-            self.roomy.remove(&b);
+            full.push(b);
         }
-        None
+        (None, full)
+    }
+
+    /// Stop offering block `b` for new names until an entry there is removed again.
+    pub fn forget_roomy(&mut self, b: u32) {
+        self.roomy.remove(&b);
     }
 
     /// Make room for `entries` more names without growing the table on the way (a mount knows

@@ -2,9 +2,12 @@
 //! mkdir, mknod, symlink, link, unlink, rmdir, rename), plus the open count that keeps an
 //! unlinked file alive.
 //!
-//! A namespace change takes the namespace lock exclusively, then locks every inode it touches
-//! (in inode-number order), plans its directory edits, builds one transaction and commits it;
-//! only then do the DRAM directory indexes and headers follow. A new entry's bytes are written
+//! A namespace change takes the namespace lock (shared; a rename exclusively), then locks every
+//! inode it touches (in inode-number order), plans its directory edits, builds one transaction
+//! and commits it; only then do the DRAM directory indexes and headers follow. A create or
+//! unlink holds its directory as a [`DirChange`]: no other writer of the directory comes in,
+//! but lookups and readdir there go on until the commit is durable, and it takes the
+//! directory's lock exclusively only to apply its edit. A new entry's bytes are written
 //! into free directory slots before the transaction that sets its `starts` bit, so the bit is
 //! the only journaled write of an insert, and clearing it the only journaled write of a remove.
 //! Errors come in Linux's order (checked by `tests/errors.rs`).
@@ -17,17 +20,21 @@ use crate::media::layout::{
     self, BLOCK_SIZE, FileKind, INODE_IN_USE, INODE_SIZE, InodeHeader, NAME_MAX, ROOT_INO,
 };
 use crate::media::pool::{CACHE_LINE, Category};
-use crate::meta::dir::{self, DirEntryLoc, DirIndex};
+use crate::meta::dir::{DirEntryLoc, DirIndex};
 use crate::meta::inode::{FileMap, MapUpdate};
 use crate::ops::file::read_locked;
+use crate::ops::dir_edit::{
+    DirEdit, apply_edit, apply_edit_to, edit_tx, plan_insert, plan_insert_shared, plan_remove,
+    plan_repoint,
+};
 use crate::ops::{prealloc, xattr};
 use crate::state::damage::Damage;
-use crate::state::inode_state::{InodeRef, InodeState, rlock, wlock};
+use crate::state::inode_state::{DirChange, InodeCell, InodeRef, InodeState, InodeWriteGuard, rlock, wlock};
 use crate::state::mount_state::MountState;
 use crate::state::tx::Reserved;
 use crate::types::{Attr, DirEntry, RenameFlags};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, RwLock, RwLockWriteGuard};
+use std::sync::Arc;
 
 /// Validate a single path component.
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -50,209 +57,7 @@ fn is_dot(name: &[u8]) -> bool {
     name == b"." || name == b".."
 }
 
-/// Directory changes of one namespace operation, applied to DRAM after commit.
-#[derive(Default)]
-pub(crate) struct DirEdit {
-    /// (directory block header (`dir::header_offset`), (directory, block index, new
-    /// `starts`)), sorted by header: one or two blocks per operation, where a vector beats a
-    /// map.
-    starts: Vec<(u64, (u64, u32, u64))>,
-    inserts: Vec<(u64, Vec<u8>, DirEntryLoc)>,
-    /// (directory, name, where its entry is).
-    removes: Vec<(u64, Vec<u8>, DirEntryLoc)>,
-    /// (directory, name, where its entry is, new inode, new type).
-    repoints: Vec<(u64, Vec<u8>, DirEntryLoc, u64, FileKind)>,
-    new_blocks: Vec<u64>,
-}
-
-impl DirEdit {
-    /// The new `starts` word planned for the block whose header is at `so`, if any.
-    fn planned_starts(&self, so: u64) -> Option<u64> {
-        self.starts
-            .binary_search_by_key(&so, |e| e.0)
-            .ok()
-            .map(|i| self.starts[i].1.2)
-    }
-
-    /// Plan `starts` word `w` for block `block` of directory `dino`, whose header is at `so`.
-    fn plan_starts(&mut self, so: u64, dino: u64, block: u32, w: u64) {
-        match self.starts.binary_search_by_key(&so, |e| e.0) {
-            Ok(i) => self.starts[i].1 = (dino, block, w),
-            Err(i) => self.starts.insert(i, (so, (dino, block, w))),
-        }
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-/// Plan inserting `name → ino` into directory `d`: writes the entry bytes into free slots
-/// (or a fresh block) unjournaled and records the journaled `starts` change in `edit`.
-pub(crate) fn plan_insert(
-    state: &MountState,
-    d: &mut InodeState,
-    name: &[u8],
-    ino: u64,
-    kind: FileKind,
-    edit: &mut DirEdit,
-    tx: &mut Tx<'_>,
-    res: &mut Reserved<'_>,
-) -> Result<()> {
-    let dino = d.ino;
-    let n = layout::dentry_slots(name.len());
-    // Slots claimed by earlier inserts of this same operation are not visible in the index
-    // yet, so a second insert into one directory within one operation uses a fresh search
-    // that skips them.
-    let dirx = d.dir.as_mut().ok_or(Error::NotDir)?;
-    let pending: Vec<(u32, u32, u32)> = edit
-        .inserts
-        .iter()
-        .filter(|i| i.0 == dino)
-        .map(|i| (i.2.block, i.2.slot, i.2.nslots))
-        .collect();
-    let mut found = None;
-    if pending.is_empty() {
-        found = dirx.find_space(name.len());
-    }
-    let (block, slot, phys) = match found {
-        Some((b, s)) => (b, s, block_at(&d.map, dino, b)?),
-        None => {
-            // Blocks this transaction already added to this directory come after its last one.
-            let added = edit.new_blocks.iter().filter(|&&d| d == dino).count() as u32;
-            let b = dirx.blocks() + added;
-            let phys = res.alloc_one()?;
-            dir::init_dir_block(&state.pool, phys, dino, b)?;
-            let mut upd = MapUpdate::default();
-            state.reserve_slots(res, &mut d.map, 1, &mut upd)?;
-            d.map.remap(
-                b as u64,
-                1,
-                &[BlockRun {
-                    start: phys,
-                    len: 1,
-                }],
-                &mut upd,
-            );
-            let mut hdr = d.hdr.clone();
-            state.map_tx(tx, &d.map, dino, &upd, &mut hdr)?;
-            hdr.size = (b as u64 + 1) * BLOCK_SIZE;
-            hdr.map_end = hdr.map_end.max(b as u64 + 1);
-            state.header_tx(tx, dino, &d.hdr, &hdr);
-            d.hdr = hdr;
-            edit.new_blocks.push(dino);
-            (b, 1, phys)
-        }
-    };
-    let bytes = layout::encode_dentry(ino, kind, name);
-    let off = dir::slot_offset(phys, slot);
-    state.pool.write_flush(off, &bytes, Category::Metadata)?;
-    let so = dir::header_offset(phys);
-    let cur = match edit.planned_starts(so) {
-        Some(w) => w,
-        None if (block as usize) < dirx.starts.len() => dirx.starts[block as usize],
-        None => 0,
-    };
-    edit.plan_starts(so, dino, block, cur | (1u64 << slot));
-    edit.inserts.push((
-        dino,
-        name.to_vec(),
-        DirEntryLoc {
-            ino,
-            kind,
-            block,
-            slot,
-            nslots: n,
-        },
-    ));
-    Ok(())
-}
-
-/// Pool block of block `b` of directory `dino`, whose extent map is `map`.
-fn block_at(map: &FileMap, dino: u64, b: u32) -> Result<u64> {
-    map.lookup(u64::from(b))
-        .map(|(phys, _)| phys)
-        .ok_or_else(|| Error::Corrupted(format!("directory {dino} block {b} unmapped")))
-}
-
-pub(crate) fn plan_remove(
-    state: &MountState,
-    d: &InodeState,
-    name: &[u8],
-    edit: &mut DirEdit,
-) -> Result<()> {
-    let dirx = d.dir.as_ref().ok_or(Error::NotDir)?;
-    let loc = d.find_name(&state.pool, name)?.ok_or(Error::NotFound)?;
-    let phys = block_at(&d.map, d.ino, loc.block)?;
-    let so = dir::header_offset(phys);
-    let cur = edit
-        .planned_starts(so)
-        .unwrap_or(dirx.starts[loc.block as usize]);
-    edit.plan_starts(so, d.ino, loc.block, cur & !(1u64 << loc.slot));
-    edit.removes.push((d.ino, name.to_vec(), loc));
-    Ok(())
-}
-
-pub(crate) fn plan_repoint(
-    state: &MountState,
-    d: &InodeState,
-    name: &[u8],
-    ino: u64,
-    kind: FileKind,
-    tx: &mut Tx<'_>,
-    edit: &mut DirEdit,
-) -> Result<()> {
-    let loc = d.find_name(&state.pool, name)?.ok_or(Error::NotFound)?;
-    let phys = block_at(&d.map, d.ino, loc.block)?;
-    let bytes = layout::encode_dentry(ino, kind, name);
-    tx.write(
-        dir::slot_offset(phys, loc.slot),
-        bytes[..layout::DENTRY_HEADER].to_vec(),
-        Category::Metadata,
-    );
-    edit.repoints.push((d.ino, name.to_vec(), loc, ino, kind));
-    Ok(())
-}
-
-/// The journaled writes of `edit`: each changed directory block header's checksum and `starts`
-/// word, one 12-byte write per block.
-pub(crate) fn edit_tx(edit: &DirEdit, tx: &mut Tx<'_>) {
-    for &(off, (dino, block, w)) in &edit.starts {
-        tx.write(off, dir::header_bytes(dino, block, w), Category::Metadata);
-    }
-}
-
-pub(crate) fn apply_edit(edit: DirEdit, guards: &mut BTreeMap<u64, RwLockWriteGuard<'_, InodeState>>) {
-    let mut dirs: Vec<(u64, &mut InodeState)> =
-        guards.iter_mut().map(|(&d, g)| (d, &mut **g)).collect();
-    apply_edit_to(edit, &mut dirs);
-}
-
-/// [`apply_edit`] to the locked directories `dirs` (inode number, state).
-fn apply_edit_to(edit: DirEdit, dirs: &mut [(u64, &mut InodeState)]) {
-    fn index<'a>(dirs: &'a mut [(u64, &mut InodeState)], d: u64) -> Option<&'a mut DirIndex> {
-        dirs.iter_mut().find(|e| e.0 == d).and_then(|e| e.1.dir.as_deref_mut())
-    }
-    for &d in &edit.new_blocks {
-        if let Some(dx) = index(dirs, d) {
-            dx.push_block();
-        }
-    }
-    for (d, name, loc) in &edit.removes {
-        if let Some(dx) = index(dirs, *d) {
-            dx.remove(name, loc);
-        }
-    }
-    for (d, name, loc) in &edit.inserts {
-        if let Some(dx) = index(dirs, *d) {
-            dx.insert(name, *loc);
-        }
-    }
-    for (d, name, loc, ino, kind) in &edit.repoints {
-        if let Some(dx) = index(dirs, *d) {
-            dx.repoint(name, loc, *ino, *kind);
-        }
-    }
-}
-
-pub(crate) fn lock_all<'a>(arcs: &'a [(u64, InodeRef)]) -> BTreeMap<u64, RwLockWriteGuard<'a, InodeState>> {
+pub(crate) fn lock_all<'a>(arcs: &'a [(u64, InodeRef)]) -> BTreeMap<u64, InodeWriteGuard<'a>> {
     arcs.iter().map(|(i, a)| (*i, wlock(a))).collect()
 }
 
@@ -330,7 +135,8 @@ pub(crate) fn make_inode(
     // Shared: names change under their directory's lock; the namespace lock keeps renames out.
     let _ns = state.namespace.read();
     let p = state.inode(parent)?;
-    let mut pg = wlock(&p);
+    // The directory is held shared until the commit: its lookups and readdir go on meanwhile.
+    let mut pg = DirChange::begin(&p);
     if pg.find_name(&state.pool, name)?.is_some() {
         return Err(Error::Exists);
     }
@@ -402,9 +208,12 @@ pub(crate) fn make_inode(
     let mut tx = Tx::new();
     tx.write(ioff, body[..32].to_vec(), Category::Metadata);
     let mut edit = DirEdit::default();
-    plan_insert(
-        state, &mut pg, name, ino, kind, &mut edit, &mut tx, &mut res,
-    )?;
+    if !plan_insert_shared(state, &pg, name, ino, kind, &mut edit)? {
+        // A new directory block changes the directory's map and header before the commit.
+        let mut w = pg.upgrade();
+        plan_insert(state, &mut w, name, ino, kind, &mut edit, &mut tx, &mut res)?;
+        pg = DirChange::Exclusive(w);
+    }
     let mut ph = pg.hdr.clone();
     ph.mtime = now;
     ph.ctime = now;
@@ -415,6 +224,9 @@ pub(crate) fn make_inode(
     edit_tx(&edit, &mut tx);
     state.commit(tx)?;
     res.keep();
+    let mut pg = pg.upgrade();
+    let looked = pg.times_queried.load(std::sync::atomic::Ordering::Relaxed);
+    let old_times = (pg.hdr.mtime, pg.hdr.ctime);
     pg.hdr = ph;
     state.times_changed(&pg);
     let dir = (kind == FileKind::Dir).then(DirIndex::default);
@@ -426,11 +238,38 @@ pub(crate) fn make_inode(
     }
     let attr = state.attr(&node);
     let mut map = state.inodes.write(ino);
-    state.insert_loaded(&mut map, ino, Arc::new(RwLock::new(node)));
+    state.insert_loaded(&mut map, ino, InodeCell::new_ref(node));
     drop(map);
     // One directory is locked: the edit finds it without a map of guards.
     apply_edit_to(edit, &mut [(parent, &mut *pg)]);
+    show_change_seen_meanwhile(state, &mut pg, old_times, looked)?;
     Ok(attr)
+}
+
+/// A name change chose directory `d`'s new times while it held `d` shared; a look at its times
+/// after that (`looked`: `times_queried` then) saw the old ones (`old`: mtime, ctime). If a new
+/// time equals an old one (the same clock tick), the change would not show to whoever looked:
+/// store fine-grained times now, in a transaction of their own (as a look just before the
+/// change would have made it choose).
+fn show_change_seen_meanwhile(
+    state: &MountState,
+    d: &mut InodeState,
+    old: (i64, i64),
+    looked: bool,
+) -> Result<()> {
+    if !looked || (d.hdr.mtime != old.0 && d.hdr.ctime != old.1) {
+        return Ok(());
+    }
+    d.times_queried.store(true, std::sync::atomic::Ordering::Relaxed);
+    let t = state.change_time(&[&*d]);
+    let mut h = d.hdr.clone();
+    (h.mtime, h.ctime) = (t, t);
+    let mut tx = Tx::new();
+    state.header_tx(&mut tx, d.ino, &d.hdr, &h);
+    state.commit(tx)?;
+    d.hdr = h;
+    state.times_changed(d);
+    Ok(())
 }
 
 pub(crate) fn unlink(state: &MountState, parent: u64, name: &[u8], want_dir: bool) -> Result<()> {
@@ -460,81 +299,103 @@ pub(crate) fn unlink(state: &MountState, parent: u64, name: &[u8], want_dir: boo
             Err(Error::Stale(_)) => continue, // freed since the lookup: look again
             Err(e) => return Err(e),
         };
-        let mut g = lock_all(&arcs);
-        let found = g[&parent].find_name(&state.pool, name)?;
+        if loc.ino == parent {
+            return Err(Error::Corrupted(format!(
+                "directory {parent} names itself as {}",
+                String::from_utf8_lossy(name)
+            )));
+        }
+        let (Some(pa), Some(ca)) = (node_of(&arcs, parent), node_of(&arcs, loc.ino)) else {
+            continue;
+        };
+        // In inode-number order; the directory shared until the commit (`DirChange`).
+        let (pg, cg) = if parent < loc.ino {
+            let pg = DirChange::begin(pa);
+            (pg, wlock(ca))
+        } else {
+            let cg = wlock(ca);
+            (DirChange::begin(pa), cg)
+        };
+        let found = pg.find_name(&state.pool, name)?;
         let Some(loc) = found.filter(|l| l.ino == loc.ino) else {
             continue; // removed or replaced since the lookup
         };
         // The same number is not enough: the inode may have been freed, and its number given
         // to a new one under the same name, since its state was fetched.
-        let fetched = arcs.iter().find(|(i, _)| *i == loc.ino).map(|(_, a)| a);
-        if !fetched.is_some_and(|a| state.still_live(loc.ino, a)) {
+        if !state.still_live(loc.ino, ca) {
             continue;
         }
-        return unlink_locked(state, parent, name, want_dir, loc, &mut g);
+        return unlink_locked(state, parent, name, want_dir, loc, pg, cg);
     }
 }
 
-/// [`unlink`] with the directory and the inode its entry `name` names (`loc`) locked.
+/// The state of `ino` among `arcs` ([`inode_refs`]).
+fn node_of(arcs: &[(u64, InodeRef)], ino: u64) -> Option<&InodeRef> {
+    arcs.iter().find(|(i, _)| *i == ino).map(|(_, a)| a)
+}
+
+/// [`unlink`] with the directory (`pg`) and the inode its entry `name` names (`loc`, `cg`)
+/// locked.
 fn unlink_locked(
     state: &MountState,
     parent: u64,
     name: &[u8],
     want_dir: bool,
     loc: DirEntryLoc,
-    g: &mut BTreeMap<u64, RwLockWriteGuard<'_, InodeState>>,
+    pg: DirChange<'_>,
+    mut cg: InodeWriteGuard<'_>,
 ) -> Result<()> {
     match (want_dir, loc.kind == FileKind::Dir) {
         (false, true) => return Err(Error::IsDir),
         (true, false) => return Err(Error::NotDir),
         _ => {}
     }
-    let now = state.change_time(&[&*g[&parent], &*g[&loc.ino]]);
+    let now = state.change_time(&[&*pg, &*cg]);
     let mut tx = Tx::new();
     let mut edit = DirEdit::default();
-    plan_remove(state, &g[&parent], name, &mut edit)?;
-    let child = &g[&loc.ino];
-    if want_dir && !child.dir.as_ref().is_some_and(|d| d.is_empty()) {
+    plan_remove(state, &pg, name, &mut edit)?;
+    if want_dir && !cg.dir.as_ref().is_some_and(|d| d.is_empty()) {
         return Err(Error::NotEmpty);
     }
-    let mut ph = g[&parent].hdr.clone();
+    let mut ph = pg.hdr.clone();
     ph.mtime = now;
     ph.ctime = now;
     if want_dir {
         dec_links(&mut ph);
     }
-    state.header_tx(&mut tx, parent, &g[&parent].hdr, &ph);
-    let mut ch = child.hdr.clone();
+    state.header_tx(&mut tx, parent, &pg.hdr, &ph);
+    let mut ch = cg.hdr.clone();
     ch.nlink = if want_dir {
         0
     } else {
         ch.nlink.saturating_sub(1)
     };
     ch.ctime = now;
-    let free_now = ch.nlink == 0 && (want_dir || child.open == 0);
+    let free_now = ch.nlink == 0 && (want_dir || cg.open == 0);
     if free_now {
-        state.free_inode_tx(child, &mut tx)?;
+        state.free_inode_tx(&cg, &mut tx)?;
     } else {
-        state.header_tx(&mut tx, loc.ino, &child.hdr, &ch);
+        state.header_tx(&mut tx, loc.ino, &cg.hdr, &ch);
     }
     edit_tx(&edit, &mut tx);
     state.commit(tx)?;
-    g.get_mut(&parent).expect("locked").hdr = ph;
-    state.times_changed(&g[&parent]);
-    {
-        let c = g.get_mut(&loc.ino).expect("locked");
-        c.hdr = ch;
-        state.times_changed(c);
-    }
-    apply_edit(edit, g);
+    let mut pg = pg.upgrade();
+    let looked = pg.times_queried.load(std::sync::atomic::Ordering::Relaxed);
+    let old_times = (pg.hdr.mtime, pg.hdr.ctime);
+    pg.hdr = ph;
+    state.times_changed(&pg);
+    cg.hdr = ch;
+    state.times_changed(&cg);
+    apply_edit_to(edit, &mut [(parent, &mut *pg)]);
+    let shown = show_change_seen_meanwhile(state, &mut pg, old_times, looked);
     if free_now {
         // The name is gone from the directory, on media and in DRAM: the directory is let go
         // before the inode's blocks and number go back (under its own lock still), so lookups
         // and creates there do not wait for the allocator.
-        drop(g.remove(&parent));
-        state.forget_inode(g.get_mut(&loc.ino).expect("locked"));
+        drop(pg);
+        state.forget_inode(&mut cg);
     }
-    Ok(())
+    shown
 }
 
 /// True if `anc` is `d` or one of its ancestors (walks `parent` fields; caller holds `ns`).
@@ -925,4 +786,127 @@ fn dec_links(h: &mut InodeHeader) {
 /// Add one link; callers check `MAX_LINKS` first, this only keeps a damaged count from wrapping.
 pub(crate) fn inc_links(h: &mut InodeHeader) {
     h.nlink = h.nlink.saturating_add(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::error::Error;
+    use crate::fs::Fs;
+    use crate::media::pool::{PersistObserver, Pool};
+    use crate::types::{MkfsOptions, MountOptions};
+    use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+    use std::sync::{Arc, Mutex};
+    use std::thread::ThreadId;
+    use std::time::Duration;
+
+    /// Long enough for any lookup on a loaded machine; a lookup that waits for the paused name
+    /// change never returns within it.
+    const ANSWER: Duration = Duration::from_secs(10);
+
+    /// Stops the one thread it is armed for at that thread's next fence (inside a name change,
+    /// with its directory locked) until `go` is sent.
+    struct Gate {
+        armed: Mutex<Option<ThreadId>>,
+        paused: SyncSender<()>,
+        go: Mutex<Receiver<()>>,
+    }
+
+    impl PersistObserver for Gate {
+        fn stored(&self, _: &Pool, _: u64, _: u64) {}
+        fn flushed(&self, _: &Pool, _: u64, _: u64) {}
+        fn fenced(&self, _: &Pool) {
+            let mut armed = self.armed.lock().unwrap();
+            if *armed == Some(std::thread::current().id()) {
+                *armed = None;
+                drop(armed);
+                self.paused.send(()).unwrap();
+                let _ = self.go.lock().unwrap().recv();
+            }
+        }
+    }
+
+    /// What a look at a directory answered: the inode of the name looked up, the names listed,
+    /// the directory's mtime.
+    type Answer = (u64, Vec<Vec<u8>>, i64);
+
+    /// Run `change` on a thread of its own, paused at its first fence; meanwhile look `seen` up
+    /// in `dir`, list `dir` and get its attributes from another thread, and return what they
+    /// answered (None if they did not answer while the change was paused). The change then
+    /// goes on.
+    fn look_while_paused(
+        fs: &Fs,
+        dir: u64,
+        seen: &'static [u8],
+        change: impl FnOnce(&Fs) + Send + 'static,
+    ) -> Option<Answer> {
+        let (paused_tx, paused) = sync_channel(1);
+        let (go, go_rx) = sync_channel(1);
+        let gate = Arc::new(Gate { armed: Mutex::new(None), paused: paused_tx, go: Mutex::new(go_rx) });
+        fs.pool().set_observer(Some(gate.clone()));
+        let changer = {
+            let fs = fs.clone();
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                *gate.armed.lock().unwrap() = Some(std::thread::current().id());
+                change(&fs);
+            })
+        };
+        paused.recv_timeout(ANSWER).expect("the name change reached a fence");
+        let (answer_tx, answer) = sync_channel(1);
+        let looker = {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                let ino = fs.lookup(dir, seen).unwrap().ino;
+                let names = fs.readdir(dir, 0).unwrap().into_iter().map(|e| e.name).collect();
+                let _ = answer_tx.send((ino, names, fs.getattr(dir).unwrap().mtime));
+            })
+        };
+        let got = answer.recv_timeout(ANSWER).ok();
+        go.send(()).unwrap();
+        changer.join().unwrap();
+        looker.join().unwrap();
+        fs.pool().set_observer(None);
+        got
+    }
+
+    #[test]
+    fn lookups_and_readdir_answer_while_a_name_change_in_the_directory_commits() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("pool");
+        let mkfs = MkfsOptions { size: Some(48 << 20), ..Default::default() };
+        Fs::mkfs(&p, &mkfs).unwrap();
+        let opts = MountOptions { no_background_rewrite: true, ..Default::default() };
+        let fs = Fs::mount(&p, opts).unwrap();
+        let dir = fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap().ino;
+        let kept = fs.create(dir, b"kept", 0o644, 0, 0).unwrap().ino;
+        fs.create(dir, b"gone", 0o644, 0, 0).unwrap();
+
+        // A create, paused inside its commit: the directory answers as it was before it, and
+        // its times change after it even when the create took them from the same clock tick
+        // as the create before it (`show_change_seen_meanwhile`).
+        let (ino, names, mtime) = look_while_paused(&fs, dir, b"kept", move |fs| {
+            fs.create(dir, b"new", 0o644, 0, 0).unwrap();
+        })
+        .expect("a lookup and a readdir answered while a create in the directory committed");
+        assert_eq!(ino, kept);
+        assert!(names.iter().any(|n| n == b"gone") && !names.iter().any(|n| n == b"new"));
+        assert!(fs.lookup(dir, b"new").is_ok(), "the create went on after the lookups");
+        assert_ne!(fs.getattr(dir).unwrap().mtime, mtime, "the create shows in the times");
+
+        // An unlink, paused the same way.
+        // (The look above made the first create store fine-grained times; the second stores
+        // the clock tick's, as the unlink will.)
+        fs.create(dir, b"tick", 0o644, 0, 0).unwrap();
+        fs.create(dir, b"tock", 0o644, 0, 0).unwrap();
+        let (ino, names, mtime) = look_while_paused(&fs, dir, b"kept", move |fs| {
+            fs.unlink(dir, b"gone").unwrap();
+        })
+        .expect("a lookup and a readdir answered while an unlink in the directory committed");
+        assert_eq!(ino, kept);
+        assert!(names.iter().any(|n| n == b"gone"), "{names:?}");
+        assert!(matches!(fs.lookup(dir, b"gone"), Err(Error::NotFound)));
+        assert_ne!(fs.getattr(dir).unwrap().mtime, mtime, "the unlink shows in the times");
+        let report = fs.check();
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+    }
 }

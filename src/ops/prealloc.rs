@@ -15,7 +15,7 @@ use crate::state::inode_state::InodeState;
 use crate::state::mount_state::MountState;
 use crate::state::slots;
 use crate::state::zones::UNIT_HOLDERS;
-use std::sync::{Arc, TryLockError, Weak};
+use std::sync::{Arc, Weak};
 
 /// Give back the file's speculative blocks past its end; returns how many went back.
 pub(crate) fn trim(state: &MountState, g: &mut InodeState) -> Result<u64> {
@@ -72,10 +72,8 @@ pub(crate) fn reclaim(state: &MountState, need: u64) -> u64 {
         let Ok(node) = state.inode(ino) else {
             continue;
         };
-        let mut g = match node.try_write() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(TryLockError::WouldBlock) => continue,
+        let Some(mut g) = crate::state::inode_state::try_wlock(&node) else {
+            continue;
         };
         if !state.still_live(ino, &node) {
             continue;

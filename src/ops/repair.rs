@@ -37,10 +37,8 @@ use crate::media::layout::{
 };
 use crate::media::pool::Category;
 use crate::meta::dir::DirEntryLoc;
-use crate::ops::namespace::{
-    self, DirEdit, NewInode, apply_edit, edit_tx, inode_refs, lock_all, plan_insert,
-    plan_remove, plan_repoint,
-};
+use crate::ops::dir_edit::{DirEdit, apply_edit, edit_tx, plan_insert, plan_remove, plan_repoint};
+use crate::ops::namespace::{self, NewInode, inode_refs, lock_all};
 use crate::ops::relocate;
 use crate::state::claims::{self, Claim, ClaimKind};
 use crate::state::inode_state::{InodeRef, rlock, wlock};
@@ -91,7 +89,7 @@ fn dir_tx(
     dino: u64,
     other: Option<u64>,
     plan: impl FnOnce(
-        &mut std::collections::BTreeMap<u64, std::sync::RwLockWriteGuard<'_, crate::state::inode_state::InodeState>>,
+        &mut std::collections::BTreeMap<u64, crate::state::inode_state::InodeWriteGuard<'_>>,
         &mut DirEdit,
         &mut Tx<'_>,
         &mut Reserved<'_>,

@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::media::journal::Tx;
 use crate::media::layout::{BLOCK_SIZE, INODE_SIZE_CHECKED, INODE_TAIL_UNSETTLED, MAX_FILE_SIZE};
 use crate::media::pool::Category;
-use crate::state::inode_state::{InodeRef, InodeState, rlock, wlock};
+use crate::state::inode_state::{InodeRef, InodeState, InodeWriteGuard, rlock, wlock};
 use crate::state::map_hooks;
 use crate::state::mount_state::MountState;
 use crate::state::size_word;
@@ -23,14 +23,13 @@ use crate::state::slots;
 use crate::state::tx::commit_header;
 use crate::sys::now_ns;
 use std::ops::{Deref, DerefMut};
-use std::sync::RwLockWriteGuard;
 use std::sync::atomic::Ordering;
 
 /// A regular file locked for a change: if clients append to it, their sizes were pulled in and
 /// the size word is frozen until the lock drops, which publishes the size the file has then.
 pub(crate) struct FileLock<'a> {
     state: &'a MountState,
-    g: RwLockWriteGuard<'a, InodeState>,
+    g: InodeWriteGuard<'a>,
     frozen: bool,
     /// The size word before the freeze.
     before: u64,

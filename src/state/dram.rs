@@ -8,7 +8,6 @@ use crate::state::inode_state::{InodeRef, rlock};
 use crate::state::locks::lock;
 use crate::state::mount_state::MountState;
 use std::mem::size_of;
-use std::sync::RwLock;
 
 impl MountState {
     /// Bytes of DRAM held per structure: (what, bytes), largest structures first.
@@ -17,10 +16,9 @@ impl MountState {
             let table = hash_table_bytes(self.inodes.capacity(), size_of::<(u64, InodeRef)>());
             (table, self.inodes.values())
         };
-        // Each inode's state sits in an `Arc` (two counts) around its lock.
-        let per_state = (2 * size_of::<usize>()
-            + size_of::<RwLock<crate::state::inode_state::InodeState>>())
-            as u64;
+        // Each inode's state sits in an `Arc` (two counts) around its locks.
+        let per_state =
+            (2 * size_of::<usize>() + size_of::<crate::state::inode_state::InodeCell>()) as u64;
         let (mut dirs, mut maps) = (0, 0);
         for n in &nodes {
             let g = rlock(n);

@@ -10,7 +10,10 @@ use crate::meta::inode::FileMap;
 use crate::state::mappings::MapState;
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use crate::spin::taken;
+use crate::state::locks;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// An inode in DRAM. Changed only under its lock, and only after the transaction that changes
 /// its media copy has committed (so DRAM never runs ahead of what a crash would recover).
@@ -134,19 +137,128 @@ impl InodeState {
     }
 }
 
+/// An inode's state and its locks.
+pub(crate) struct InodeCell {
+    state: RwLock<InodeState>,
+    /// Directories only (files have `None`): held by every writer of the state before
+    /// `state`'s write lock, and by a name change in the directory (`DirChange`) from its first
+    /// look until it has applied its edit. The name change holds `state` shared until its
+    /// commit is durable, so lookups and readdir there do not wait for its commit; writers of
+    /// the directory still wait for it here.
+    changing: Option<Mutex<()>>,
+}
+
 /// A shared, locked inode.
-pub(crate) type InodeRef = Arc<RwLock<InodeState>>;
+pub(crate) type InodeRef = Arc<InodeCell>;
+
+impl InodeCell {
+    /// A loaded or new inode's state, unlocked.
+    pub(crate) fn new_ref(n: InodeState) -> InodeRef {
+        let changing = n.is_dir().then(Mutex::default);
+        Arc::new(InodeCell { state: RwLock::new(n), changing })
+    }
+}
+
+/// An inode locked for writing: its state's write lock and, for a directory, its name-change
+/// mutex (released after the state's lock: fields drop in order).
+pub(crate) struct InodeWriteGuard<'a> {
+    g: RwLockWriteGuard<'a, InodeState>,
+    _changing: Option<MutexGuard<'a, ()>>,
+}
+
+impl Deref for InodeWriteGuard<'_> {
+    type Target = InodeState;
+    fn deref(&self) -> &InodeState {
+        &self.g
+    }
+}
+
+impl DerefMut for InodeWriteGuard<'_> {
+    fn deref_mut(&mut self) -> &mut InodeState {
+        &mut self.g
+    }
+}
 
 /// Lock an inode for writing (a panic elsewhere does not make the state unusable: every
 /// change is committed to media before DRAM follows; a contended lock is spun on a while
 /// first, `locks::spin_then_block`).
-pub(crate) fn wlock(n: &InodeRef) -> RwLockWriteGuard<'_, InodeState> {
-    crate::state::locks::write(n)
+pub(crate) fn wlock(n: &InodeRef) -> InodeWriteGuard<'_> {
+    let changing = n.changing.as_ref().map(locks::lock_spinning);
+    InodeWriteGuard { g: locks::write(&n.state), _changing: changing }
+}
+
+/// [`wlock`] if nothing holds the inode now.
+pub(crate) fn try_wlock(n: &InodeRef) -> Option<InodeWriteGuard<'_>> {
+    let changing = match &n.changing {
+        Some(m) => Some(taken(m.try_lock())?),
+        None => None,
+    };
+    Some(InodeWriteGuard { g: taken(n.state.try_write())?, _changing: changing })
 }
 
 /// Lock an inode for reading.
 pub(crate) fn rlock(n: &InodeRef) -> RwLockReadGuard<'_, InodeState> {
-    crate::state::locks::read(n)
+    locks::read(&n.state)
+}
+
+/// [`rlock`] if no writer holds the inode now.
+pub(crate) fn try_rlock(n: &InodeRef) -> Option<RwLockReadGuard<'_, InodeState>> {
+    taken(n.state.try_read())
+}
+
+/// A directory locked for a change of its names (create, unlink): its name-change mutex from
+/// the start, so no other writer changes it, but its state only shared until
+/// [`DirChange::upgrade`]: lookups and readdir go on while the change plans and commits, and
+/// see the directory as it was before it. A file (no name-change mutex) is locked exclusively
+/// from the start.
+///
+/// Whoever holds it must not take the directory's state lock again, and a reader of a
+/// directory must not wait for another inode's lock while it holds the directory's: a name
+/// change waits for the directory's readers when it upgrades, holding the locks of the other
+/// inodes it changes.
+pub(crate) enum DirChange<'a> {
+    Shared {
+        cell: &'a InodeCell,
+        g: RwLockReadGuard<'a, InodeState>,
+        changing: MutexGuard<'a, ()>,
+    },
+    Exclusive(InodeWriteGuard<'a>),
+}
+
+impl<'a> DirChange<'a> {
+    /// Lock `n` for a change of its names.
+    pub(crate) fn begin(n: &'a InodeRef) -> DirChange<'a> {
+        match &n.changing {
+            Some(m) => {
+                let changing = locks::lock_spinning(m);
+                DirChange::Shared { cell: n, g: locks::read(&n.state), changing }
+            }
+            None => DirChange::Exclusive(wlock(n)),
+        }
+    }
+
+    /// The directory locked for writing: waits for its readers to leave (after the change's
+    /// commit, so they saw its names as they were before it, never half changed).
+    pub(crate) fn upgrade(self) -> InodeWriteGuard<'a> {
+        match self {
+            DirChange::Shared { cell, g, changing } => {
+                drop(g);
+                // No writer can come in between: every one takes `changing`, held here.
+                InodeWriteGuard { g: locks::write(&cell.state), _changing: Some(changing) }
+            }
+            DirChange::Exclusive(w) => w,
+        }
+    }
+}
+
+impl Deref for DirChange<'_> {
+    type Target = InodeState;
+    fn deref(&self) -> &InodeState {
+        match self {
+            DirChange::Shared { g, .. } => g,
+            DirChange::Exclusive(w) => w,
+        }
+    }
 }
 
 /// Hashes inode numbers with one multiply and a shift. They are handed out by winefs, not

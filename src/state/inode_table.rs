@@ -126,12 +126,12 @@ mod tests {
     use std::sync::Arc;
 
     fn node(ino: u64) -> InodeRef {
-        Arc::new(RwLock::new(InodeState::new(
+        crate::state::inode_state::InodeCell::new_ref(InodeState::new(
             ino,
             InodeHeader::default(),
             FileMap::new(),
             None,
-        )))
+        ))
     }
 
     #[test]

@@ -16,6 +16,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Lock `m`, spinning first ([`spin_then_block`]; a poisoned lock is taken over).
+pub(crate) fn lock_spinning<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    spin_then_block(|| m.try_lock(), || m.lock())
+}
+
 /// Lock `l` shared, spinning first ([`spin_then_block`]).
 pub(crate) fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     spin_then_block(|| l.try_read(), || l.read())

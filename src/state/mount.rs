@@ -21,7 +21,7 @@ use crate::state::slots;
 use crate::state::zones::Zones;
 use crate::state::locks::lock;
 use crate::state::inode_bits::InodeBits;
-use crate::state::inode_state::{InoMap, InodeState, rlock, wlock};
+use crate::state::inode_state::{InoMap, InodeCell, InodeState, rlock, wlock};
 use crate::state::inode_table::InodeTable;
 use crate::state::scan::load_inodes;
 use crate::state::validate;
@@ -31,7 +31,7 @@ use crate::types::MountOptions;
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 /// Read and validate the superblock of the pool at `path` without mounting it (nothing is
 /// written).
@@ -369,7 +369,7 @@ pub(crate) fn mount_checked(
         InoMap::with_capacity_and_hasher(loaded.kept().filter(|n| keep(n)).count(), Default::default());
     for n in std::mem::take(&mut loaded.kept).into_iter().flatten() {
         if keep(&n) {
-            in_dram.insert(n.ino, Arc::new(RwLock::new(n)));
+            in_dram.insert(n.ino, InodeCell::new_ref(n));
         }
     }
     let mut on_media = InodeBits::new(1, g.total_inodes());

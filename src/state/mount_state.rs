@@ -24,7 +24,7 @@ use crate::state::background::Background;
 use crate::state::zones::{Room, Zones};
 use crate::state::inode_bits::InodeBits;
 use crate::state::inode_load::load_after_mount;
-use crate::state::inode_state::{InoMap, InodeRef, InodeState, rlock};
+use crate::state::inode_state::{InoMap, InodeCell, InodeRef, InodeState, rlock};
 use crate::state::inode_table::InodeTable;
 use crate::state::leases::Leases;
 use crate::state::locks::lock;
@@ -32,7 +32,7 @@ use crate::state::mappings::FaultService;
 use crate::sys::current_cpu;
 use crate::types::{Attr, Consistency, OverwritePath, StatFs};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 /// Shared state of a mounted pool.
 pub(crate) struct MountState {
@@ -119,7 +119,7 @@ fn idle(n: &InodeRef) -> bool {
     if Arc::strong_count(n) != 1 {
         return false;
     }
-    let Ok(g) = n.try_read() else {
+    let Some(g) = crate::state::inode_state::try_rlock(n) else {
         return false;
     };
     !g.is_dir()
@@ -281,7 +281,7 @@ impl MountState {
     fn rebuild(&self, ino: u64) -> Result<InodeRef> {
         let node = load_after_mount(&self.pool, &self.geo, ino)?;
         node.times_queried.store(true, Ordering::Relaxed);
-        Ok(Arc::new(RwLock::new(node)))
+        Ok(InodeCell::new_ref(node))
     }
 
     /// The in-use inodes loaded into DRAM (what DRAM-only state, such as quarantined blocks or

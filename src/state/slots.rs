@@ -352,7 +352,7 @@ fn write_back_victims(
                 let Ok(n) = state.inode(ino) else { continue };
                 if wait {
                     done += fold_blocks(state, &mut crate::state::inode_state::wlock(&n), &lbs)?;
-                } else if let Ok(mut vg) = n.try_write() {
+                } else if let Some(mut vg) = crate::state::inode_state::try_wlock(&n) {
                     done += fold_blocks(state, &mut vg, &lbs)?;
                 }
             }
