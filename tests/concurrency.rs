@@ -275,3 +275,107 @@ fn racing_name_changes_on_the_same_names_stay_consistent() {
     let r = fs.check();
     assert!(r.is_clean(), "after remount: {:?}", r.problems);
 }
+
+#[test]
+fn readers_of_a_directory_see_it_whole_while_its_names_change() {
+    // Writers create and unlink names of their own in one directory (and make and remove a
+    // directory there) while readers look names up, list the directory and stat it: lookups
+    // and listings go on while a name change commits (DESIGN §6), so they must still see every
+    // name that stays, once, and nothing half made.
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use winefs::Error;
+    let (_d, p) = common::fresh_pool(128 << 20, Some(4));
+    let fs = Arc::new(common::mount_with(&p, Consistency::Strict));
+    let dir = fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap().ino;
+    let stable: BTreeMap<Vec<u8>, u64> = (0..10)
+        .map(|i| {
+            let name = format!("s{i}").into_bytes();
+            let ino = fs.create(dir, &name, 0o644, 0, 0).unwrap().ino;
+            (name, ino)
+        })
+        .collect();
+    let stable = Arc::new(stable);
+    let writing = Arc::new(AtomicBool::new(true));
+    let writers: Vec<_> = (0..3u32)
+        .map(|t| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                let mut present = BTreeSet::new();
+                for i in 0..20_000u32 {
+                    let add = format!("w{t}_{}", i % 20).into_bytes();
+                    let r = fs.create(dir, &add, 0o644, 0, 0).map(drop);
+                    match (present.contains(&add), r) {
+                        (false, Ok(())) => {
+                            present.insert(add);
+                        }
+                        (true, Err(Error::Exists)) => {}
+                        (had, r) => panic!("create {add:?} (there: {had}): {r:?}"),
+                    }
+                    let del = format!("w{t}_{}", (i + 7) % 20).into_bytes();
+                    let r = fs.unlink(dir, &del);
+                    match (present.remove(&del), r) {
+                        (true, Ok(())) | (false, Err(Error::NotFound)) => {}
+                        (had, r) => panic!("unlink {del:?} (there: {had}): {r:?}"),
+                    }
+                    if i % 50 == 0 {
+                        let sub = format!("sub{t}").into_bytes();
+                        fs.mkdir(dir, &sub, 0o755, 0, 0).unwrap();
+                        fs.rmdir(dir, &sub).unwrap();
+                    }
+                }
+                present
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (fs, stable, writing) = (fs.clone(), stable.clone(), writing.clone());
+            std::thread::spawn(move || {
+                let mut looks = 0u64;
+                while writing.load(Ordering::Relaxed) {
+                    for (name, &ino) in stable.iter() {
+                        assert_eq!(fs.lookup(dir, name).unwrap().ino, ino);
+                    }
+                    let listed: Vec<Vec<u8>> =
+                        fs.readdir(dir, 0).unwrap().into_iter().map(|e| e.name).collect();
+                    let unique: BTreeSet<&Vec<u8>> = listed.iter().collect();
+                    assert_eq!(unique.len(), listed.len(), "a name listed twice: {listed:?}");
+                    for name in stable.keys() {
+                        assert!(unique.contains(name), "{name:?} missing from {listed:?}");
+                    }
+                    for name in &listed {
+                        let ok = name.as_slice() == b"."
+                            || name.as_slice() == b".."
+                            || name.starts_with(b"s")
+                            || name.starts_with(b"w");
+                        assert!(ok, "a name nobody made: {name:?}");
+                    }
+                    assert!(fs.getattr(dir).unwrap().nlink >= 2);
+                    looks += 1;
+                }
+                looks
+            })
+        })
+        .collect();
+    let present: Vec<BTreeSet<Vec<u8>>> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    writing.store(false, Ordering::Relaxed);
+    for r in readers {
+        assert!(r.join().unwrap() > 0, "the readers ran");
+    }
+    let check = |fs: &winefs::Fs| {
+        let listed: BTreeSet<Vec<u8>> =
+            fs.readdir(dir, 0).unwrap().into_iter().map(|e| e.name).collect();
+        let mut want: BTreeSet<Vec<u8>> = present.iter().flatten().cloned().collect();
+        want.extend(stable.keys().cloned());
+        want.extend([b".".to_vec(), b"..".to_vec()]);
+        assert_eq!(listed, want);
+        assert_eq!(fs.getattr(dir).unwrap().nlink, 2, "the subdirectories are gone");
+        let r = fs.check();
+        assert!(r.is_clean(), "{:?}", r.problems);
+    };
+    check(&fs);
+    let fs = Arc::try_unwrap(fs).ok().expect("threads joined");
+    fs.unmount().unwrap();
+    check(&common::mount(&p));
+}
