@@ -46,8 +46,8 @@ impl Channel {
     }
 
     /// winefs: read the next request without sleeping for up to `spin` and while `go_on()`,
-    /// the descriptor being non-blocking ([`Channel::set_nonblocking`]); Ok(None) when none
-    /// came. A request that comes within `spin` of the last reply then needs no wake-up of
+    /// the descriptor being non-blocking ([`Channel::set_nonblocking`]): its size, and whether
+    /// it was there at the first look; Ok(None) when none came. A request that comes within `spin` of the last reply then needs no wake-up of
     /// this thread, which on a virtual machine can cost more than the request itself (an idle
     /// virtual CPU halts and must be scheduled again by its host).
     pub(crate) fn receive_spinning(
@@ -55,12 +55,14 @@ impl Channel {
         buffer: &mut [u8],
         spin: std::time::Duration,
         go_on: impl Fn() -> bool,
-    ) -> nix::Result<Option<usize>> {
+    ) -> nix::Result<Option<(usize, bool)>> {
         let deadline = std::time::Instant::now() + spin;
+        let mut first = true;
         loop {
             match self.receive(buffer) {
-                Ok(size) => return Ok(Some(size)),
+                Ok(size) => return Ok(Some((size, first))),
                 Err(Errno::EAGAIN) if std::time::Instant::now() < deadline && go_on() => {
+                    first = false;
                     // A caller this CPU has just woken (with a reply) runs first.
                     std::thread::yield_now();
                 }

@@ -84,6 +84,7 @@ mod access_flags;
 mod bsd_file_flags;
 mod channel;
 mod dev_fuse;
+mod dev_park;
 /// Experimental APIs
 #[cfg(feature = "experimental")]
 pub mod experimental;

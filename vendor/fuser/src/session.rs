@@ -327,7 +327,7 @@ impl<FS: Filesystem> Session<FS> {
                     allowed,
                     session_owner,
                     spin: std::time::Duration::ZERO,
-                    active: Arc::default(),
+                    loops: Arc::default(),
                 },
                 &uring_stop,
             ),
@@ -346,7 +346,7 @@ impl<FS: Filesystem> Session<FS> {
         } else {
             std::time::Duration::ZERO
         };
-        let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let loops = Arc::new(crate::dev_park::DevLoops::default());
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -357,7 +357,7 @@ impl<FS: Filesystem> Session<FS> {
                 allowed,
                 session_owner,
                 spin,
-                active: Arc::clone(&active),
+                loops: Arc::clone(&loops),
             };
             threads.push(
                 thread::Builder::new()
@@ -640,13 +640,20 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) session_owner: Uid,
     /// winefs: how long to read without sleeping after serving a request (zero: never).
     pub(crate) spin: std::time::Duration,
-    /// winefs: event loop threads serving a request or spinning (counted only when `spin` is
-    /// not zero), shared by the session's `/dev/fuse` threads.
-    pub(crate) active: Arc<std::sync::atomic::AtomicUsize>,
+    /// winefs: what the session's `/dev/fuse` event loops share (used only when `spin` is not
+    /// zero): threads serving or spinning, and the parked ones (`dev_park`).
+    pub(crate) loops: Arc<crate::dev_park::DevLoops>,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
     fn event_loop(&self) -> io::Result<()> {
+        let r = self.serve();
+        // winefs: threads parked beside this one go back to read, and end as it did.
+        self.loops.end();
+        r
+    }
+
+    fn serve(&self) -> io::Result<()> {
         // Buffer for receiving requests from the kernel. Only one is allocated and
         // it is reused immediately after dispatching to conserve memory and allocations.
         let mut buf = FuseReadBuf::new();
@@ -656,43 +663,85 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         // while no other event loop thread is serving or spinning: one caller waiting for
         // each reply gains, while callers that keep several threads busy would lose CPU time
         // to a spinner (two threads' create/append/unlink loops ran a quarter slower on two
-        // CPUs when every idle thread spun).
+        // CPUs when every idle thread spun). A thread with nothing to serve parks off the
+        // kernel's queue unless it is needed in read (`dev_park`), so that the kernel does not
+        // wake it for every request the spinner takes.
         let spins = !self.spin.is_zero();
-        let alone = || self.active.load(std::sync::atomic::Ordering::Relaxed) == 1;
+        let loops = &*self.loops;
         let mut counted = false;
         let mut nonblocking = false;
+        // Requests of another caller than the one before that the spinner found waiting at its
+        // first look, in a row; and the caller of the last request this thread served.
+        let mut streak = 0u32;
+        let mut last_caller = 0u32;
+        // Until when this thread may read beside others (`dev_park`).
+        let mut lease_until: Option<std::time::Instant> = None;
         loop {
-            let got = if counted && alone() {
+            let got = if counted && loops.alone() {
                 if !nonblocking {
                     self.ch.set_nonblocking(true)?;
                     nonblocking = true;
                 }
-                match self.ch.receive_spinning(buf, self.spin, alone) {
-                    Ok(Some(size)) => Ok(size),
+                loops.begin_spin();
+                let r = self.ch.receive_spinning(buf, self.spin, || loops.alone());
+                loops.end_spin();
+                match r {
+                    Ok(Some((size, first))) => {
+                        let caller = crate::dev_park::caller(&buf[..size]);
+                        streak = if first && caller != last_caller { streak + 1 } else { 0 };
+                        if loops.backlog(streak) {
+                            lease_until = Some(std::time::Instant::now() + crate::dev_park::LEASE);
+                        }
+                        Ok(size)
+                    }
                     Ok(None) => {
-                        self.active.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                        loops.end_active();
                         counted = false;
+                        streak = 0;
                         continue;
                     }
                     Err(e) => Err(e),
                 }
             } else {
                 if counted {
-                    self.active.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                    loops.end_active();
                     counted = false;
+                }
+                if spins {
+                    let leased = lease_until.is_some_and(|t| std::time::Instant::now() < t);
+                    if !loops.begin_read(leased) {
+                        loops.park();
+                        lease_until = Some(std::time::Instant::now() + crate::dev_park::LEASE);
+                        loops.begin_read(true);
+                    }
                 }
                 if nonblocking {
                     self.ch.set_nonblocking(false)?;
                     nonblocking = false;
                 }
-                self.ch.receive_retrying(buf)
+                let began = std::time::Instant::now();
+                let r = self.ch.receive_retrying(buf);
+                if spins {
+                    loops.end_read();
+                    // Another caller's request at once: several are sending.
+                    if let Ok(size) = r
+                        && began.elapsed() < crate::dev_park::BUSY_READ
+                        && crate::dev_park::caller(&buf[..size]) != last_caller
+                    {
+                        lease_until = Some(std::time::Instant::now() + crate::dev_park::LEASE);
+                    }
+                }
+                r
             };
             if spins && !counted {
-                self.active.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                loops.begin_active();
                 counted = true;
             }
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
+            if let Ok(size) = got {
+                last_caller = crate::dev_park::caller(&buf[..size]);
+            }
             match got {
                 Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
                     // Dispatch request
