@@ -35,8 +35,11 @@ pub(crate) const BUSY_READ: Duration = Duration::from_millis(1);
 /// faster than one thread serves them.
 pub(crate) const LEASE: Duration = Duration::from_millis(10);
 
-/// How often a parked thread wakes to see whether the session ended (its end also wakes it).
-const RECHECK: Duration = Duration::from_millis(50);
+/// How often a parked thread wakes to look around: it goes to read if no thread reads or spins
+/// (the ones serving are taking long: a request may be waiting for another request to be
+/// served, as when a handler waits for the kernel, which waits for a request), and it leaves
+/// when the session has ended (the end also wakes it).
+const RECHECK: Duration = Duration::from_millis(100);
 
 /// What the `/dev/fuse` event loops of one session share.
 #[derive(Debug, Default)]
@@ -110,15 +113,27 @@ impl DevLoops {
         self.readers.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// Park until woken by [`DevLoops::backlog`] or the session's end.
+    /// Park until woken by [`DevLoops::backlog`] or the session's end, or until a look
+    /// ([`RECHECK`]) finds no thread reading or spinning.
     pub(crate) fn park(&self) {
         let mut p = self.park_state();
         p.parked += 1;
         while p.kicks == 0 && !p.ended {
-            p = match self.wake.wait_timeout(p, RECHECK) {
-                Ok((g, _)) => g,
-                Err(e) => e.into_inner().0,
+            let timed_out;
+            (p, timed_out) = match self.wake.wait_timeout(p, RECHECK) {
+                Ok((g, t)) => (g, t.timed_out()),
+                Err(e) => {
+                    let (g, t) = e.into_inner();
+                    (g, t.timed_out())
+                }
             };
+            if timed_out
+                && self.readers.load(Ordering::Relaxed) == 0
+                && self.spinning.load(Ordering::Relaxed) == 0
+            {
+                p.parked -= 1;
+                return;
+            }
         }
         p.kicks = p.kicks.saturating_sub(1);
         p.parked -= 1;
