@@ -68,16 +68,8 @@ pub(crate) fn plan_insert(
     // yet, so a second insert into one directory within one operation uses a fresh search
     // that skips them.
     let dirx = d.dir.as_mut().ok_or(Error::NotDir)?;
-    let pending: Vec<(u32, u32, u32)> = edit
-        .inserts
-        .iter()
-        .filter(|i| i.0 == dino)
-        .map(|i| (i.2.block, i.2.slot, i.2.nslots))
-        .collect();
-    let mut found = None;
-    if pending.is_empty() {
-        found = dirx.find_space(name.len());
-    }
+    let pending = edit.inserts.iter().any(|i| i.0 == dino);
+    let found = if pending { None } else { dirx.find_space(name.len()) };
     let (block, slot, phys) = match found {
         Some((b, s)) => (b, s, block_at(&d.map, dino, b)?),
         None => {

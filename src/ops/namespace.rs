@@ -294,27 +294,24 @@ pub(crate) fn unlink(state: &MountState, parent: u64, name: &[u8], want_dir: boo
     let _ns = state.namespace.read();
     loop {
         let loc = dir_lookup(state, parent, name)?;
-        let arcs = match inode_refs(state, &[parent, loc.ino]) {
-            Ok(a) => a,
-            Err(Error::Stale(_)) => continue, // freed since the lookup: look again
-            Err(e) => return Err(e),
-        };
         if loc.ino == parent {
             return Err(Error::Corrupted(format!(
                 "directory {parent} names itself as {}",
                 String::from_utf8_lossy(name)
             )));
         }
-        let (Some(pa), Some(ca)) = (node_of(&arcs, parent), node_of(&arcs, loc.ino)) else {
-            continue;
+        let (pa, ca) = match state.inode(parent).and_then(|p| Ok((p, state.inode(loc.ino)?))) {
+            Ok(nodes) => nodes,
+            Err(Error::Stale(_)) => continue, // freed since the lookup: look again
+            Err(e) => return Err(e),
         };
         // In inode-number order; the directory shared until the commit (`DirChange`).
         let (pg, cg) = if parent < loc.ino {
-            let pg = DirChange::begin(pa);
-            (pg, wlock(ca))
+            let pg = DirChange::begin(&pa);
+            (pg, wlock(&ca))
         } else {
-            let cg = wlock(ca);
-            (DirChange::begin(pa), cg)
+            let cg = wlock(&ca);
+            (DirChange::begin(&pa), cg)
         };
         let found = pg.find_name(&state.pool, name)?;
         let Some(loc) = found.filter(|l| l.ino == loc.ino) else {
@@ -322,16 +319,11 @@ pub(crate) fn unlink(state: &MountState, parent: u64, name: &[u8], want_dir: boo
         };
         // The same number is not enough: the inode may have been freed, and its number given
         // to a new one under the same name, since its state was fetched.
-        if !state.still_live(loc.ino, ca) {
+        if !state.still_live(loc.ino, &ca) {
             continue;
         }
         return unlink_locked(state, parent, name, want_dir, loc, pg, cg);
     }
-}
-
-/// The state of `ino` among `arcs` ([`inode_refs`]).
-fn node_of(arcs: &[(u64, InodeRef)], ino: u64) -> Option<&InodeRef> {
-    arcs.iter().find(|(i, _)| *i == ino).map(|(_, a)| a)
 }
 
 /// [`unlink`] with the directory (`pg`) and the inode its entry `name` names (`loc`, `cg`)
