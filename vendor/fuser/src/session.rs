@@ -677,6 +677,9 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         // Until when this thread may read beside others (`dev_park`).
         let mut lease_until: Option<std::time::Instant> = None;
         loop {
+            // How the request came, for the parking decisions below: spinning (whether at the
+            // first look), or by a read that returned within `BUSY_READ` (`read_at_once`).
+            let (mut spun, mut read_at_once) = (None, false);
             let got = if counted && loops.alone() {
                 if !nonblocking {
                     self.ch.set_nonblocking(true)?;
@@ -687,11 +690,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 loops.end_spin();
                 match r {
                     Ok(Some((size, first))) => {
-                        let caller = crate::dev_park::caller(&buf[..size]);
-                        streak = if first && caller != last_caller { streak + 1 } else { 0 };
-                        if loops.backlog(streak) {
-                            lease_until = Some(std::time::Instant::now() + crate::dev_park::LEASE);
-                        }
+                        spun = Some(first);
                         Ok(size)
                     }
                     Ok(None) => {
@@ -723,13 +722,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 let r = self.ch.receive_retrying(buf);
                 if spins {
                     loops.end_read();
-                    // Another caller's request at once: several are sending.
-                    if let Ok(size) = r
-                        && began.elapsed() < crate::dev_park::BUSY_READ
-                        && crate::dev_park::caller(&buf[..size]) != last_caller
-                    {
-                        lease_until = Some(std::time::Instant::now() + crate::dev_park::LEASE);
-                    }
+                    read_at_once = began.elapsed() < crate::dev_park::BUSY_READ;
                 }
                 r
             };
@@ -740,7 +733,17 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             if let Ok(size) = got {
-                last_caller = crate::dev_park::caller(&buf[..size]);
+                let caller = crate::dev_park::caller(&buf[..size]);
+                let another = caller != last_caller;
+                last_caller = caller;
+                if let Some(first) = spun {
+                    streak = if first && another { streak + 1 } else { 0 };
+                }
+                // Another caller's request waiting for the spinner, or at once for a reader:
+                // several callers are sending.
+                if (spun.is_some() && loops.backlog(streak)) || (read_at_once && another) {
+                    lease_until = Some(std::time::Instant::now() + crate::dev_park::LEASE);
+                }
             }
             match got {
                 Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
