@@ -43,8 +43,9 @@
 //!   direct path's appends and hole filling) are followed by `FUSE_NOTIFY_INVAL_INODE`, and a
 //!   file with direct appenders is answered with no attribute caching at all;
 //! - with a direct path (`channel`, the preload library), whose processes store into the pool
-//!   itself, a file is never both cached by the kernel and leased (`cache_gate`): a read-only
-//!   open is cached unless the file is leased or the opener is a client's; every other open is
+//!   itself, a file is never both cached by the kernel and leased (`cache_gate`): an open that
+//!   may read, not `O_APPEND` nor `O_DIRECT`, is cached unless the file is leased or the opener
+//!   is a client's; every other open (`O_WRONLY`, `O_APPEND`, `O_DIRECT`, leased, a client's) is
 //!   `FOPEN_DIRECT_IO` and `FOPEN_PARALLEL_DIRECT_WRITES` (mmap allowed,
 //!   `FUSE_DIRECT_IO_ALLOW_MMAP`; without it, and with a writeback cache, every open is cached);
 //!   a lease waits briefly for cached opens to be released and is refused if one is left.
@@ -181,9 +182,8 @@ impl WinefsFuse {
     /// Let the kernel cache file data, for a mount that offers no direct path (`mount
     /// --no-direct`, a read-only mount): every write then goes through the kernel, which
     /// keeps its cache in step, so reads are served from it and read ahead in large requests
-    /// instead of one request per `read(2)`. Each open starts from what winefs holds (the
-    /// kernel drops the file's cache at open, as without `FOPEN_KEEP_CACHE` it does); writes
-    /// still reach winefs before `write(2)` returns.
+    /// instead of one request per `read(2)`, and kept from one open to the next
+    /// (`FOPEN_KEEP_CACHE`); writes still reach winefs before `write(2)` returns.
     pub fn with_page_cache(mut self) -> Self {
         self.page_cache = true;
         self
@@ -200,25 +200,23 @@ impl WinefsFuse {
         Arc::clone(&self.gate)
     }
 
-    /// How thread `tid` opens regular file `ino` for `access` (`O_ACCMODE` of its flags): with
-    /// the page cache where no direct-path store can go behind the kernel (`with_page_cache`,
-    /// `with_writeback_cache`, a kernel that cannot map direct-I/O files). Otherwise a
-    /// read-only open is cached as the [`CacheGate`] decides — unless the file is leased or
-    /// the opener is a direct-path client's — and every other open is direct I/O: a writer
-    /// gains nothing from the cache (each write is sent before it returns anyway) and loses
-    /// the parallel writes below. The handle tells `release` whether a cached open goes.
-    fn open_file(&self, ino: u64, tid: u32, access: i32) -> (FileHandle, FopenFlags) {
-        if !self.direct_io || self.writeback_cache || self.page_cache {
+    /// How thread `tid` opens regular file `ino` with open flags `flags`: with the page cache
+    /// where no direct-path store can go behind the kernel (`with_page_cache`,
+    /// `with_writeback_cache`); otherwise, on a kernel that can map direct-I/O files, as the
+    /// [`CacheGate`] decides. The handle tells `release` whether a cached open goes.
+    fn open_file(&self, ino: u64, tid: u32, flags: i32) -> (FileHandle, FopenFlags) {
+        if self.writeback_cache || self.page_cache {
+            // Nothing stores behind the kernel: what it cached stays true across opens.
+            return (FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
+        }
+        if !self.direct_io {
+            // A direct path the kernel cannot be kept apart from: each open at least starts
+            // from what the pool holds.
             return (FileHandle(0), FopenFlags::empty());
         }
-        let mode = match access & libc::O_ACCMODE {
-            libc::O_RDONLY => self.gate.open(ino, tid),
-            _ => OpenMode::Direct,
-        };
-        match mode {
-            OpenMode::Cached => (CACHED_OPEN, FopenFlags::empty()),
-            // Writes inside the file need not hold the kernel's inode lock: the core orders
-            // overlapping writes itself.
+        match self.gate.open(ino, tid, flags) {
+            // Kept across opens: a lease's end drops the pages (`channel`); the rest is the kernel's.
+            OpenMode::Cached => (CACHED_OPEN, FopenFlags::FOPEN_KEEP_CACHE),
             OpenMode::Direct => (
                 FileHandle(0),
                 FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES,
@@ -237,6 +235,16 @@ impl WinefsFuse {
     /// Tell the kernel that its cached attributes of `ino` are stale.
     fn attributes_changed(&self, ino: u64) {
         invalidate_attributes(&self.notifier, ino);
+    }
+}
+
+/// Drop the kernel's cached attributes and data of `ino` (after a lease: stores behind the kernel).
+/// The kernel waits for pages locked by requests in flight: never from a thread serving them.
+pub(crate) fn invalidate_data(notifier: &OnceLock<Notifier>, ino: u64) {
+    if let Some(n) = notifier.get()
+        && let Err(e) = n.inval_inode(INodeNo(ino), 0, 0)
+    {
+        log::debug!("invalidating the cached data of inode {ino}: {e}");
     }
 }
 
@@ -953,25 +961,33 @@ mod tests {
         let fs = Arc::new(Fs::mount(&p, crate::MountOptions::default()).unwrap());
         let kernel_maps_direct_io = |a: WinefsFuse| WinefsFuse { direct_io: true, ..a };
         let direct = FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
+        let kept = FopenFlags::FOPEN_KEEP_CACHE;
         let other = u32::MAX - 1; // no client's thread
-        // With a direct path: writers are direct I/O; a reader is cached while nobody leases
-        // the file, direct I/O while it is leased.
+        // With a direct path: writers that do not read, appenders and O_DIRECT opens are direct
+        // I/O; an open that may read is cached while nobody leases the file, direct I/O while it
+        // is leased.
         let served = kernel_maps_direct_io(WinefsFuse::new(Arc::clone(&fs)).with_channel("c"));
         assert_eq!(served.open_file(5, other, libc::O_WRONLY), (FileHandle(0), direct));
-        assert_eq!(served.open_file(5, other, libc::O_RDWR), (FileHandle(0), direct));
-        assert_eq!(served.open_file(5, other, libc::O_RDONLY), (CACHED_OPEN, FopenFlags::empty()));
+        assert_eq!(served.open_file(5, other, libc::O_RDWR | libc::O_DIRECT), (FileHandle(0), direct));
+        assert_eq!(served.open_file(5, other, libc::O_RDWR | libc::O_APPEND), (FileHandle(0), direct));
+        assert_eq!(served.open_file(5, other, libc::O_RDONLY | libc::O_DIRECT), (FileHandle(0), direct));
+        assert_eq!(served.open_file(5, other, libc::O_RDONLY), (CACHED_OPEN, kept));
+        assert_eq!(served.open_file(5, other, libc::O_RDWR), (CACHED_OPEN, kept));
         assert!(!served.gate.lease(5, Duration::ZERO), "leased under a cached open");
+        served.gate.closed(5);
+        assert!(!served.gate.lease(5, Duration::ZERO), "leased under a cached open for writing");
         served.gate.closed(5);
         assert!(served.gate.lease(5, Duration::ZERO));
         assert_eq!(served.open_file(5, other, libc::O_RDONLY), (FileHandle(0), direct));
+        assert_eq!(served.open_file(5, other, libc::O_RDWR), (FileHandle(0), direct));
         // A client's own opens are direct I/O whether or not it leased the file yet.
         served.gate.client_connected(std::process::id());
         assert_eq!(served.open_file(6, std::process::id(), libc::O_RDONLY), (FileHandle(0), direct));
-        // Without one, or with the kernel's own caches, always cached and never counted.
+        // Without one, or with the kernel's own caches, always cached, kept and never counted.
         let cached = kernel_maps_direct_io(WinefsFuse::new(Arc::clone(&fs)).with_page_cache());
-        assert_eq!(cached.open_file(5, other, libc::O_RDWR), (FileHandle(0), FopenFlags::empty()));
+        assert_eq!(cached.open_file(5, other, libc::O_RDWR), (FileHandle(0), kept));
         let written_back = kernel_maps_direct_io(WinefsFuse::new(fs).with_writeback_cache());
-        assert_eq!(written_back.open_file(5, other, libc::O_RDWR), (FileHandle(0), FopenFlags::empty()));
+        assert_eq!(written_back.open_file(5, other, libc::O_RDWR), (FileHandle(0), kept));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -2452,8 +2452,21 @@ fn fuse_threads(pid: u32, uring: bool) -> (usize, u64, u64) {
     (threads, switches, cpu_ns)
 }
 
+/// A new, empty file `p` opened for [`write_records`]: for reading and writing, and `O_DIRECT`,
+/// so the kernel caches nothing and sends each `write(2)` as it comes.
+fn records_file(p: &Path) -> File {
+    File::options()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(p)
+        .unwrap()
+}
+
 /// Write `n` records of 100 bytes, record `i` all `i as u8` at `i * 100`: through a direct-I/O
-/// descriptor (opened for writing), each is one WRITE request.
+/// descriptor ([`records_file`]), each is one WRITE request.
 fn write_records(f: &File, n: u64) {
     use std::os::unix::fs::FileExt;
     for i in 0..n {
@@ -2537,7 +2550,7 @@ fn transport_uring_serves_requests_from_its_queues_or_is_refused_in_one_line() {
     assert_eq!(loops, 4, "/dev/fuse event loops beside the queues (--threads 4)");
     // Every write(2) of a direct-I/O file is one WRITE request. Over /dev/fuse each would wake
     // an event loop; here the queue threads do the work and the event loops sleep on.
-    let f = File::options().create(true).truncate(true).write(true).read(true).open(m.path("g")).unwrap();
+    let f = records_file(&m.path("g"));
     const WRITES: u64 = 400;
     write_records(&f, WRITES);
     let (_, loop_switches_after, _) = fuse_threads(m.pid(), false);
@@ -2665,7 +2678,7 @@ fn back_to_back_sleeps(threads: &'static str, below: u64) -> Vec<u64> {
     m.stop();
     m.args = vec!["--transport", "dev", "--threads", threads];
     m.start();
-    let f = File::options().create(true).truncate(true).write(true).read(true).open(m.path("g")).unwrap();
+    let f = records_file(&m.path("g"));
     // Warm up: threads that have waited in read(2) since the mount settle.
     write_records(&f, WRITES);
     let mut sleeps = Vec::new();
@@ -2771,6 +2784,16 @@ fn reads_served(m: &Mounted) -> u64 {
         .map_or(0, |o| o["ops"].as_u64().unwrap())
 }
 
+/// Read `buf.len()` bytes of `f` from its start five times: how many reads reached winefs.
+fn reads_reaching_winefs(m: &Mounted, f: &File, buf: &mut [u8]) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let before = reads_served(m);
+    for _ in 0..5 {
+        f.read_exact_at(buf, 0).unwrap();
+    }
+    reads_served(m) - before
+}
+
 #[test]
 fn the_kernel_caches_file_data_nobody_stores_into_directly_and_every_write_still_lands() {
     use std::os::unix::fs::FileExt;
@@ -2783,16 +2806,40 @@ fn the_kernel_caches_file_data_nobody_stores_into_directly_and_every_write_still
     let mut buf = vec![0u8; want.len()];
     f.read_exact_at(&mut buf, 0).unwrap();
     assert!(buf == want, "{}", first_difference(&buf, &want));
-    let before = reads_served(&m);
-    for _ in 0..5 {
-        f.read_exact_at(&mut buf, 0).unwrap();
-    }
-    assert_eq!(reads_served(&m), before, "cached reads reached winefs");
+    assert_eq!(reads_reaching_winefs(&m, &f, &mut buf), 0, "cached reads reached winefs");
     drop(f);
-    m.stop();
+    // The cache outlives the open: nothing stored into the file behind the kernel since.
+    let f = File::open(m.path("d")).unwrap();
+    let kept = reads_reaching_winefs(&m, &f, &mut buf);
+    assert!(buf == want, "{}", first_difference(&buf, &want));
+    assert_eq!(kept, 0, "a new open read again what the kernel had cached");
+    drop(f);
+    // So is an open for reading and writing (a database reading back its pages): its reads
+    // stay in the kernel, its writes show at once through the cache and reach winefs before
+    // write(2) returns (the daemon is killed -9 below).
+    let mut want = want;
+    let rw = File::options().read(true).write(true).open(m.path("d")).unwrap();
+    let cached = reads_reaching_winefs(&m, &rw, &mut buf);
+    assert_eq!(cached, 0, "cached reads of an O_RDWR open reached winefs");
+    rw.write_all_at(&[0xa5; 3000], 4000).unwrap();
+    want[4000..7000].fill(0xa5);
+    rw.read_exact_at(&mut buf, 0).unwrap();
+    assert!(buf == want, "{}", first_difference(&buf, &want));
+    // O_DIRECT opts out, as on ext4: every read is a request.
+    let direct = File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(m.path("d"))
+        .unwrap();
+    let requests = reads_reaching_winefs(&m, &direct, &mut buf);
+    assert!(buf == want, "{}", first_difference(&buf, &want));
+    assert!(requests >= 5, "reads of an O_DIRECT open did not reach winefs");
+    drop((rw, direct));
+    m.crash();
 
     m.args = vec!["--no-direct"];
     m.start();
+    assert_bytes(&m.path("d"), &want);
     let mut want = pseudo_random(22, (1 << 20) + 333);
     let w = File::create(m.path("c")).unwrap();
     w.write_all_at(&want, 0).unwrap();
@@ -2800,11 +2847,7 @@ fn the_kernel_caches_file_data_nobody_stores_into_directly_and_every_write_still
     r.read_exact_at(&mut buf, 0).unwrap();
     assert!(buf == want, "{}", first_difference(&buf, &want));
     // Read again and again: the kernel answers from its cache.
-    let before = reads_served(&m);
-    for _ in 0..5 {
-        r.read_exact_at(&mut buf, 0).unwrap();
-    }
-    assert_eq!(reads_served(&m), before, "cached reads reached winefs");
+    assert_eq!(reads_reaching_winefs(&m, &r, &mut buf), 0, "cached reads reached winefs");
     // A write through another descriptor shows at once to the cached reader.
     w.write_all_at(&[0x5a; 5000], 70_000).unwrap();
     want[70_000..75_000].fill(0x5a);

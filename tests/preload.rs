@@ -209,9 +209,15 @@ impl Holder {
             let _ = fs::remove_file(p);
             cmd.env("WINEFS_PRELOAD_STATS", p);
         }
+        Holder::spawn(cmd.env("LD_PRELOAD", preload_lib()), file, mib)
+    }
+    /// A holder without the library: its mapping is the kernel's, through FUSE.
+    fn start_plain(file: &Path, mib: u64) -> Holder {
+        Holder::spawn(&mut Command::new(client(false)), file, mib)
+    }
+    fn spawn(cmd: &mut Command, file: &Path, mib: u64) -> Holder {
         let mut child = cmd
             .args(["hold", file.to_str().unwrap(), &mib.to_string()])
-            .env("LD_PRELOAD", preload_lib())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -323,7 +329,7 @@ fn writes_through_fuse_and_stores_through_a_direct_mapping_see_each_other_at_onc
         assert_eq!(h.read(off), v, "a write through FUSE at {off} not seen in the mapping");
     }
     // Direct → FUSE: a store through the mapping is seen by read(2) through the mount at once
-    // (files are opened direct-I/O: no stale page cache).
+    // (the file is leased: every open of it is direct I/O, no stale page cache).
     let mut b = [0u8; 1];
     plain.read_at(&mut b, 100).unwrap(); // cache whatever could be cached
     for (off, v) in [(100u64, 21u8), (1 << 20, 22), ((3 << 20) - 2, 23)] {
@@ -347,13 +353,34 @@ fn writes_through_fuse_and_stores_through_a_direct_mapping_see_each_other_at_onc
 }
 
 #[test]
+fn pages_the_kernel_cached_while_a_file_was_leased_go_when_the_lease_ends() {
+    let mut m = Mount::new(&[]);
+    let f = m.path("leased");
+    fs::write(&f, vec![7u8; 4 << 20]).unwrap();
+    let mut h = Holder::start(&f, 4);
+    // A process without the library maps the leased file through FUSE: its page comes from
+    // the kernel's page cache, which the client's stores then go behind.
+    let mut plain = Holder::start_plain(&f, 4);
+    assert_eq!(plain.read(100), 7);
+    h.write(100, 9);
+    plain.quit();
+    h.quit();
+    // Opens keep what the kernel cached from one open to the next: the page read during the
+    // lease must have gone with it.
+    let mut b = [0u8; 1];
+    fs::File::open(&f).unwrap().read_at(&mut b, 100).unwrap();
+    assert_eq!(b[0], 9, "a page cached during the lease served after it");
+    m.stop_and_fsck();
+}
+
+#[test]
 fn a_file_open_through_the_page_cache_is_not_leased_and_every_store_is_seen() {
     let mut m = Mount::new(&[]);
     let stats = m.dir.path().join("stats");
     let f = m.path("cached");
     fs::write(&f, vec![7u8; 4 << 20]).unwrap();
     // A process without the library opens the file to read it first: the kernel caches what
-    // it reads. (Its opens for writing are direct I/O and would not stop a lease.)
+    // it reads. (Its open for writing only is direct I/O and would not stop a lease.)
     let plain = fs::File::open(&f).unwrap();
     let writer = fs::OpenOptions::new().write(true).open(&f).unwrap();
     let mut b = [0u8; 1];

@@ -47,8 +47,8 @@ pub struct FuseBenchConfig {
     /// FUSE worker threads.
     pub threads: usize,
     /// Mount winefs as `winefs mount --no-direct` does: no direct path, file data cached by
-    /// the kernel (otherwise as the default mount: read-only opens of files no direct-path
-    /// client leases are cached, the rest direct I/O).
+    /// the kernel (otherwise as the default mount: opens that may read, not `O_APPEND` nor
+    /// `O_DIRECT`, of files no direct-path client leases are cached, the rest direct I/O).
     pub no_direct: bool,
 }
 
@@ -150,7 +150,7 @@ impl fmt::Display for FuseBenchReport {
             self.threads,
             match self.no_direct {
                 true => "no direct path: file data cached by the kernel",
-                false => "with a direct path: read-only opens cached, opens for writing direct-I/O",
+                false => "with a direct path: opens that may read cached, opens that only write or append direct-I/O",
             },
             self.dir.display(),
             self.dir_fs,
@@ -818,7 +818,7 @@ mod tests {
         };
         let rep = fuse_bench(&cfg).unwrap();
         assert_eq!(rep.rows.len(), ROWS.len());
-        assert!(rep.to_string().contains("read-only opens cached"), "{rep}");
+        assert!(rep.to_string().contains("opens that may read cached"), "{rep}");
         // Where libfuse's example source is installed, its floor is measured beside winefs.
         let floor = Path::new(PASSTHROUGH_EXAMPLES).join("passthrough_ll.c").exists();
         assert_eq!(rep.passthrough_skipped.is_none(), floor, "{:?}", rep.passthrough_skipped);

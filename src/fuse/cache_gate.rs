@@ -12,7 +12,9 @@
 //!   others keep open cached is refused (the client then goes through FUSE for it).
 //!
 //! Direct-I/O opens may coexist with cached ones: the kernel drops the cached pages a direct-I/O
-//! write covers, so both see every write made through FUSE.
+//! write covers, so both see every write made through FUSE. Cached opens keep the kernel's pages
+//! from one open to the next; the channel drops a file's pages when a lease of it ends, before
+//! [`CacheGate::unleased`] lets cached opens of it be made again.
 
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -76,9 +78,20 @@ impl CacheGate {
         }
     }
 
-    /// Decide how thread `tid` (the pid a FUSE request carries) opens `ino`, counting a cached
-    /// open until [`CacheGate::closed`].
-    pub fn open(&self, ino: u64, tid: u32) -> OpenMode {
+    /// Decide how thread `tid` (the pid a FUSE request carries) opens `ino` with open flags
+    /// `flags`, counting a cached open until [`CacheGate::closed`]. As ext4 chooses between
+    /// buffered and direct I/O: an open that may read (`O_RDONLY`, `O_RDWR`) is cached, so a
+    /// program that reads back what it keeps in a file (a database's pages) is answered from
+    /// memory instead of one request per `read(2)`, and its writes still reach winefs before
+    /// `write(2)` returns. An open that only writes or appends, and an `O_DIRECT` one, is
+    /// direct I/O: such a writer gains nothing from the cache, and direct-I/O writes inside
+    /// the file need not hold the kernel's inode lock, so threads writing one file proceed in
+    /// parallel. So is every open while the file is leased, and every open by a client.
+    pub fn open(&self, ino: u64, tid: u32, flags: i32) -> OpenMode {
+        let writes_only = flags & libc::O_ACCMODE == libc::O_WRONLY;
+        if writes_only || flags & (libc::O_APPEND | libc::O_DIRECT) != 0 {
+            return OpenMode::Direct;
+        }
         let mut g = self.lock();
         let leased = g.files.get(&ino).is_some_and(|u| u.leases > 0);
         if leased || is_client_thread(&g.clients, tid) {
@@ -160,15 +173,15 @@ mod tests {
         let g = CacheGate::default();
         let me = std::process::id();
         // Another process's open is cached, and keeps leases away until released.
-        assert_eq!(g.open(7, u32::MAX - 1), OpenMode::Cached);
+        assert_eq!(g.open(7, u32::MAX - 1, libc::O_RDONLY), OpenMode::Cached);
         assert!(!g.lease(7, NOW));
         g.closed(7);
         assert!(g.lease(7, NOW));
         // While leased, every open is direct; other files are unaffected.
-        assert_eq!(g.open(7, u32::MAX - 1), OpenMode::Direct);
-        assert_eq!(g.open(8, u32::MAX - 1), OpenMode::Cached);
+        assert_eq!(g.open(7, u32::MAX - 1, libc::O_RDONLY), OpenMode::Direct);
+        assert_eq!(g.open(8, u32::MAX - 1, libc::O_RDONLY), OpenMode::Cached);
         g.unleased(7);
-        assert_eq!(g.open(7, u32::MAX - 1), OpenMode::Cached);
+        assert_eq!(g.open(7, u32::MAX - 1, libc::O_RDONLY), OpenMode::Cached);
         g.closed(7);
         g.closed(8);
         // A client's process (any of its threads) opens direct and leaves no cached open.
@@ -180,14 +193,14 @@ mod tests {
             let _ = done_rx.recv();
         });
         let tid = rx.recv().unwrap();
-        assert_eq!(g.open(9, me), OpenMode::Direct);
-        assert_eq!(g.open(9, tid), OpenMode::Direct);
+        assert_eq!(g.open(9, me, libc::O_RDONLY), OpenMode::Direct);
+        assert_eq!(g.open(9, tid, libc::O_RDONLY), OpenMode::Direct);
         drop(done_tx);
         other_thread.join().unwrap();
         assert!(g.lease(9, NOW));
         g.unleased(9);
         g.client_gone(me);
-        assert_eq!(g.open(9, me), OpenMode::Cached);
+        assert_eq!(g.open(9, me, libc::O_RDONLY), OpenMode::Cached);
         g.closed(9);
         assert!(g.lock().files.is_empty(), "counts left behind");
     }
@@ -195,7 +208,7 @@ mod tests {
     #[test]
     fn a_lease_waits_for_a_release_on_its_way() {
         let g = std::sync::Arc::new(CacheGate::default());
-        assert_eq!(g.open(5, u32::MAX - 1), OpenMode::Cached);
+        assert_eq!(g.open(5, u32::MAX - 1, libc::O_RDONLY), OpenMode::Cached);
         let closer = {
             let g = std::sync::Arc::clone(&g);
             std::thread::spawn(move || {

@@ -18,7 +18,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use crate::fuse::invalidate_attributes;
+use crate::fuse::{invalidate_attributes, invalidate_data};
 use fuser::Notifier;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -309,6 +309,10 @@ impl Session<'_> {
     /// Give back a lease; after an append lease the kernel's cached attributes go (the size
     /// the client reached is the file's now).
     fn unlease(&self, ino: u64, append: bool) -> crate::Result<()> {
+        // Pages the kernel holds of the file (a mapping's through FUSE) may have missed the
+        // client's stores; they go while the lease still keeps every open direct I/O, so no
+        // cached open keeps them (opens keep the cache, `FOPEN_KEEP_CACHE`).
+        invalidate_data(self.notifier, ino);
         self.gate.unleased(ino);
         if !append {
             return self.fs.unlease(ino);
