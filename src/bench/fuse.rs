@@ -641,8 +641,8 @@ fn passthrough_side(
     cfg: &FuseBenchConfig,
     opts: &[&str],
 ) -> std::result::Result<[f64; ROWS.len()], String> {
-    // Its soft limit of descriptors is raised to what the rows need, through a shell that then
-    // becomes the daemon; the many-files rows are left out where the hard limit is lower.
+    // Its limit of descriptors is raised to what the rows need, through a shell that then
+    // becomes the daemon; the many-files rows are left out where that is not allowed.
     let (descriptors, big) = match passthrough_descriptors(cfg) {
         Ok(n) => (n, true),
         Err(_) => (cfg.files + 1024, false),
@@ -711,9 +711,21 @@ fn passthrough_descriptors(cfg: &FuseBenchConfig) -> std::result::Result<u64, St
         // "Max open files  <soft>  <hard>  files"
         line.split_whitespace().nth(4)?.parse::<u64>().ok()
     });
-    match hard {
-        Some(hard) if hard < need => Err(format!(
-            "it holds a descriptor per file, and the hard limit of open files here is {hard} \
+    // With CAP_SYS_RESOURCE (bit 24 of the effective set) the shell that starts it raises the
+    // hard limit too, up to the kernel's ceiling.
+    let may_raise = std::fs::read_to_string("/proc/self/status").ok().and_then(|st| {
+        let caps = st.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+        u64::from_str_radix(caps.trim(), 16).ok()
+    });
+    let ceiling = match may_raise {
+        Some(caps) if caps & (1 << 24) != 0 => std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok()),
+        _ => hard,
+    };
+    match ceiling {
+        Some(most) if most < need => Err(format!(
+            "it holds a descriptor per file, and at most {most} open files are allowed here \
              ({need} needed)"
         )),
         _ => Ok(need),
@@ -728,8 +740,9 @@ pub(crate) struct Mounted {
 
 impl Mounted {
     /// Start `bin` (passthrough_ll) in the foreground passing `source` through on `mnt`, with
-    /// `opts`, its soft limit of descriptors raised to `descriptors` (through a shell that then
-    /// becomes the daemon); returns once the mount is in place, Err(why) in one line.
+    /// `opts`, its limit of descriptors raised to `descriptors` (through a shell that then
+    /// becomes the daemon: `ulimit -n` sets the soft and, for root, the hard limit); returns
+    /// once the mount is in place, Err(why) in one line.
     pub(crate) fn start(
         bin: &Path,
         source: &Path,
