@@ -2784,6 +2784,44 @@ fn reads_served(m: &Mounted) -> u64 {
         .map_or(0, |o| o["ops"].as_u64().unwrap())
 }
 
+#[test]
+fn pages_kept_from_one_open_to_the_next_show_every_change_made_through_the_kernel() {
+    use std::io::{Seek, SeekFrom};
+    use std::os::unix::fs::FileExt;
+    let mut m = Mounted::new();
+    let p = m.path("kept");
+    let mut want = pseudo_random(31, 200_000);
+    fs::write(&p, &want).unwrap();
+    // Each check reads through a new cached open, which keeps the pages the last one read.
+    assert_bytes(&p, &want);
+    // A direct-I/O write (an open for writing only), no cached open left.
+    File::options().write(true).open(&p).unwrap().write_all_at(&[1; 5000], 4000).unwrap();
+    want[4000..9000].fill(1);
+    assert_bytes(&p, &want);
+    // A write through a cached open for reading and writing, then a truncate.
+    let rw = File::options().read(true).write(true).open(&p).unwrap();
+    rw.write_all_at(&[2; 10], 50_000).unwrap();
+    rw.set_len(150_000).unwrap();
+    drop(rw);
+    want[50_000..50_010].fill(2);
+    want.truncate(150_000);
+    assert_bytes(&p, &want);
+    // A punched hole.
+    ok(cmd("fallocate").args(["-p", "-o", "0", "-l", "8192"]).arg(&p));
+    want[..8192].fill(0);
+    assert_bytes(&p, &want);
+    // A copy into the file (std::io::copy between files uses copy_file_range).
+    let src = m.path("source");
+    fs::write(&src, [3u8; 4096]).unwrap();
+    let mut to = File::options().write(true).open(&p).unwrap();
+    to.seek(SeekFrom::Start(20_000)).unwrap();
+    std::io::copy(&mut File::open(&src).unwrap(), &mut to).unwrap();
+    drop(to);
+    want[20_000..24_096].fill(3);
+    assert_bytes(&p, &want);
+    m.stop(); // fsck clean
+}
+
 /// Read `buf.len()` bytes of `f` from its start five times: how many reads reached winefs.
 fn reads_reaching_winefs(m: &Mounted, f: &File, buf: &mut [u8]) -> u64 {
     use std::os::unix::fs::FileExt;
