@@ -225,10 +225,7 @@ pub(crate) fn make_inode(
     state.commit(tx)?;
     res.keep();
     let mut pg = pg.upgrade();
-    let looked = pg.times_queried.load(std::sync::atomic::Ordering::Relaxed);
-    let old_times = (pg.hdr.mtime, pg.hdr.ctime);
-    pg.hdr = ph;
-    state.times_changed(&pg);
+    let before = apply_dir_header(state, &mut pg, ph);
     let dir = (kind == FileKind::Dir).then(DirIndex::default);
     let mut node = InodeState::new(ino, hdr, map, dir);
     // Files created directly in a directory with the alignment hint inherit it (its own
@@ -242,21 +239,41 @@ pub(crate) fn make_inode(
     drop(map);
     // One directory is locked: the edit finds it without a map of guards.
     apply_edit_to(edit, &mut [(parent, &mut *pg)]);
-    show_change_seen_meanwhile(state, &mut pg, old_times, looked)?;
+    show_change_seen_meanwhile(state, &mut pg, before)?;
     Ok(attr)
 }
 
+/// Directory `d`'s times as a name change found them when it applied its new header.
+struct TimesBefore {
+    /// mtime, ctime.
+    old: (i64, i64),
+    /// Whether a look at the times had been made since they were last chosen
+    /// (`times_queried`).
+    looked: bool,
+}
+
+/// Give directory `d` the header `new` its name change committed, returning the times it had.
+fn apply_dir_header(state: &MountState, d: &mut InodeState, new: InodeHeader) -> TimesBefore {
+    let before = TimesBefore {
+        old: (d.hdr.mtime, d.hdr.ctime),
+        looked: d.times_queried.load(std::sync::atomic::Ordering::Relaxed),
+    };
+    d.hdr = new;
+    state.times_changed(d);
+    before
+}
+
 /// A name change chose directory `d`'s new times while it held `d` shared; a look at its times
-/// after that (`looked`: `times_queried` then) saw the old ones (`old`: mtime, ctime). If a new
-/// time equals an old one (the same clock tick), the change would not show to whoever looked:
-/// store fine-grained times now, in a transaction of their own (as a look just before the
-/// change would have made it choose).
+/// after that (`before.looked`) saw the old ones (`before.old`). If a new time equals an old
+/// one (the same clock tick), the change would not show to whoever looked: store fine-grained
+/// times now, in a transaction of their own (as a look just before the change would have made
+/// it choose).
 fn show_change_seen_meanwhile(
     state: &MountState,
     d: &mut InodeState,
-    old: (i64, i64),
-    looked: bool,
+    before: TimesBefore,
 ) -> Result<()> {
+    let TimesBefore { old, looked } = before;
     if !looked || (d.hdr.mtime != old.0 && d.hdr.ctime != old.1) {
         return Ok(());
     }
@@ -372,14 +389,11 @@ fn unlink_locked(
     edit_tx(&edit, &mut tx);
     state.commit(tx)?;
     let mut pg = pg.upgrade();
-    let looked = pg.times_queried.load(std::sync::atomic::Ordering::Relaxed);
-    let old_times = (pg.hdr.mtime, pg.hdr.ctime);
-    pg.hdr = ph;
-    state.times_changed(&pg);
+    let before = apply_dir_header(state, &mut pg, ph);
     cg.hdr = ch;
     state.times_changed(&cg);
     apply_edit_to(edit, &mut [(parent, &mut *pg)]);
-    let shown = show_change_seen_meanwhile(state, &mut pg, old_times, looked);
+    let shown = show_change_seen_meanwhile(state, &mut pg, before);
     if free_now {
         // The name is gone from the directory, on media and in DRAM: the directory is let go
         // before the inode's blocks and number go back (under its own lock still), so lookups
