@@ -741,8 +741,8 @@ pub(crate) struct Mounted {
 impl Mounted {
     /// Start `bin` (passthrough_ll) in the foreground passing `source` through on `mnt`, with
     /// `opts`, its limit of descriptors raised to `descriptors` (through a shell that then
-    /// becomes the daemon: `ulimit -n` sets the soft and, for root, the hard limit); returns
-    /// once the mount is in place, Err(why) in one line.
+    /// becomes the daemon: `ulimit -n` sets the soft limit and, with `CAP_SYS_RESOURCE`, the
+    /// hard one); returns once the mount is in place, Err(why) in one line.
     pub(crate) fn start(
         bin: &Path,
         source: &Path,
