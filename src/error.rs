@@ -36,6 +36,10 @@ pub enum Error {
     /// EPERM: not allowed (why).
     #[error("operation not permitted: {0}")]
     NotPermitted(String),
+    /// EOPNOTSUPP: a request this file system does not serve (what), such as an extended
+    /// attribute outside the `user.`, `trusted.` and `security.` namespaces.
+    #[error("operation not supported: {0}")]
+    NotSupported(String),
     /// ENODEV: not supported on this kind of file or pool (what).
     #[error("operation not supported here: {0}")]
     NoDevice(String),
@@ -125,6 +129,7 @@ impl Error {
             Error::NotPermitted(_) => libc::EPERM,
             Error::Busy(_) => libc::EBUSY,
             Error::NoDevice(_) => libc::ENODEV,
+            Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::TooManyLinks => libc::EMLINK,
             Error::NoAttr => libc::ENODATA,
             Error::Range => libc::ERANGE,

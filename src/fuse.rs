@@ -13,9 +13,10 @@
 //! - `ENXIO`: SEEK_DATA/SEEK_HOLE from a negative offset;
 //! - `EISDIR`: open of a directory, and a create whose name turns out to be a directory;
 //! - `ENOTDIR`: opendir of anything else;
-//! - `EOPNOTSUPP`: POSIX ACL attributes (`system.posix_acl_*`, see `is_posix_acl`), and
-//!   fallocate modes other than plain, KEEP_SIZE, PUNCH_HOLE|KEEP_SIZE, ZERO_RANGE (with or
-//!   without KEEP_SIZE), COLLAPSE_RANGE and INSERT_RANGE;
+//! - `EOPNOTSUPP`: fallocate modes other than plain, KEEP_SIZE, PUNCH_HOLE|KEEP_SIZE,
+//!   ZERO_RANGE (with or without KEEP_SIZE), COLLAPSE_RANGE and INSERT_RANGE (extended
+//!   attributes outside `user.`, `trusted.` and `security.`, POSIX ACLs among them, are
+//!   refused by the core);
 //! - `ERANGE`: getxattr or listxattr with a buffer too small for the answer;
 //! - `EACCES`: access(2) refused by the mode bits (`permitted`);
 //! - `ENOSYS` for every FLUSH, so the kernel stops sending them (nothing is buffered);
@@ -283,17 +284,6 @@ fn reply_empty(reply: ReplyEmpty, r: crate::Result<()>) {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(errno(&e)),
     }
-}
-
-/// POSIX ACLs are not supported (as on a file system mounted `noacl`): the kernel does not
-/// interpret them for a FUSE mount that does not negotiate `FUSE_POSIX_ACL`, so storing them
-/// as plain attributes would show permissions the kernel does not enforce. Refusing them makes
-/// `cp -a` and `rsync -A` fall back to plain mode bits.
-fn is_posix_acl(name: &OsStr) -> bool {
-    matches!(
-        name.as_bytes(),
-        b"system.posix_acl_access" | b"system.posix_acl_default"
-    )
 }
 
 fn to_time_set(t: TimeOrNow) -> TimeSet {
@@ -750,9 +740,6 @@ impl Filesystem for WinefsFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        if is_posix_acl(name) {
-            return reply.error(Errno::EOPNOTSUPP);
-        }
         if name == proto::CHANNEL_XATTR {
             return reply.error(Errno::EPERM);
         }
@@ -766,9 +753,6 @@ impl Filesystem for WinefsFuse {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        if is_posix_acl(name) {
-            return reply.error(Errno::EOPNOTSUPP);
-        }
         let answer = match &self.channel {
             // Virtual, on regular files and the root only: the preload library asks the file it
             // maps, or the mount point when its process starts (`connect_mounts`).
@@ -856,6 +840,28 @@ impl Filesystem for WinefsFuse {
         }
         let (fh, how) = self.open_file(a.ino, req.pid(), flags);
         reply.created(&TTL, &file_attr(&a), Generation(a.generation as u64), fh, how);
+    }
+
+    /// open(2) with `O_TMPFILE`: a file in no directory, opened (its release frees it unless a
+    /// link named it; the kernel sends that link only without `O_EXCL`).
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let (perm, uid, gid) = privs::new_owner(&self.fs, req, parent.0, mode, umask, false);
+        let linkable = flags & libc::O_EXCL == 0;
+        match self.fs.create_unnamed(parent.0, perm, uid, gid, linkable) {
+            Ok(a) => {
+                let (fh, how) = self.open_file(a.ino, req.pid(), flags);
+                reply.created(&TTL, &file_attr(&a), Generation(a.generation as u64), fh, how);
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn fallocate(
@@ -988,13 +994,5 @@ mod tests {
         assert_eq!(cached.open_file(5, other, libc::O_RDWR), (FileHandle(0), kept));
         let written_back = kernel_maps_direct_io(WinefsFuse::new(fs).with_writeback_cache());
         assert_eq!(written_back.open_file(5, other, libc::O_RDWR), (FileHandle(0), kept));
-    }
-
-    #[test]
-    fn only_posix_acl_names_are_refused() {
-        assert!(is_posix_acl(OsStr::new("system.posix_acl_access")));
-        assert!(is_posix_acl(OsStr::new("system.posix_acl_default")));
-        assert!(!is_posix_acl(OsStr::new("user.posix_acl_access")));
-        assert!(!is_posix_acl(OsStr::new("security.selinux")));
     }
 }

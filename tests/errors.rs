@@ -867,9 +867,13 @@ fn orphan_freed_at_next_mount() {
         fs.setxattr(ino, b"user.x", b"y", Default::default())
             .unwrap();
         fs.unlink_path("/orphan").unwrap();
+        // A file made without a name (O_TMPFILE), written and synced: an orphan too.
+        let unnamed = fs.create_unnamed(root, 0o600, 0, 0, true).unwrap().ino;
+        fs.write(unnamed, 0, &vec![3u8; 3 << 20]).unwrap();
+        fs.fsync(unnamed).unwrap();
         assert!(fs.statfs().free_blocks < base.free_blocks);
-        // The open handle is never released and the pool never unmounted, as in a crash:
-        // the orphan is still in use on media.
+        // The open handles are never released and the pool never unmounted, as in a crash:
+        // the orphans are still in use on media.
         drop(fs);
     }
     let fs = mount(&p);
@@ -889,6 +893,55 @@ fn orphan_freed_at_next_mount() {
     let fs = mount(&p);
     assert_eq!(fs.statfs().free_blocks, base.free_blocks);
     assert_clean(&fs, "after a second remount");
+}
+
+/// A file made without a name (open(2) with `O_TMPFILE`): a link gives it its first name, or
+/// its release frees it; made unlinkable (`O_EXCL`), or named and unlinked again, no link
+/// takes it (ENOENT, as Linux answers).
+#[test]
+fn unnamed_file_is_named_by_a_link_or_goes_at_its_release() {
+    let (_d, p) = fresh(32 << 20, 1, None);
+    let fs = mount(&p);
+    prime_root(&fs);
+    let d = fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap().ino;
+    let data = vec![0x5au8; 3 << 20];
+    let base = fs.statfs();
+    let dir_before = fs.getattr(d).unwrap();
+
+    let a = fs.create_unnamed(d, 0o640, 7, 8, true).unwrap();
+    assert_eq!((a.kind, a.perm, a.nlink, a.uid, a.gid), (FileKind::File, 0o640, 0, 7, 8));
+    fs.write(a.ino, 0, &data).unwrap();
+    assert!(fs.list_dir("/d").unwrap().is_empty(), "named by nothing yet");
+    let dir_after = fs.getattr(d).unwrap();
+    assert_eq!((dir_after.mtime, dir_after.ctime), (dir_before.mtime, dir_before.ctime));
+    assert_eq!(fs.link(a.ino, d, b"named").unwrap().nlink, 1);
+    fs.release(a.ino).unwrap();
+    let mut back = vec![0u8; data.len()];
+    assert_eq!(fs.read(a.ino, 0, &mut back).unwrap(), data.len());
+    assert!(back == data, "named: kept after its release");
+    assert_eq!(fs.lookup(d, b"named").unwrap().ino, a.ino);
+
+    let b = fs.create_unnamed(d, 0o600, 0, 0, true).unwrap();
+    fs.write(b.ino, 0, &data).unwrap();
+    fs.release(b.ino).unwrap();
+    assert!(matches!(fs.getattr(b.ino), Err(Error::Stale(_))), "released unnamed: gone");
+
+    let c = fs.create_unnamed(d, 0o600, 0, 0, false).unwrap();
+    assert!(matches!(fs.link(c.ino, d, b"never"), Err(Error::NotFound)));
+    fs.release(c.ino).unwrap();
+
+    let e = fs.create_unnamed(d, 0o600, 0, 0, true).unwrap();
+    fs.link(e.ino, d, b"briefly").unwrap();
+    fs.unlink(d, b"briefly").unwrap();
+    assert!(matches!(fs.link(e.ino, d, b"again"), Err(Error::NotFound)));
+    fs.release(e.ino).unwrap();
+
+    let f = fs.create(d, b"plain", 0o644, 0, 0).unwrap().ino;
+    assert!(matches!(fs.create_unnamed(f, 0o600, 0, 0, true), Err(Error::NotDir)));
+    let s = fs.statfs();
+    assert_eq!(s.free_inodes, base.free_inodes - 2, "only the named file and plain remain");
+    assert_eq!(fs.list_dir("/d").unwrap().len(), 2);
+    assert_clean(&fs, "after unnamed files came and went");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -711,6 +711,106 @@ fn cp_a_copies_tree_exactly_and_it_survives_remount() {
     m.stop();
 }
 
+/// Free inodes and free blocks of the file system holding `path` (`stat -f`).
+fn free_inodes_and_blocks(path: &Path) -> (u64, u64) {
+    let out = ok(cmd("stat").args(["-f", "-c", "%d %f"]).arg(path));
+    let mut it = out.split_whitespace().map(|n| n.parse::<u64>().unwrap());
+    (it.next().unwrap(), it.next().unwrap())
+}
+
+/// `ln -L /proc/SELF/fd/N dest`: linkat(2) following the descriptor's link, which names an
+/// `O_TMPFILE` file; the command's output, and whether it succeeded.
+fn link_descriptor(f: &File, dest: &Path) -> (bool, String) {
+    use std::os::fd::AsRawFd;
+    let fd_path = format!("/proc/{}/fd/{}", std::process::id(), f.as_raw_fd());
+    let out = run_timeout(cmd("ln").arg("-L").arg(fd_path).arg(dest), CMD_WAIT);
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// open(2) with `O_TMPFILE` (the kernel's FUSE_TMPFILE): a file in no directory, which a link
+/// names, or which goes at close, and after a kill -9 at the next mount; with `O_EXCL` no link
+/// takes it. Without the request served, the open fails with EOPNOTSUPP.
+#[test]
+fn o_tmpfile_files_are_named_by_a_link_or_go_at_close_and_after_a_crash() {
+    let mut m = Mounted::new();
+    fs::create_dir(m.path("d")).unwrap();
+    let open_tmp = |m: &Mounted, flags: i32| {
+        File::options()
+            .read(true)
+            .write(true)
+            .mode(0o640)
+            .custom_flags(libc::O_TMPFILE | flags)
+            .open(m.path("d"))
+            .expect("open(O_TMPFILE) on the mount")
+    };
+    let data = pseudo_random(21, 300_000);
+    let before = free_inodes_and_blocks(&m.mnt);
+
+    let mut f = open_tmp(&m, 0);
+    f.write_all(&data).unwrap();
+    assert_eq!(f.metadata().unwrap().nlink(), 0);
+    assert_eq!(fs::read_dir(m.path("d")).unwrap().count(), 0, "named by nothing yet");
+    let (linked, why) = link_descriptor(&f, &m.path("d/kept"));
+    assert!(linked, "ln -L of an O_TMPFILE descriptor: {why}");
+    assert_eq!(f.metadata().unwrap().nlink(), 1);
+    drop(f);
+    assert_bytes(&m.path("d/kept"), &data);
+    assert_eq!(fs::metadata(m.path("d/kept")).unwrap().permissions().mode() & 0o777, 0o640);
+
+    let mut g = open_tmp(&m, 0);
+    g.write_all(&data).unwrap();
+    drop(g);
+    let x = open_tmp(&m, libc::O_EXCL);
+    let (linked, why) = link_descriptor(&x, &m.path("d/never"));
+    assert!(!linked && why.contains("No such file"), "O_EXCL file linked: {why}");
+    drop(x);
+    assert_eq!(
+        free_inodes_and_blocks(&m.mnt).0,
+        before.0 - 1,
+        "only the linked file keeps an inode"
+    );
+    m.remount(); // fsck clean
+    assert_bytes(&m.path("d/kept"), &data);
+
+    // Open and synced when the daemon dies: the next mount frees it.
+    let before_crash = free_inodes_and_blocks(&m.mnt);
+    let mut h = open_tmp(&m, 0);
+    h.write_all(&pseudo_random(22, 3 << 20)).unwrap();
+    h.sync_all().unwrap();
+    assert!(free_inodes_and_blocks(&m.mnt).1 < before_crash.1);
+    m.crash();
+    drop(h);
+    m.start();
+    assert_eq!(free_inodes_and_blocks(&m.mnt), before_crash, "freed at the mount after the crash");
+    assert_bytes(&m.path("d/kept"), &data);
+    m.stop();
+}
+
+/// Extended attribute names are answered as ext4 answers them: EOPNOTSUPP outside `user.`,
+/// `trusted.` and `security.` (POSIX ACLs among them), EINVAL for a namespace alone.
+#[test]
+fn xattr_names_outside_the_kept_namespaces_are_refused() {
+    require("setfattr", "attr");
+    let mut m = Mounted::new();
+    let f = m.path("f");
+    fs::write(&f, b"x").unwrap();
+    setfattr(&f, "trusted.kept", Some("1"));
+    setfattr(&f, "security.kept", Some("1"));
+    // A well-formed access ACL (version 2; user::rw-, group::r--, other::r--): the kernel
+    // checks the value before the file system sees it.
+    let acl = "0x0200000001000600ffffffff04000400ffffffff20000400ffffffff";
+    for (name, value, why) in [
+        ("bogus.x", "0x02", "Operation not supported"),
+        ("system.posix_acl_access", acl, "Operation not supported"),
+        ("user.", "0x02", "Invalid argument"),
+    ] {
+        let out = run_timeout(cmd("setfattr").args(["-n", name, "-v", value]).arg(&f), CMD_WAIT);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(why), "setfattr -n {name}: {err}");
+    }
+    m.stop();
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. tar
 

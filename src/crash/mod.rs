@@ -11,6 +11,7 @@
 
 pub mod corrupt;
 pub mod kill;
+pub(crate) mod model;
 pub(crate) mod record;
 pub(crate) mod tree;
 pub(crate) mod workload;
@@ -187,7 +188,7 @@ pub fn workloads(cfg: &ExploreConfig) -> Vec<Workload> {
         cfg.modes.clone()
     };
     if cfg.all_singles {
-        for (start, ops) in workload::enumerate(1) {
+        for (start, ops) in model::enumerate(1) {
             for &consistency in &modes {
                 out.push(Workload {
                     start,
@@ -198,7 +199,7 @@ pub fn workloads(cfg: &ExploreConfig) -> Vec<Workload> {
         }
     }
     if cfg.pairs > 0 {
-        let mut all = workload::enumerate(2);
+        let mut all = model::enumerate(2);
         if cfg.pairs < all.len() {
             // A seeded partial shuffle: the first `pairs` are a uniform sample.
             for i in 0..cfg.pairs {
@@ -221,7 +222,7 @@ pub fn workloads(cfg: &ExploreConfig) -> Vec<Workload> {
         } else {
             Start::Populated
         };
-        if let Ok(ops) = workload::sample(start, 3, &mut rng) {
+        if let Ok(ops) = model::sample(start, 3, &mut rng) {
             out.push(Workload {
                 start,
                 consistency: modes[i % modes.len()],

@@ -1,21 +1,19 @@
 //! ACE-style workloads for the crash explorer: a catalogue of operations over a small set of
-//! names, the two starting file systems (fresh and pre-populated), and the generator of short
-//! operation sequences (exhaustive at length 1, sampled beyond).
+//! names and the starting file systems (fresh, pre-populated and fragmented); `model` draws
+//! sequences of them.
 
 use crate::error::{Error, Result};
-use crate::rng::Rng;
 use crate::fs::Fs;
 use crate::media::layout::{BLOCK_SIZE, HUGE_SIZE};
 use crate::media::pool::Category;
 use crate::state::size_word;
 use crate::types::{Consistency, XattrSet};
-use std::collections::BTreeMap;
 use std::fmt;
 
 /// One file-system operation of a workload. Paths are absolute in the explored file system.
 ///
-/// Adding an operation takes a variant here, its `apply` and `Display` arms, its precondition in `Model::allows`
-/// and its effect in `Model::apply`, and catalogue entries; if it is not atomic as a whole, its
+/// Adding an operation takes a variant here, its `apply` and `Display` arms, its precondition in `model::Model::allows`
+/// and its effect in `model::Model::apply`, and catalogue entries; if it is not atomic as a whole, its
 /// documented atomic steps in `steps`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -69,6 +67,14 @@ pub enum Op {
     Link {
         from: String,
         to: String,
+    },
+    /// What open(2) with `O_TMPFILE`, a write and `linkat(2)` do (`Fs::create_unnamed`): a
+    /// file in no directory, `len` bytes written to it, then named `path`, then released. No
+    /// crash shows it half made: before its link it is an orphan the mount frees.
+    LinkUnnamed {
+        path: String,
+        len: u64,
+        fill: u8,
     },
     Unlink(String),
     Rename {
@@ -184,6 +190,9 @@ impl fmt::Display for Op {
             Op::CollapseRange { path, off, len } => write!(f, "collapse range {path} {off}+{len}"),
             Op::InsertRange { path, off, len } => write!(f, "insert range {path} {off}+{len}"),
             Op::Link { from, to } => write!(f, "link {from} {to}"),
+            Op::LinkUnnamed { path, len, fill } => {
+                write!(f, "O_TMPFILE +{len} fill {fill}, link as {path}")
+            }
             Op::Unlink(p) => write!(f, "unlink {p}"),
             Op::Rename { from, to } => write!(f, "rename {from} {to}"),
             Op::Rmdir(p) => write!(f, "rmdir {p}"),
@@ -270,6 +279,15 @@ impl Op {
                 let ino = fs.resolve(from, false)?;
                 let (parent, name) = fs.parent_of(to)?;
                 fs.link(ino, parent, &name).map(drop)
+            }
+            Op::LinkUnnamed { path, len, fill } => {
+                let (parent, name) = fs.parent_of(path)?;
+                let ino = fs.create_unnamed(parent, 0o600, 0, 0, true)?.ino;
+                let named = fs
+                    .write(ino, 0, &pattern_bytes(*fill, 0, *len))
+                    .and_then(|_| fs.link(ino, parent, &name));
+                fs.release(ino)?;
+                named.map(drop)
             }
             Op::Unlink(p) => fs.unlink_path(p),
             Op::Rename { from, to } => fs.rename_path(from, to),
@@ -653,6 +671,16 @@ pub fn catalogue() -> Vec<Op> {
             from: s("/X"),
             to: s("/D/L"),
         },
+        Op::LinkUnnamed {
+            path: s("/T"),
+            len: 5000,
+            fill: 24,
+        },
+        Op::LinkUnnamed {
+            path: s("/D/T"),
+            len: HUGE_SIZE + 4096,
+            fill: 25,
+        },
         Op::Unlink(s("/A")),
         Op::Unlink(s("/D/C")),
         Op::Unlink(s("/X")),
@@ -790,189 +818,4 @@ fn direct_append(fs: &Fs, path: &str, len: u64, fill: u8) -> Result<()> {
     let r = client();
     fs.unlease_append(ino)?;
     r
-}
-
-/// Which names exist (and their types), to draw only operations whose preconditions hold, as
-/// ACE does: a workload that only fails teaches nothing about crashes.
-#[derive(Clone, Debug, Default)]
-pub struct Model {
-    /// path -> is a directory; symlinks count as files.
-    paths: BTreeMap<String, bool>,
-    xattrs: BTreeMap<String, Vec<String>>,
-}
-
-fn parent(p: &str) -> &str {
-    match p.rfind('/') {
-        Some(0) | None => "/",
-        Some(i) => &p[..i],
-    }
-}
-
-impl Model {
-    pub fn of(start: Start) -> Model {
-        let mut m = Model::default();
-        m.paths.insert("/".into(), true);
-        for op in start.setup() {
-            m.apply(&op);
-        }
-        m
-    }
-
-    fn is_file(&self, p: &str) -> bool {
-        self.paths.get(p) == Some(&false)
-    }
-
-    fn is_dir(&self, p: &str) -> bool {
-        self.paths.get(p) == Some(&true)
-    }
-
-    fn absent_in_dir(&self, p: &str) -> bool {
-        !self.paths.contains_key(p) && self.is_dir(parent(p))
-    }
-
-    fn empty_dir(&self, p: &str) -> bool {
-        self.is_dir(p) && !self.paths.keys().any(|k| k != p && parent(k) == p)
-    }
-
-    /// Does `op` succeed here (as far as names go)?
-    pub fn allows(&self, op: &Op) -> bool {
-        match op {
-            Op::Create(p) | Op::Mkdir(p) | Op::Symlink { path: p, .. } => self.absent_in_dir(p),
-            Op::Write { path, .. }
-            | Op::Append { path, .. }
-            | Op::Truncate { path, .. }
-            | Op::Fallocate { path, .. }
-            | Op::ZeroRange { path, .. }
-            | Op::CollapseRange { path, .. }
-            | Op::InsertRange { path, .. } => self.is_file(path) && path != "/S",
-            Op::Msync { path, .. }
-            | Op::DirectAppend { path, .. }
-            | Op::Alternate { path, .. }
-            | Op::AlternateMany { path, .. } => self.is_file(path) && path != "/S",
-            Op::Compact => true,
-            Op::Fsync(p) | Op::Unlink(p) => self.is_file(p),
-            Op::Link { from, to } => self.is_file(from) && self.absent_in_dir(to),
-            Op::Rmdir(p) => p != "/" && self.empty_dir(p),
-            Op::Rename { from, to } => {
-                if self.is_file(from) {
-                    self.is_file(to) || self.absent_in_dir(to)
-                } else if self.is_dir(from) {
-                    !to.starts_with(&format!("{from}/"))
-                        && (self.empty_dir(to) || self.absent_in_dir(to))
-                } else {
-                    false
-                }
-            }
-            Op::SetXattr { path, .. } => self.paths.contains_key(path) && path != "/S",
-            Op::RemoveXattr { path, name } => self
-                .xattrs
-                .get(path)
-                .is_some_and(|v| v.iter().any(|n| n == name)),
-        }
-    }
-
-    /// The effect of `op` (assumed allowed) on names.
-    pub fn apply(&mut self, op: &Op) {
-        match op {
-            Op::Create(p) | Op::Symlink { path: p, .. } => {
-                self.paths.insert(p.clone(), false);
-            }
-            Op::Mkdir(p) => {
-                self.paths.insert(p.clone(), true);
-            }
-            Op::Link { to, .. } => {
-                self.paths.insert(to.clone(), false);
-            }
-            Op::Unlink(p) | Op::Rmdir(p) => {
-                self.paths.remove(p);
-                self.xattrs.remove(p);
-            }
-            Op::Rename { from, to } => {
-                let moved: Vec<(String, bool)> = self
-                    .paths
-                    .iter()
-                    .filter(|(k, _)| *k == from || k.starts_with(&format!("{from}/")))
-                    .map(|(k, v)| (k.clone(), *v))
-                    .collect();
-                self.paths.remove(to);
-                self.xattrs.remove(to);
-                for (k, v) in moved {
-                    self.paths.remove(&k);
-                    let nk = format!("{to}{}", &k[from.len()..]);
-                    if let Some(x) = self.xattrs.remove(&k) {
-                        self.xattrs.insert(nk.clone(), x);
-                    }
-                    self.paths.insert(nk, v);
-                }
-            }
-            Op::SetXattr { path, name, .. } => {
-                let v = self.xattrs.entry(path.clone()).or_default();
-                if !v.contains(name) {
-                    v.push(name.clone());
-                }
-            }
-            Op::RemoveXattr { path, name } => {
-                if let Some(v) = self.xattrs.get_mut(path) {
-                    v.retain(|n| n != name);
-                }
-            }
-            Op::Write { .. }
-            | Op::Append { .. }
-            | Op::Truncate { .. }
-            | Op::Fallocate { .. }
-            | Op::ZeroRange { .. }
-            | Op::CollapseRange { .. }
-            | Op::InsertRange { .. }
-            | Op::Fsync(_)
-            | Op::Compact
-            | Op::Msync { .. }
-            | Op::DirectAppend { .. }
-            | Op::Alternate { .. }
-            | Op::AlternateMany { .. } => {}
-        }
-    }
-}
-
-/// Every sequence of length 1 and 2 whose operations' preconditions hold, for both starts;
-/// grouped by length.
-pub fn enumerate(len: usize) -> Vec<(Start, Vec<Op>)> {
-    let cat = catalogue();
-    let mut out = Vec::new();
-    for start in Start::ALL {
-        let mut frontier = vec![(Model::of(start), Vec::new())];
-        for _ in 0..len {
-            let mut next = Vec::new();
-            for (m, seq) in &frontier {
-                for op in cat.iter().filter(|op| m.allows(op)) {
-                    let mut m2 = m.clone();
-                    m2.apply(op);
-                    let mut s2: Vec<Op> = seq.clone();
-                    s2.push(op.clone());
-                    next.push((m2, s2));
-                }
-            }
-            frontier = next;
-        }
-        out.extend(frontier.into_iter().map(|(_, s)| (start, s)));
-    }
-    out
-}
-
-/// A random sequence of `len` operations whose preconditions hold, from `start`.
-pub fn sample(start: Start, len: usize, rng: &mut Rng) -> Result<Vec<Op>> {
-    let cat = catalogue();
-    let mut m = Model::of(start);
-    let mut seq = Vec::new();
-    for _ in 0..len {
-        let ok: Vec<&Op> = cat.iter().filter(|op| m.allows(op)).collect();
-        if ok.is_empty() {
-            return Err(Error::Invalid(format!(
-                "no operation applies after {seq:?}"
-            )));
-        }
-        let op = ok[rng.pick(ok.len())].clone();
-        m.apply(&op);
-        seq.push(op);
-    }
-    Ok(seq)
 }

@@ -265,6 +265,24 @@ impl Fs {
         namespace::make_inode(&self.state, parent, name, new)
     }
 
+    /// Create a regular file in no directory, open once, as open(2) with `O_TMPFILE` in
+    /// directory `parent` (`linkable` false: with `O_EXCL`). It has no links: it goes when the
+    /// handle is released (and at the next mount after a crash) unless [`Fs::link`] gives it a
+    /// name first, which only a `linkable` one takes. The directory's times do not change.
+    pub fn create_unnamed(
+        &self,
+        parent: u64,
+        perm: u32,
+        uid: u32,
+        gid: u32,
+        linkable: bool,
+    ) -> Result<Attr> {
+        let _op = self.state.accounting.scope(OpKind::Create);
+        self.state.check_writable()?;
+        let new = NewInode::plain(FileKind::File, perm, uid, gid);
+        namespace::make_unnamed(&self.state, parent, new, linkable)
+    }
+
     /// Create a directory.
     pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
         let _op = self.state.accounting.scope(OpKind::Mkdir);
@@ -328,7 +346,8 @@ impl Fs {
         namespace::readlink(&self.state, ino)
     }
 
-    /// Give inode `ino` another name.
+    /// Give inode `ino` another name (or the first, to a linkable file of
+    /// [`Fs::create_unnamed`] not yet named: ENOENT for any other inode without links).
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
         let _op = self.state.accounting.scope(OpKind::Link);
         self.state.check_writable()?;

@@ -128,7 +128,16 @@ pub(crate) fn load(pool: &Pool, geo: &Geometry, ino: u64, block: u64) -> Result<
     decode(&b, ino)
 }
 
-/// Check an attribute name: not empty, no NUL, at most [`XATTR_NAME_MAX`] bytes.
+/// The namespaces an attribute name may start with, as on ext4. `system.` names are POSIX ACLs
+/// or the kernel's own, and winefs keeps no ACLs (as a file system mounted `noacl`): the kernel
+/// does not interpret them for a FUSE mount that does not negotiate `FUSE_POSIX_ACL`, so
+/// storing them as plain attributes would show permissions nobody enforces. Refusing them
+/// makes `cp -a` and `rsync -A` fall back to plain mode bits.
+const NAMESPACES: [&[u8]; 3] = [b"user.", b"trusted.", b"security."];
+
+/// Check an attribute name: not empty, no NUL, at most [`XATTR_NAME_MAX`] bytes (ERANGE), in
+/// one of the [`NAMESPACES`] (EOPNOTSUPP otherwise) and more than the namespace alone (EINVAL),
+/// answered as ext4 answers them.
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     if name.is_empty() || name.contains(&0) {
         return Err(Error::Invalid("empty attribute name".into()));
@@ -136,12 +145,36 @@ pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > XATTR_NAME_MAX {
         return Err(Error::Range);
     }
-    Ok(())
+    match NAMESPACES.iter().find(|ns| name.starts_with(ns)) {
+        Some(ns) if name.len() == ns.len() => Err(Error::Invalid(format!(
+            "attribute name {:?} is a namespace alone",
+            String::from_utf8_lossy(name)
+        ))),
+        Some(_) => Ok(()),
+        None => Err(Error::NotSupported(format!(
+            "attribute {:?}: winefs keeps user., trusted. and security. attributes",
+            String::from_utf8_lossy(name)
+        ))),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_outside_the_kept_namespaces_are_refused_as_ext4_refuses_them() {
+        for ok in [&b"user.x"[..], b"trusted.t", b"security.selinux", b"user.winefs.hugepage"] {
+            assert!(check_name(ok).is_ok(), "{ok:?}");
+        }
+        for unsupported in [&b"system.posix_acl_access"[..], b"system.", b"bogus.x", b"user", b"x"] {
+            assert!(matches!(check_name(unsupported), Err(Error::NotSupported(_))), "{unsupported:?}");
+        }
+        for alone in [&b"user."[..], b"trusted.", b"security."] {
+            assert!(matches!(check_name(alone), Err(Error::Invalid(_))), "{alone:?}");
+        }
+        assert!(matches!(check_name(&[b'u'; 256]), Err(Error::Range)));
+    }
 
     #[test]
     fn block_round_trip_and_checksum() {

@@ -1,6 +1,6 @@
 //! The namespace: lookups, directory listings and every operation that changes names (create,
-//! mkdir, mknod, symlink, link, unlink, rmdir, rename), plus the open count that keeps an
-//! unlinked file alive.
+//! mkdir, mknod, symlink, link, unlink, rmdir, rename), files made without a name
+//! (`O_TMPFILE`), and the open count that keeps an unlinked or unnamed file alive.
 //!
 //! A namespace change takes the namespace lock (shared; a rename exclusively), then locks every
 //! inode it touches (in inode-number order), plans its directory edits, builds one transaction
@@ -112,13 +112,26 @@ fn next_generation(state: &MountState, ino: u64) -> Result<u32> {
     Ok(u32::from_le_bytes(last).wrapping_add(1))
 }
 
-/// Create an inode named `name` in `parent`.
-pub(crate) fn make_inode(
+/// A new inode, written to its free slot but for its first 32 bytes (the in-use flag), which
+/// `tx` writes at the commit that makes it exist.
+struct Prepared<'a> {
+    ino: u64,
+    hdr: InodeHeader,
+    map: FileMap,
+    tx: Tx<'a>,
+}
+
+/// Take an inode number (and, for a symlink, its target's block) into `res` and write the new
+/// inode's body with `nlink` links and all its times `now`; `parent` is recorded for
+/// directories.
+fn prepare_inode(
     state: &MountState,
-    parent: u64,
-    name: &[u8],
+    res: &mut Reserved,
     new: NewInode<'_>,
-) -> Result<Attr> {
+    parent: u64,
+    nlink: u32,
+    now: i64,
+) -> Result<Prepared<'static>> {
     let NewInode {
         kind,
         perm,
@@ -127,36 +140,15 @@ pub(crate) fn make_inode(
         rdev,
         target,
     } = new;
-    state.check_alive()?;
-    check_name(name)?;
-    if is_dot(name) {
-        return Err(Error::Exists);
-    }
-    // Shared: names change under their directory's lock; the namespace lock keeps renames out.
-    let _ns = state.namespace.read();
-    let p = state.inode(parent)?;
-    // The directory is held shared until the commit: its lookups and readdir go on meanwhile.
-    let mut pg = DirChange::begin(&p);
-    if pg.find_name(&state.pool, name)?.is_some() {
-        return Err(Error::Exists);
-    }
-    if pg.hdr.nlink == 0 {
-        return Err(Error::NotFound); // parent was removed while we waited
-    }
-    if kind == FileKind::Dir && pg.hdr.nlink >= MAX_LINKS {
-        return Err(Error::TooManyLinks);
-    }
-    let mut res = Reserved::new(state);
     let ino = state.alloc_inode_number()?;
     res.inodes.push(ino);
-    let now = state.change_time(&[&*pg]);
     let checked = if state.geo.checked_sizes { layout::INODE_SIZE_CHECKED } else { 0 };
     let mut hdr = InodeHeader {
         flags: INODE_IN_USE | checked,
         mode: kind.mode_bits() | (perm & 0o7777),
         uid,
         gid,
-        nlink: if kind == FileKind::Dir { 2 } else { 1 },
+        nlink,
         generation: next_generation(state, ino)?,
         parent: if kind == FileKind::Dir { parent } else { 0 },
         atime: now,
@@ -207,6 +199,40 @@ pub(crate) fn make_inode(
         .write_flush(ioff + CACHE_LINE, &body[line..], Category::Metadata)?;
     let mut tx = Tx::new();
     tx.write(ioff, body[..32].to_vec(), Category::Metadata);
+    Ok(Prepared { ino, hdr, map, tx })
+}
+
+/// Create an inode named `name` in `parent`.
+pub(crate) fn make_inode(
+    state: &MountState,
+    parent: u64,
+    name: &[u8],
+    new: NewInode<'_>,
+) -> Result<Attr> {
+    let kind = new.kind;
+    state.check_alive()?;
+    check_name(name)?;
+    if is_dot(name) {
+        return Err(Error::Exists);
+    }
+    // Shared: names change under their directory's lock; the namespace lock keeps renames out.
+    let _ns = state.namespace.read();
+    let p = state.inode(parent)?;
+    // The directory is held shared until the commit: its lookups and readdir go on meanwhile.
+    let mut pg = DirChange::begin(&p);
+    if pg.find_name(&state.pool, name)?.is_some() {
+        return Err(Error::Exists);
+    }
+    if pg.hdr.nlink == 0 {
+        return Err(Error::NotFound); // parent was removed while we waited
+    }
+    if kind == FileKind::Dir && pg.hdr.nlink >= MAX_LINKS {
+        return Err(Error::TooManyLinks);
+    }
+    let mut res = Reserved::new(state);
+    let now = state.change_time(&[&*pg]);
+    let nlink = if kind == FileKind::Dir { 2 } else { 1 };
+    let Prepared { ino, hdr, map, mut tx } = prepare_inode(state, &mut res, new, parent, nlink, now)?;
     let mut edit = DirEdit::default();
     if !plan_insert_shared(state, &pg, name, ino, kind, &mut edit)? {
         // A new directory block changes the directory's map and header before the commit.
@@ -240,6 +266,47 @@ pub(crate) fn make_inode(
     // One directory is locked: the edit finds it without a map of guards.
     apply_edit_to(edit, &mut [(parent, &mut *pg)]);
     show_change_seen_meanwhile(state, &mut pg, before)?;
+    Ok(attr)
+}
+
+/// Create a regular file in no directory, open once (open(2) with `O_TMPFILE` in `parent`): it
+/// has no links, and goes at its last release (or at the next mount, after a crash, as every
+/// inode without links) unless [`link`] names it first, which only a `linkable` one allows.
+/// `parent` only has to be a directory that still exists; its times do not change.
+pub(crate) fn make_unnamed(
+    state: &MountState,
+    parent: u64,
+    new: NewInode<'_>,
+    linkable: bool,
+) -> Result<Attr> {
+    state.check_alive()?;
+    if new.kind != FileKind::File {
+        return Err(Error::Invalid("only regular files can be made without a name".into()));
+    }
+    let p = state.inode(parent)?;
+    let mut pg = wlock(&p);
+    if !pg.is_dir() {
+        return Err(Error::NotDir);
+    }
+    if pg.hdr.nlink == 0 {
+        return Err(Error::NotFound);
+    }
+    let mut res = Reserved::new(state);
+    let now = state.change_time(&[]);
+    let Prepared { ino, hdr, map, tx } = prepare_inode(state, &mut res, new, 0, 0, now)?;
+    state.commit(tx)?;
+    res.keep();
+    let mut node = InodeState::new(ino, hdr, map, None);
+    node.open = 1;
+    node.linkable = linkable;
+    // A file made for the directory inherits its alignment hint, as a named one would.
+    if xattr::hinted(state, &mut pg)? {
+        xattr::add_hint(state, &mut node)?;
+    }
+    drop(pg);
+    let attr = state.attr(&node);
+    let mut map = state.inodes.write(ino);
+    state.insert_loaded(&mut map, ino, InodeCell::new_ref(node));
     Ok(attr)
 }
 
@@ -621,8 +688,9 @@ pub(crate) fn link(state: &MountState, ino: u64, parent: u64, name: &[u8]) -> Re
             "hard links to directories are not allowed".into(),
         ));
     }
-    // No links left: open but unlinked (Linux refuses it too), or freed while we waited.
-    if g[&ino].hdr.nlink == 0 {
+    // No links left: open but unlinked (Linux refuses it too), or freed while we waited; only a
+    // file made without a name for linking ([`make_unnamed`]) may get its first one here.
+    if g[&ino].hdr.nlink == 0 && !(g[&ino].linkable && g[&ino].hdr.in_use()) {
         return Err(Error::NotFound);
     }
     if g[&ino].hdr.nlink >= MAX_LINKS {
@@ -657,7 +725,10 @@ pub(crate) fn link(state: &MountState, ino: u64, parent: u64, name: &[u8]) -> Re
     state.commit(tx)?;
     res.keep();
     g.get_mut(&parent).expect("locked").hdr = ph;
-    g.get_mut(&ino).expect("locked").hdr = ih;
+    let node = g.get_mut(&ino).expect("locked");
+    node.hdr = ih;
+    // Named now: should it lose its names again, it goes as any unlinked file.
+    node.linkable = false;
     state.times_changed(&g[&parent]);
     state.times_changed(&g[&ino]);
     apply_edit(edit, &mut g);

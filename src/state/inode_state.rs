@@ -35,6 +35,9 @@ pub(crate) struct InodeState {
     /// The blocks mapped past the end of the file are speculative preallocation, registered
     /// with the allocator (`ops::prealloc`); DRAM only, false after a remount.
     pub spec_prealloc: bool,
+    /// Made without a name and without `O_EXCL` (`ops::namespace::make_unnamed`), and not
+    /// linked yet: a link may give it its first name. DRAM only (after a crash it is an orphan).
+    pub linkable: bool,
     /// Direct-path leases held on this file by clients of the mount's channel (`ops::lease`):
     /// while any is held its blocks never move and blocks it frees wait in `quarantine`.
     pub leases: u32,
@@ -82,6 +85,7 @@ impl InodeState {
             maps: Vec::new(),
             hugepage_hint: None,
             spec_prealloc: false,
+            linkable: false,
             leases: 0,
             appenders: 0,
             quarantine: Vec::new(),

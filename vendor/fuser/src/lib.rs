@@ -868,6 +868,27 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// winefs: create and open a regular file in no directory (open(2) with `O_TMPFILE` in
+    /// directory `parent`; Linux 6.1+). Its attributes must say it has no links; it goes when
+    /// its last handle is released, unless a `link` names it first (which the kernel allows
+    /// only without `O_EXCL` in `flags`). Answered as `create` is; `ENOSYS` makes the kernel
+    /// answer every later one with `EOPNOTSUPP`.
+    fn tmpfile(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        warn!(
+            "[Not Implemented] tmpfile(parent: {parent:#x?}, mode: {mode}, umask: {umask:#x?}, \
+            flags: {flags:#x?})"
+        );
+        reply.error(Errno::ENOSYS);
+    }
+
     /// Test for a POSIX file lock.
     fn getlk(
         &self,

@@ -1852,6 +1852,12 @@ mod op {
                 header,
                 arg: data.fetch()?,
             }),
+            // winefs: the kernel sends a TMPFILE as it sends a CREATE (its name is "/").
+            fuse_opcode::FUSE_TMPFILE => Operation::TmpFile(Create {
+                header,
+                arg: data.fetch()?,
+                name: data.fetch_str()?.as_ref(),
+            }),
 
             #[cfg(target_os = "macos")]
             fuse_opcode::FUSE_SETVOLNAME => Operation::SetVolName(SetVolName {
@@ -1914,6 +1920,8 @@ pub(crate) enum Operation<'a> {
     SetLk(SetLk<'a>),
     Access(Access<'a>),
     Create(Create<'a>),
+    /// winefs: open(2) with `O_TMPFILE`.
+    TmpFile(Create<'a>),
     Interrupt(Interrupt<'a>),
     BMap(BMap<'a>),
     Destroy(Destroy<'a>),
@@ -2062,6 +2070,12 @@ impl fmt::Display for Operation<'_> {
                 f,
                 "CREATE name {:?}, mode {:#05o}, flags {:#x}",
                 x.name(),
+                x.mode(),
+                x.flags()
+            ),
+            Operation::TmpFile(x) => write!(
+                f,
+                "TMPFILE mode {:#05o}, flags {:#x}",
                 x.mode(),
                 x.flags()
             ),
