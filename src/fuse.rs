@@ -53,7 +53,7 @@
 //!   A mount with no direct path (`with_page_cache`) lets the kernel cache every open.
 
 use crate::{
-    Attr, DirEntry, Error, FileKind, Fs, RenameFlags as CoreRenameFlags, SetAttr, TimeSet, XattrSet,
+    Attr, DirEntry, Error, FileKind, Fs, RenameFlags as CoreRenameFlags, SetAttr, XattrSet,
 };
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags,
@@ -74,7 +74,7 @@ pub mod channel;
 mod privs;
 pub mod proto;
 
-use attr::{file_type, missing_name_attr, time_ns};
+use attr::{file_type, missing_name_attr, to_time_set};
 pub(crate) use attr::file_attr;
 
 /// How long the kernel may cache attributes, directory entries and names found missing. Long:
@@ -283,13 +283,6 @@ fn reply_empty(reply: ReplyEmpty, r: crate::Result<()>) {
     match r {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(errno(&e)),
-    }
-}
-
-fn to_time_set(t: TimeOrNow) -> TimeSet {
-    match t {
-        TimeOrNow::Now => TimeSet::Now,
-        TimeOrNow::SpecificTime(s) => TimeSet::At(time_ns(s)),
     }
 }
 
@@ -554,14 +547,20 @@ impl Filesystem for WinefsFuse {
         _fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        // The kernel leaves access times to the daemon; an O_NOATIME open's reads store none.
+        let atime = flags.0 & libc::O_NOATIME == 0;
         // Straight into the reply: over io_uring that is the ring entry's payload, which the
         // kernel copies to the caller (one copy fewer than a buffer of our own).
         reply.data_with(size as usize, |buf| {
-            self.fs.read(ino.0, offset, buf).map_err(|e| errno(&e))
+            let r = match atime {
+                true => self.fs.read(ino.0, offset, buf),
+                false => self.fs.read_noatime(ino.0, offset, buf),
+            };
+            r.map_err(|e| errno(&e))
         })
     }
 

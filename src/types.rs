@@ -50,6 +50,9 @@ pub struct MountOptions {
     /// files that nothing holds (not open, mapped, leased, or holding alternate slots) are
     /// dropped again, oldest loaded first, and rebuilt when next used.
     pub cached_inodes: u64,
+    /// Never store access times (as `mount -o noatime`). Without it, reads and directory
+    /// listings store them as Linux's default `relatime` does (`ops::file::touch_atime`).
+    pub noatime: bool,
 }
 
 /// How strict mode writes an overwrite inside one block of a file.

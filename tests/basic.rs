@@ -316,6 +316,59 @@ fn a_write_after_times_set_ahead_takes_the_clocks_time() {
     assert!(a.mtime < future && a.mtime >= before - 20_000_000, "mtime {}", a.mtime);
 }
 
+/// Access times follow Linux's default `relatime`: a read stores one when the stored one is not
+/// later than the last change (or a day old), a second read does not, a read after a write
+/// does again; a directory listing likewise; `read_noatime` (an `O_NOATIME` read) and a
+/// `noatime` mount never; the time survives a remount.
+#[test]
+fn reads_and_listings_store_access_times_as_relatime_does() {
+    use winefs::{MountOptions, SetAttr, TimeSet};
+    let (_d, p) = fresh(64 << 20);
+    let old = 1_000_000_000_000_000i64; // 2001
+    let set_old = SetAttr { atime: Some(TimeSet::At(old)), ..Default::default() };
+    let mut buf = [0u8; 16];
+    {
+        let fs = mount(&p);
+        let ino = fs.create_file("/f").unwrap().ino();
+        fs.write(ino, 0, b"hello").unwrap();
+        fs.setattr(ino, &set_old).unwrap();
+        fs.read_noatime(ino, 0, &mut buf).unwrap();
+        assert_eq!(fs.getattr(ino).unwrap().atime, old, "an O_NOATIME read stores none");
+        fs.read(ino, 0, &mut buf).unwrap();
+        let first = fs.getattr(ino).unwrap();
+        assert!(first.atime > first.mtime && first.atime > old, "a read after the change");
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        fs.read(ino, 0, &mut buf).unwrap();
+        assert_eq!(fs.getattr(ino).unwrap().atime, first.atime, "read again: left alone");
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        fs.write(ino, 5, b"!").unwrap();
+        fs.read(ino, 0, &mut buf).unwrap();
+        let again = fs.getattr(ino).unwrap();
+        assert!(again.atime > first.atime && again.atime >= again.mtime, "read after a write");
+        let dir = fs.mkdir_path("/d").unwrap().ino;
+        fs.setattr(dir, &set_old).unwrap();
+        fs.readdir(dir, 0).unwrap();
+        assert!(fs.getattr(dir).unwrap().atime > old, "a listing stores the directory's");
+        fs.setattr(ino, &set_old).unwrap();
+        fs.read(ino, 0, &mut buf).unwrap();
+        let kept = fs.getattr(ino).unwrap().atime;
+        fs.unmount().unwrap();
+        let fs = mount(&p);
+        assert_eq!(fs.getattr(ino).unwrap().atime, kept, "stored in the pool");
+        fs.setattr(ino, &set_old).unwrap();
+        fs.unmount().unwrap();
+    }
+    let fs = common::mount_opts(&p, MountOptions { noatime: true, ..Default::default() });
+    let ino = fs.resolve("/f", false).unwrap();
+    fs.read(ino, 0, &mut buf).unwrap();
+    fs.readdir(fs.root(), 0).unwrap();
+    assert_eq!(fs.getattr(ino).unwrap().atime, old, "a noatime mount stores none");
+    fs.unmount().unwrap();
+    let fs = common::mount_opts(&p, MountOptions { read_only: true, ..Default::default() });
+    fs.read(ino, 0, &mut buf).unwrap();
+    assert_eq!(fs.getattr(ino).unwrap().atime, old, "a read-only mount stores none");
+}
+
 /// An inode's generation is one more than its slot's last inode had, across remounts, so a
 /// file handle of a removed file never names the file that reuses its number.
 #[test]

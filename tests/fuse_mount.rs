@@ -786,6 +786,48 @@ fn o_tmpfile_files_are_named_by_a_link_or_go_at_close_and_after_a_crash() {
     m.stop();
 }
 
+/// Reads that reach the daemon and directory listings store access times as ext4's default
+/// `relatime` does (the kernel leaves them to a FUSE server); an `O_NOATIME` open's reads and
+/// a `--noatime` mount store none.
+#[test]
+fn reads_store_access_times_as_relatime_does_and_o_noatime_reads_do_not() {
+    use std::fs::FileTimes;
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let old = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let set_old = |p: &Path| {
+        // futimens(2) through a descriptor opened for reading (directories too).
+        File::open(p).unwrap().set_times(FileTimes::new().set_accessed(old)).unwrap();
+    };
+    let atime = |p: &Path| fs::metadata(p).unwrap().accessed().unwrap();
+    let mut m = Mounted::new();
+    let f = m.path("f");
+    fs::write(&f, b"hello").unwrap();
+    set_old(&f);
+    let mut buf = Vec::new();
+    File::options()
+        .read(true)
+        .custom_flags(libc::O_NOATIME | libc::O_DIRECT)
+        .open(&f)
+        .unwrap()
+        .read_to_end(&mut buf)
+        .unwrap();
+    assert_eq!(atime(&f), old, "an O_NOATIME read stored an access time");
+    // O_DIRECT: the read reaches the daemon whatever the kernel kept.
+    File::options().read(true).custom_flags(libc::O_DIRECT).open(&f).unwrap().read_to_end(&mut buf).unwrap();
+    assert!(atime(&f) > SystemTime::now() - Duration::from_secs(60), "a read stored none");
+    fs::create_dir(m.path("d")).unwrap();
+    set_old(&m.path("d"));
+    fs::read_dir(m.path("d")).unwrap().for_each(drop);
+    assert!(atime(&m.path("d")) > old, "a listing stored none");
+    set_old(&f);
+    m.stop();
+    m.args = vec!["--noatime"];
+    m.start();
+    File::options().read(true).custom_flags(libc::O_DIRECT).open(&f).unwrap().read_to_end(&mut buf).unwrap();
+    assert_eq!(atime(&f), old, "a --noatime mount stored an access time");
+    m.stop();
+}
+
 /// Extended attribute names are answered as ext4 answers them: EOPNOTSUPP outside `user.`,
 /// `trusted.` and `security.` (POSIX ACLs among them), EINVAL for a namespace alone.
 #[test]

@@ -93,6 +93,10 @@ enum Cmd {
         /// of reusing the lowest ones; aligned extents are handed out as before.
         #[arg(long)]
         wear_aware: bool,
+        /// Store no access times (as `mount -o noatime`); without it, reads and directory
+        /// listings store them as Linux's default `relatime` does.
+        #[arg(long)]
+        noatime: bool,
         /// Idle file states kept in DRAM at most (1 or more; default 65536, about 18 MiB): a
         /// file's state is built from its inode on first use and dropped again, oldest first,
         /// once this many are loaded and nothing holds it (open, mapped, leased).
@@ -469,6 +473,7 @@ fn main() -> ExitCode {
             writeback_cache,
             transport,
             wear_aware,
+            noatime,
             cached_inodes,
             size,
             log,
@@ -488,6 +493,7 @@ fn main() -> ExitCode {
             writeback_cache,
             transport,
             wear_aware,
+            noatime,
             cached_inodes: cached_inodes.unwrap_or(0),
             size,
             log,

@@ -40,6 +40,8 @@ pub struct MountArgs {
     pub transport: Transport,
     /// Wear-aware allocation (`MountOptions::wear_aware`).
     pub wear_aware: bool,
+    /// Store no access times (`MountOptions::noatime`).
+    pub noatime: bool,
     /// Idle file states kept at most (`MountOptions::cached_inodes`; 0: the default).
     pub cached_inodes: u64,
     /// Size of a new default pool (None: [`DEFAULT_SIZE`]).
@@ -235,6 +237,7 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
             consistency: a.consistency,
             read_only: a.read_only,
             wear_aware: a.wear_aware,
+            noatime: a.noatime,
             cached_inodes: a.cached_inodes,
             // Started by `serve`: a fork keeps no threads.
             no_prefault: true,
@@ -373,6 +376,10 @@ fn serve(
             MountOption::RW
         },
     ];
+    // Shown in the mount table; the daemon is the one that stores access times.
+    if fs.is_noatime() {
+        cfg.mount_options.push(MountOption::NoAtime);
+    }
     // With the kernel checking permissions, root's mount may serve every user.
     cfg.acl = if root {
         SessionACL::All

@@ -138,6 +138,11 @@ impl Fs {
         ROOT_INO
     }
 
+    /// Whether this mount stores no access times ([`MountOptions::noatime`]).
+    pub fn is_noatime(&self) -> bool {
+        self.state.noatime
+    }
+
     /// Whether this mount is read-only ([`MountOptions::read_only`]).
     pub fn is_read_only(&self) -> bool {
         self.state.read_only
@@ -404,10 +409,17 @@ impl Fs {
         r
     }
 
-    /// Read from `off` into `buf`; returns the bytes read (short at the end of file).
+    /// Read from `off` into `buf`; returns the bytes read (short at the end of file). Stores
+    /// the access time as Linux's `relatime` does ([`MountOptions::noatime`]: never).
     pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
         let _op = self.state.accounting.scope(OpKind::Read);
-        file::read(&self.state, ino, off, buf)
+        file::read(&self.state, ino, off, buf, true)
+    }
+
+    /// [`Fs::read`] that leaves the access time alone (a read through an `O_NOATIME` open).
+    pub fn read_noatime(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+        let _op = self.state.accounting.scope(OpKind::Read);
+        file::read(&self.state, ino, off, buf, false)
     }
 
     /// Write `data` at `off`; returns the bytes written (short only when the pool fills).

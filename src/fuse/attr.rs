@@ -1,7 +1,7 @@
 //! Core attributes and times in the kernel's form (`FileAttr`, `SystemTime`).
 
-use crate::{Attr, FileKind};
-use fuser::{FileAttr, FileType, INodeNo};
+use crate::{Attr, FileKind, TimeSet};
+use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub(super) fn system_time(ns: i64) -> SystemTime {
@@ -16,6 +16,14 @@ pub(super) fn time_ns(t: SystemTime) -> i64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
         Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
+    }
+}
+
+/// A time of a setattr in the core's form.
+pub(super) fn to_time_set(t: TimeOrNow) -> TimeSet {
+    match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(s) => TimeSet::At(time_ns(s)),
     }
 }
 

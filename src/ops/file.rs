@@ -6,12 +6,12 @@
 use crate::error::{Error, Result};
 use crate::media::alloc::BlockRun;
 use crate::media::journal::Tx;
-use crate::media::layout::{BLOCK_SIZE, FileKind, InodeHeader, MAX_FILE_SIZE};
+use crate::media::layout::{self, BLOCK_SIZE, FileKind, InodeHeader, MAX_FILE_SIZE};
 use crate::media::pool::Category;
 use crate::meta::inode::MapUpdate;
 use crate::ops::xattr;
 use crate::state::appends;
-use crate::state::inode_state::{InodeState, rlock};
+use crate::state::inode_state::{InodeRef, InodeState, rlock, try_wlock};
 use crate::state::map_hooks;
 use crate::state::slots;
 use crate::state::mount_state::MountState;
@@ -69,13 +69,69 @@ pub(crate) fn read_locked(
     Ok(len)
 }
 
-pub(crate) fn read(state: &MountState, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+/// Read from `off` into `buf`; then, if `atime` (not an `O_NOATIME` read), store the access
+/// time as [`touch_atime`] says.
+pub(crate) fn read(
+    state: &MountState,
+    ino: u64,
+    off: u64,
+    buf: &mut [u8],
+    atime: bool,
+) -> Result<usize> {
     state.check_alive()?;
     let n = state.inode(ino)?;
     appends::settle(state, &n)?;
     let g = rlock(&n);
     file_kind_check(&g)?;
-    read_locked(state, &g, off, buf)
+    let got = read_locked(state, &g, off, buf)?;
+    let due = atime && atime_due(state, &g.hdr);
+    drop(g);
+    if due {
+        touch_atime(state, &n);
+    }
+    Ok(got)
+}
+
+/// A day: `relatime` stores an access time at least this often.
+const DAY_NS: i64 = 86_400 * 1_000_000_000;
+
+/// Whether a read of the inode with header `h` stores its access time, by Linux's default
+/// `relatime` rule: when the stored one is not later than the last change (so "read since it
+/// changed" shows, as mail readers and `find -amin` expect) or is a day old. Never on a
+/// `noatime` or read-only mount.
+pub(crate) fn atime_due(state: &MountState, h: &InodeHeader) -> bool {
+    !state.noatime
+        && !state.read_only
+        && (h.atime <= h.mtime
+            || h.atime <= h.ctime
+            || crate::sys::coarse_now_ns().saturating_sub(h.atime) >= DAY_NS)
+}
+
+/// Store the access time of `n` after a read or a directory listing, if [`atime_due`] still
+/// says so under its write lock. Stored in place and not written back: the time group is kept
+/// out of the inode checksum and written in place by every change (`commit_header`), so a
+/// crash that loses this store leaves the older access time, and the next write-back of the
+/// line carries it (as `lazytime` keeps access times in memory).
+///
+/// Only if the lock is free now: a read never waits for a writer (nor a listing for a name
+/// change committing in the directory, which it must not: see `DirChange`) just to store an
+/// access time; a later read stores it.
+pub(crate) fn touch_atime(state: &MountState, n: &InodeRef) {
+    let Some(mut g) = try_wlock(n) else {
+        return;
+    };
+    if !g.hdr.in_use() || !atime_due(state, &g.hdr) {
+        return;
+    }
+    // The fine clock: a coarse time could equal the change time it follows, and the rule
+    // would then store again at the next read.
+    let now = now_ns();
+    let at = state.inode_off(g.ino) + layout::ino::ATIME as u64;
+    // The slot is the inode's own and in bounds, so the store cannot fail; if it ever did, the
+    // access time would stay as it was, which the rule allows.
+    if state.pool.write(at, &now.to_le_bytes(), Category::Metadata).is_ok() {
+        g.hdr.atime = now;
+    }
 }
 
 /// Run `f`, which may change DRAM state before committing; on error poison the mount, since

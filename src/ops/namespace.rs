@@ -802,6 +802,11 @@ pub(crate) fn readdir_page(
         });
     }
     out.truncate(max);
+    let due = crate::ops::file::atime_due(state, &g.hdr);
+    drop(g);
+    if due {
+        crate::ops::file::touch_atime(state, &n);
+    }
     Ok(out)
 }
 

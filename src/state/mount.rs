@@ -418,6 +418,7 @@ pub(crate) fn mount_checked(
         prefault_thread: std::sync::Mutex::new(None),
         record: Mutex::new(record),
         read_only: false,
+        noatime: opts.noatime,
         recovery: report,
         damaged_inodes: loaded.damaged,
         unloadable_inodes: loaded.unloadable,

@@ -85,6 +85,8 @@ pub(crate) struct MountState {
     /// Mounted read-only: nothing reaches the pool, and calls that would change it are
     /// refused (`check_writable`).
     pub read_only: bool,
+    /// Reads store no access times (`MountOptions::noatime`).
+    pub noatime: bool,
     /// What recovery did at mount.
     pub recovery: RecoveryReport,
     /// In-use inodes that failed their checksum at mount (only a mount for fsck or repair
