@@ -193,6 +193,8 @@ fn inode_exhaustion_gives_nospace() {
     );
     assert_eq!(made, s0.free_inodes, "every free inode was usable");
     assert_eq!(fs.statfs().free_inodes, 0);
+    // A taken name is EEXIST even with no inode free: Linux looks the name up first.
+    assert!(matches!(fs.create(root, b"f1", 0o644, 0, 0), Err(Error::Exists)));
     // mkdir and symlink fail the same way, and nothing leaks.
     let blocks = fs.statfs().free_blocks;
     assert!(matches!(
