@@ -27,16 +27,27 @@ fn load(state: &MountState, g: &InodeState) -> Result<Attrs> {
     })
 }
 
+/// [`check_name`], but a name outside the kept namespaces is answered by the caller (who reads
+/// or removes it only if the inode has it: a pool written before names were checked keeps
+/// such attributes, and nothing stored becomes unreachable) with the error returned here.
+fn check_name_kept(name: &[u8]) -> Result<Option<Error>> {
+    match check_name(name) {
+        Ok(()) => Ok(None),
+        Err(e @ Error::NotSupported(_)) => Ok(Some(e)),
+        Err(e) => Err(e),
+    }
+}
+
 pub(crate) fn get(state: &MountState, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
     state.check_alive()?;
-    check_name(name)?;
+    let unsupported = check_name_kept(name)?;
     let n = state.inode(ino)?;
     let g = rlock(&n);
     load(state, &g)?
         .into_iter()
         .find(|(k, _)| k == name)
         .map(|(_, v)| v)
-        .ok_or(Error::NoAttr)
+        .ok_or(unsupported.unwrap_or(Error::NoAttr))
 }
 
 /// The names of the inode's attributes, less the alignment hint: winefs's own bookkeeping is
@@ -62,13 +73,19 @@ pub(crate) fn set(
     how: XattrSet,
 ) -> Result<()> {
     state.check_alive()?;
-    check_name(name)?;
+    let unsupported = match (check_name_kept(name)?, value) {
+        (Some(e), Some(_)) => return Err(e),
+        (u, _) => u,
+    };
     if value.is_some_and(|v| v.len() > XATTR_SIZE_MAX) {
         return Err(Error::Range);
     }
     let n = state.inode(ino)?;
     let mut g = wlock(&n);
-    set_locked(state, &mut g, name, value, how)
+    match (set_locked(state, &mut g, name, value, how), unsupported) {
+        (Err(Error::NoAttr), Some(e)) => Err(e),
+        (r, _) => r,
+    }
 }
 
 /// Remove attribute `name` if the inode has it; Ok(false) if it has not. An inode with no
@@ -189,4 +206,33 @@ pub(crate) fn relocate_block(
     let mut bytes = vec![0u8; BLOCK_SIZE as usize];
     state.pool.read(from * BLOCK_SIZE, &mut bytes)?;
     install(state, g, Some(&bytes), false).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::error::Error;
+    use crate::fs::Fs;
+    use crate::state::inode_state::wlock;
+    use crate::types::{MkfsOptions, MountOptions, XattrSet};
+
+    /// An attribute outside the kept namespaces, as a build that took any name stored it, can
+    /// still be read and removed; one the inode lacks, or a new one, is EOPNOTSUPP.
+    #[test]
+    fn a_name_outside_the_namespaces_already_kept_can_be_read_and_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("pool");
+        Fs::mkfs(&p, &MkfsOptions { size: Some(32 << 20), ..Default::default() }).unwrap();
+        let fs = Fs::mount(&p, MountOptions::default()).unwrap();
+        let ino = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+        let old = &b"bogus.old"[..];
+        let n = fs.state.inode(ino).unwrap();
+        super::set_locked(&fs.state, &mut wlock(&n), old, Some(b"v"), XattrSet::Any).unwrap();
+        assert_eq!(fs.getxattr(ino, old).unwrap(), b"v");
+        assert!(matches!(fs.setxattr(ino, old, b"w", XattrSet::Any), Err(Error::NotSupported(_))));
+        assert!(matches!(fs.getxattr(ino, b"bogus.new"), Err(Error::NotSupported(_))));
+        fs.removexattr(ino, old).unwrap();
+        assert!(matches!(fs.getxattr(ino, old), Err(Error::NotSupported(_))));
+        assert!(matches!(fs.removexattr(ino, old), Err(Error::NotSupported(_))));
+        assert!(fs.listxattr(ino).unwrap().is_empty());
+    }
 }
