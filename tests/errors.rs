@@ -938,6 +938,13 @@ fn unnamed_file_is_named_by_a_link_or_goes_at_its_release() {
     assert!(matches!(fs.link(e.ino, d, b"again"), Err(Error::NotFound)));
     fs.release(e.ino).unwrap();
 
+    // Made for a directory with the alignment hint, it inherits the hint as a named file does.
+    fs.setxattr(d, b"user.winefs.hugepage", b"1", Default::default()).unwrap();
+    let h = fs.create_unnamed(d, 0o600, 0, 0, true).unwrap();
+    assert!(fs.getxattr(h.ino, b"user.winefs.hugepage").is_ok(), "hint not inherited");
+    fs.release(h.ino).unwrap();
+    fs.removexattr(d, b"user.winefs.hugepage").unwrap();
+
     let f = fs.create(d, b"plain", 0o644, 0, 0).unwrap().ino;
     assert!(matches!(fs.create_unnamed(f, 0o600, 0, 0, true), Err(Error::NotDir)));
     let s = fs.statfs();

@@ -283,14 +283,18 @@ pub(crate) fn make_unnamed(
     if new.kind != FileKind::File {
         return Err(Error::Invalid("only regular files can be made without a name".into()));
     }
-    let p = state.inode(parent)?;
-    let mut pg = wlock(&p);
-    if !pg.is_dir() {
-        return Err(Error::NotDir);
-    }
-    if pg.hdr.nlink == 0 {
-        return Err(Error::NotFound);
-    }
+    // The directory is only looked at, not held through the commit: nothing in it changes.
+    let hinted = {
+        let p = state.inode(parent)?;
+        let mut pg = wlock(&p);
+        if !pg.is_dir() {
+            return Err(Error::NotDir);
+        }
+        if pg.hdr.nlink == 0 {
+            return Err(Error::NotFound);
+        }
+        xattr::hinted(state, &mut pg)?
+    };
     let mut res = Reserved::new(state);
     let now = state.change_time(&[]);
     let Prepared { ino, hdr, map, tx } = prepare_inode(state, &mut res, new, 0, 0, now)?;
@@ -300,10 +304,9 @@ pub(crate) fn make_unnamed(
     node.open = 1;
     node.linkable = linkable;
     // A file made for the directory inherits its alignment hint, as a named one would.
-    if xattr::hinted(state, &mut pg)? {
+    if hinted {
         xattr::add_hint(state, &mut node)?;
     }
-    drop(pg);
     let attr = state.attr(&node);
     let mut map = state.inodes.write(ino);
     state.insert_loaded(&mut map, ino, InodeCell::new_ref(node));
