@@ -218,7 +218,9 @@ mod tests {
             &p,
             &MkfsOptions {
                 size: Some(64 << 20),
-                partitions: Some(2),
+                // One partition: with two, a thread moved to the other CPU between the small
+                // allocations below breaks an aligned extent in each (seen once in CI, six used).
+                partitions: Some(1),
                 ..Default::default()
             },
         )
