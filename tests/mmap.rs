@@ -113,6 +113,9 @@ fn pmd_mapping_takes_one_fault_per_unit() {
 
 #[test]
 fn scattered_file_maps_reads_back_and_is_rewritten_onto_hugepages() {
+    // Interleaved writes scatter two files only while both allocate in one partition (the
+    // CPU's): keep this thread on one CPU, or a move to the other gives each file its own.
+    let _ = winefs::sys::run_only_on_cpu(0);
     let pool = HugePool::new("scattered", 128 * MIB);
     let fs = pool.mount();
     let a = fs.create_file("/a").unwrap();
@@ -206,6 +209,9 @@ fn rewrite_under_concurrent_stores_loses_nothing() {
 
 #[test]
 fn alignment_hint_is_recorded_inherited_and_honoured() {
+    // Interleaved writes scatter two files only while both allocate in one partition (the
+    // CPU's): keep this thread on one CPU, or a move to the other gives each file its own.
+    let _ = winefs::sys::run_only_on_cpu(0);
     let pool = HugePool::new("hint", 128 * MIB);
     let fs = pool.mount();
     let hint = winefs::meta::xattr::HUGEPAGE_HINT;
