@@ -53,13 +53,13 @@
 //!   A mount with no direct path (`with_page_cache`) lets the kernel cache every open.
 
 use crate::{
-    Attr, DirEntry, Error, FileKind, Fs, RenameFlags as CoreRenameFlags, SetAttr, XattrSet,
+    DirEntry, Error, FileKind, Fs, RenameFlags as CoreRenameFlags, SetAttr, XattrSet,
 };
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags,
+    Generation, INodeNo, IoctlFlags, InitFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags,
     ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -71,23 +71,15 @@ use std::time::{Duration, SystemTime};
 mod attr;
 pub mod cache_gate;
 pub mod channel;
+mod ioctl;
+mod notify;
 mod privs;
 pub mod proto;
 
-use attr::{file_type, missing_name_attr, to_time_set};
+use attr::{file_type, missing_name_attr, reply_entry, to_time_set, ttl};
+pub(crate) use attr::TTL;
+pub(crate) use notify::{invalidate_attributes, invalidate_data};
 pub(crate) use attr::file_attr;
-
-/// How long the kernel may cache attributes, directory entries and names found missing. Long:
-/// winefs has no writer the kernel does not see, except those it tells the kernel about (see
-/// the module doc); a short one costs a LOOKUP and a GETATTR round trip per `stat` of a file
-/// not touched for that long.
-pub(crate) const TTL: Duration = Duration::from_secs(3600);
-
-/// How long the kernel may cache the attributes of `ino`: `TTL`, or not at all while a
-/// direct-path client appends to it (its size then changes without a request).
-fn ttl(fs: &Fs, ino: u64) -> Duration {
-    if fs.appended_directly(ino) { Duration::ZERO } else { TTL }
-}
 
 /// How long a thread serving `/dev/fuse` that has just answered keeps reading without sleeping
 /// (`fuser::Config::dev_spin`): as long as the io_uring transport polls its rings. A caller
@@ -206,6 +198,14 @@ impl WinefsFuse {
     /// `with_writeback_cache`); otherwise, on a kernel that can map direct-I/O files, as the
     /// [`CacheGate`] decides. The handle tells `release` whether a cached open goes.
     fn open_file(&self, ino: u64, tid: u32, flags: i32) -> (FileHandle, FopenFlags) {
+        // An append-only file only takes writes at its end; a writeback cache would send pages
+        // back from below it.
+        if self.writeback_cache
+            && flags & libc::O_ACCMODE != libc::O_RDONLY
+            && ioctl::append_only(&self.fs, ino)
+        {
+            return (FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
+        }
         if self.writeback_cache || self.page_cache {
             // Nothing stores behind the kernel: what it cached stays true across opens.
             return (FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
@@ -239,44 +239,10 @@ impl WinefsFuse {
     }
 }
 
-/// Drop the kernel's cached attributes and data of `ino` (after a lease: stores behind the kernel).
-/// The kernel waits for pages locked by requests in flight: never from a thread serving them.
-pub(crate) fn invalidate_data(notifier: &OnceLock<Notifier>, ino: u64) {
-    if let Some(n) = notifier.get()
-        && let Err(e) = n.inval_inode(INodeNo(ino), 0, 0)
-    {
-        log::debug!("invalidating the cached data of inode {ino}: {e}");
-    }
-}
-
-/// Tell the kernel, through the session's notifier once it exists, that its cached attributes
-/// of `ino` are stale (offset -1: attributes only; the page cache, which a writer may hold
-/// locked, is left alone).
-pub(crate) fn invalidate_attributes(notifier: &OnceLock<Notifier>, ino: u64) {
-    if let Some(n) = notifier.get()
-        && let Err(e) = n.inval_inode(INodeNo(ino), -1, 0)
-    {
-        log::debug!("invalidating the attributes of inode {ino}: {e}");
-    }
-}
-
 /// The errno the kernel gets for a core error: the only translation of core errors, so every
 /// request answers a given failure the same way the library reports it.
 fn errno(e: &Error) -> Errno {
     Errno::from_i32(e.errno())
-}
-
-fn reply_entry(reply: ReplyEntry, r: crate::Result<Attr>, fs: &Fs) {
-    match r {
-        // The name may be cached long even when the attributes may not be.
-        Ok(a) => reply.entry_with_ttls(
-            &ttl(fs, a.ino),
-            &TTL,
-            &file_attr(&a),
-            Generation(a.generation as u64),
-        ),
-        Err(e) => reply.error(errno(&e)),
-    }
 }
 
 fn reply_empty(reply: ReplyEmpty, r: crate::Result<()>) {
@@ -532,6 +498,11 @@ impl Filesystem for WinefsFuse {
                 let _ = self.fs.release(ino.0);
                 reply.error(Errno::EISDIR)
             }
+            // Immutable or append-only (`chattr`): writing opens refused as Linux refuses them.
+            Ok(_) if let Err(e) = self.fs.check_open(ino.0, flags.0) => {
+                let _ = self.fs.release(ino.0);
+                reply.error(errno(&e))
+            }
             Ok(_) => {
                 let (fh, how) = self.open_file(ino.0, req.pid(), flags.0);
                 reply.opened(fh, how)
@@ -602,6 +573,28 @@ impl Filesystem for WinefsFuse {
                 reply.written(n as u32)
             }
             Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        match ioctl::serve(&self.fs, ino.0, cmd, in_data) {
+            Ok(answer) => {
+                if answer.changed {
+                    self.attributes_changed(ino.0);
+                }
+                reply.ioctl(0, &answer.out)
+            }
+            Err(e) => reply.error(e),
         }
     }
 

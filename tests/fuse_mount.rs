@@ -828,6 +828,72 @@ fn reads_store_access_times_as_relatime_does_and_o_noatime_reads_do_not() {
     m.stop();
 }
 
+/// `lsattr`, `chattr` and `xfs_io`'s flag commands work on the mount, and the daemon refuses
+/// what Linux refuses on immutable and append-only files (the kernel enforces no flag of a FUSE
+/// inode itself); the kernel's own check that only `CAP_LINUX_IMMUTABLE` sets those two holds.
+#[test]
+fn chattr_flags_are_kept_and_enforced_through_the_mount() {
+    require("chattr", "e2fsprogs");
+    require("xfs_io", "xfsprogs");
+    require("setpriv", "util-linux");
+    let flags = |p: &Path| {
+        let out = run_timeout(cmd("lsattr").arg("-d").arg(p), CMD_WAIT);
+        assert!(out.status.success(), "lsattr: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap_or("").to_string()
+    };
+    let chattr = |how: &str, p: &Path| run_timeout(cmd("chattr").arg(how).arg(p), CMD_WAIT);
+    let eperm = |r: std::io::Result<File>, what: &str| match r {
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{what}: {e}"),
+        Ok(_) => panic!("{what} was allowed"),
+    };
+    let mut m = Mounted::new();
+    let f = m.path("f");
+    fs::write(&f, b"kept\n").unwrap();
+    assert!(!flags(&f).contains('i'), "{}", flags(&f));
+    assert!(chattr("+i", &f).status.success());
+    assert!(flags(&f).contains('i'), "{}", flags(&f));
+    eperm(File::options().append(true).open(&f), "an append open");
+    eperm(File::options().write(true).open(&f), "a write open");
+    let e = fs::remove_file(&f).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EPERM), "unlink: {e}");
+    let e = fs::rename(&f, m.path("g")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EPERM), "rename: {e}");
+    assert_eq!(fs::read(&f).unwrap(), b"kept\n");
+    // Append-only: an O_APPEND open writes at the end; nothing else changes the file.
+    assert!(chattr("=a", &f).status.success());
+    File::options().append(true).open(&f).unwrap().write_all(b"more\n").unwrap();
+    eperm(File::options().write(true).open(&f), "a write open without O_APPEND");
+    assert_eq!(fs::read(&f).unwrap(), b"kept\nmore\n");
+    // The flags as xfs_io reads and sets them (FS_IOC_FSGETXATTR / FSSETXATTR).
+    let xfs_io = |c: &str| run_timeout(cmd("xfs_io").args(["-r", "-c", c]).arg(&f), CMD_WAIT);
+    assert!(xfs_io("chattr -a").status.success());
+    assert!(xfs_io("chattr +d").status.success());
+    let out = String::from_utf8_lossy(&xfs_io("lsattr").stdout).to_string();
+    assert!(out.contains('d') && !out.contains('a'), "{out}");
+    assert_eq!(flags(&f).matches(|c: char| c != '-').collect::<String>(), "d");
+    // Flags winefs does not keep are refused, not dropped.
+    let out = chattr("+c", &f);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("not supported"));
+    // The owner sets the other flags; immutable needs CAP_LINUX_IMMUTABLE, which the kernel checks.
+    std::os::unix::fs::chown(&f, Some(65534), Some(65534)).unwrap();
+    let as_nobody = |how: &str| {
+        run_timeout(
+            cmd("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups", "chattr", how]).arg(&f),
+            CMD_WAIT,
+        )
+    };
+    assert!(as_nobody("+A").status.success(), "{}", String::from_utf8_lossy(&as_nobody("+A").stderr));
+    assert!(!as_nobody("+i").status.success());
+    assert!(flags(&f).contains('A') && !flags(&f).contains('i'), "{}", flags(&f));
+    // A new file in a no-atime directory is no-atime too.
+    let d = m.path("d");
+    fs::create_dir(&d).unwrap();
+    assert!(chattr("+A", &d).status.success());
+    fs::write(d.join("n"), b"").unwrap();
+    assert!(flags(&d.join("n")).contains('A'), "{}", flags(&d.join("n")));
+    m.stop();
+}
+
 /// Extended attribute names are answered as ext4 answers them: EOPNOTSUPP outside `user.`,
 /// `trusted.` and `security.` (POSIX ACLs among them), EINVAL for a namespace alone.
 #[test]

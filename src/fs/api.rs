@@ -12,7 +12,7 @@ use crate::media::pool::{PersistStats, Pool};
 use crate::meta::xattr::HUGEPAGE_HINT;
 use crate::ops::namespace::NewInode;
 use crate::ops::repair::{self, RepairReport};
-use crate::ops::{falloc, file, lease, namespace, prealloc, relocate, write, xattr};
+use crate::ops::{falloc, file, lease, namespace, open, prealloc, relocate, write, xattr};
 use crate::state::accounting::{OpKind, WriteStats};
 use crate::state::inode_state::rlock;
 use crate::state::mount_state::MountState;
@@ -348,7 +348,7 @@ impl Fs {
 
     /// The target of symlink `ino`.
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
-        namespace::readlink(&self.state, ino)
+        open::readlink(&self.state, ino)
     }
 
     /// Give inode `ino` another name (or the first, to a linkable file of
@@ -393,13 +393,13 @@ impl Fs {
     /// Note an open handle: an unlinked inode lives until its last handle is released.
     pub fn open(&self, ino: u64) -> Result<Attr> {
         let _op = self.state.accounting.scope(OpKind::Other);
-        namespace::open(&self.state, ino)
+        open::open(&self.state, ino)
     }
 
     /// Drop an open handle; frees the inode if it was the last one and no links remain.
     pub fn release(&self, ino: u64) -> Result<()> {
         let _op = self.state.accounting.scope(OpKind::Other);
-        namespace::release(&self.state, ino)
+        open::release(&self.state, ino)
     }
 
     /// Pass `r` through after an operation that may have changed the size of `ino`, publishing
@@ -495,6 +495,30 @@ impl Fs {
         let _op = self.state.accounting.scope(OpKind::Setattr);
         self.state.check_writable()?;
         self.sized(ino, file::setattr(&self.state, ino, set))
+    }
+
+    /// The user's inode flags (`FS_IOC_GETFLAGS` bits, `chattr`'s letters): immutable (`i`),
+    /// append-only (`a`), no-dump (`d`), no-atime (`A`); every operation refuses the changes
+    /// the first two forbid (EPERM), as Linux does (docs/DESIGN.md, "Inode flags").
+    pub fn inode_flags(&self, ino: u64) -> Result<u32> {
+        file::flags(&self.state, ino)
+    }
+
+    /// Set the user's inode flags (`FS_IOC_SETFLAGS`); EOPNOTSUPP for a flag winefs does not
+    /// keep. Who may set them is the caller's to check (the owner; immutable and append-only
+    /// need `CAP_LINUX_IMMUTABLE`), as the kernel does before a FUSE mount hears of it.
+    pub fn set_inode_flags(&self, ino: u64, flags: u32) -> Result<Attr> {
+        let _op = self.state.accounting.scope(OpKind::Setattr);
+        self.state.check_writable()?;
+        file::set_flags(&self.state, ino, flags)
+    }
+
+    /// Whether `ino` may be opened with open(2) `flags`: EPERM for writing an immutable file, and
+    /// for writing an append-only one without `O_APPEND` or with `O_TRUNC`.
+    pub fn check_open(&self, ino: u64, flags: i32) -> Result<()> {
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let (append, truncate) = (flags & libc::O_APPEND != 0, flags & libc::O_TRUNC != 0);
+        file::check_open(&self.state, ino, write, append, truncate)
     }
 
     /// Every operation is durable when it returns, so fsync only orders this call after them

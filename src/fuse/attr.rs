@@ -1,8 +1,36 @@
-//! Core attributes and times in the kernel's form (`FileAttr`, `SystemTime`).
+//! Core attributes and times in the kernel's form (`FileAttr`, `SystemTime`), and how long the
+//! kernel may keep them.
 
-use crate::{Attr, FileKind, TimeSet};
-use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
+use crate::{Attr, FileKind, Fs, TimeSet};
+use fuser::{FileAttr, FileType, Generation, INodeNo, ReplyEntry, TimeOrNow};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long the kernel may cache attributes, directory entries and names found missing. Long:
+/// winefs has no writer the kernel does not see, except those it tells the kernel about (see
+/// the module doc); a short one costs a LOOKUP and a GETATTR round trip per `stat` of a file
+/// not touched for that long.
+pub(crate) const TTL: Duration = Duration::from_secs(3600);
+
+/// How long the kernel may cache the attributes of `ino`: `TTL`, or not at all while a
+/// direct-path client appends to it (its size then changes without a request).
+pub(super) fn ttl(fs: &Fs, ino: u64) -> Duration {
+    if fs.appended_directly(ino) { Duration::ZERO } else { TTL }
+}
+
+/// Answer a lookup-like request with the entry `r` found (or its error).
+pub(super) fn reply_entry(reply: ReplyEntry, r: crate::Result<Attr>, fs: &Fs) {
+    match r {
+        // The name may be cached long even when the attributes may not be.
+        Ok(a) => reply.entry_with_ttls(
+            &ttl(fs, a.ino),
+            &TTL,
+            &file_attr(&a),
+            Generation(a.generation as u64),
+        ),
+        Err(e) => reply.error(fuser::Errno::from_i32(e.errno())),
+    }
+}
+
 
 pub(super) fn system_time(ns: i64) -> SystemTime {
     if ns >= 0 {

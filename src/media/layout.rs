@@ -65,6 +65,18 @@ pub const INODE_TAIL_UNSETTLED: u32 = 2;
 /// (an append into blocks the file already has, docs/DESIGN.md §5). Every inode made on a pool
 /// with [`INCOMPAT_CHECKED_SIZES`] carries it.
 pub const INODE_SIZE_CHECKED: u32 = 4;
+/// Inode flag (`chattr +i`, Linux's `FS_IMMUTABLE_FL`, the same bit): nothing about the inode
+/// changes but its access time and these flags; a directory gains and loses no entries.
+pub const INODE_IMMUTABLE: u32 = 0x10;
+/// Inode flag (`chattr +a`, `FS_APPEND_FL`): a file only grows by writes at its end; a directory
+/// gains entries but loses none; neither is renamed, linked or unlinked.
+pub const INODE_APPEND_ONLY: u32 = 0x20;
+/// Inode flag (`chattr +d`, `FS_NODUMP_FL`): kept for backup tools; winefs gives it no meaning.
+pub const INODE_NODUMP: u32 = 0x40;
+/// Inode flag (`chattr +A`, `FS_NOATIME_FL`): reads and listings store no access time.
+pub const INODE_NOATIME: u32 = 0x80;
+/// The flags a user sees and sets (`FS_IOC_GETFLAGS`/`SETFLAGS`); every other bit is winefs's.
+pub const INODE_USER_FLAGS: u32 = INODE_IMMUTABLE | INODE_APPEND_ONLY | INODE_NODUMP | INODE_NOATIME;
 /// Incompatible feature: the pool has alternate-slot zones (after the allocator bitmap), whose
 /// live slots hold the newest bytes of file blocks; a build that does not know them would read
 /// stale data, so it must refuse the pool.
@@ -174,7 +186,8 @@ pub mod sb {
 pub mod ino {
     /// u32: flags; bit 0 is [`INODE_IN_USE`](super::INODE_IN_USE), bit 1
     /// [`INODE_TAIL_UNSETTLED`](super::INODE_TAIL_UNSETTLED), bit 2
-    /// [`INODE_SIZE_CHECKED`](super::INODE_SIZE_CHECKED).
+    /// [`INODE_SIZE_CHECKED`](super::INODE_SIZE_CHECKED), bits 4-7 the user's
+    /// [`INODE_USER_FLAGS`](super::INODE_USER_FLAGS) (Linux's `FS_*_FL` bits).
     pub const FLAGS: usize = 0;
     /// u32: file type (`S_IFMT` bits) and permission bits.
     pub const MODE: usize = 4;
@@ -632,7 +645,7 @@ impl FileKind {
 pub struct InodeHeader {
     /// Flags; bit 0 ([`INODE_IN_USE`]) marks a live inode, bit 1 ([`INODE_TAIL_UNSETTLED`])
     /// one whose bytes past its end may not be zero, bit 2 ([`INODE_SIZE_CHECKED`]) one whose
-    /// size field is a checked size word.
+    /// size field is a checked size word, bits 4-7 the user's [`INODE_USER_FLAGS`].
     pub flags: u32,
     /// File type (`S_IFMT` bits) and permission bits.
     pub mode: u32,

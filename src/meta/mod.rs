@@ -4,4 +4,5 @@
 pub mod dir;
 pub mod extent_map;
 pub mod inode;
+pub mod inode_flags;
 pub mod xattr;

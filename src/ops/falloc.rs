@@ -22,6 +22,7 @@ use crate::media::journal::Tx;
 use crate::media::layout::{BLOCK_SIZE, BLOCKS_PER_HUGE, InodeHeader, MAX_FILE_SIZE, ino};
 use crate::media::pool::Category;
 use crate::meta::inode::{FileMap, MapUpdate};
+use crate::meta::inode_flags;
 use crate::ops::file::{commit_header, file_kind_check, mark_if_aligned};
 use crate::state::appends;
 use crate::state::inode_state::InodeState;
@@ -197,6 +198,7 @@ pub(crate) fn zero_range(
     let n = state.inode(ino)?;
     let mut g = appends::lock(state, &n)?;
     file_kind_check(&g)?;
+    inode_flags::allow(g.hdr.flags, inode_flags::Change::Contents)?;
     check_no_atomic_mapping(&g, "zero range")?;
     let (lb0, lb1) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
     let mut res = Reserved::new(state);
@@ -302,6 +304,7 @@ pub(crate) fn collapse_range(state: &MountState, ino: u64, off: u64, len: u64) -
     let n = state.inode(ino)?;
     let mut g = appends::lock(state, &n)?;
     file_kind_check(&g)?;
+    inode_flags::allow(g.hdr.flags, inode_flags::Change::Contents)?;
     let size = g.hdr.size;
     if end >= size {
         return Err(Error::Invalid(format!(
@@ -346,6 +349,7 @@ pub(crate) fn insert_range(state: &MountState, ino: u64, off: u64, len: u64) -> 
     let n = state.inode(ino)?;
     let mut g = appends::lock(state, &n)?;
     file_kind_check(&g)?;
+    inode_flags::allow(g.hdr.flags, inode_flags::Change::Contents)?;
     let size = g.hdr.size;
     let (a, nb) = (off / BLOCK_SIZE, len / BLOCK_SIZE);
     if len > MAX_FILE_SIZE - size || g.hdr.map_end + nb > MAX_BLOCKS {

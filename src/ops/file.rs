@@ -6,9 +6,10 @@
 use crate::error::{Error, Result};
 use crate::media::alloc::BlockRun;
 use crate::media::journal::Tx;
-use crate::media::layout::{self, BLOCK_SIZE, FileKind, InodeHeader, MAX_FILE_SIZE};
+use crate::media::layout::{self, BLOCK_SIZE, FileKind, INODE_USER_FLAGS, InodeHeader, MAX_FILE_SIZE};
 use crate::media::pool::Category;
 use crate::meta::inode::MapUpdate;
+use crate::meta::inode_flags::{self, Change};
 use crate::ops::xattr;
 use crate::state::appends;
 use crate::state::inode_state::{InodeRef, InodeState, rlock, try_wlock};
@@ -98,10 +99,11 @@ const DAY_NS: i64 = 86_400 * 1_000_000_000;
 /// Whether a read of the inode with header `h` stores its access time, by Linux's default
 /// `relatime` rule: when the stored one is not later than the last change (so "read since it
 /// changed" shows, as mail readers and `find -amin` expect) or is a day old. Never on a
-/// `noatime` or read-only mount.
+/// `noatime` or read-only mount, nor for an inode with the no-atime flag (`chattr +A`).
 pub(crate) fn atime_due(state: &MountState, h: &InodeHeader) -> bool {
     !state.noatime
         && !state.read_only
+        && inode_flags::stores_atime(h.flags)
         && (h.atime <= h.mtime
             || h.atime <= h.ctime
             || crate::sys::coarse_now_ns().saturating_sub(h.atime) >= DAY_NS)
@@ -187,6 +189,7 @@ pub(crate) fn truncate(state: &MountState, ino: u64, size: u64) -> Result<()> {
     let n = state.inode(ino)?;
     let mut g = appends::lock(state, &n)?;
     file_kind_check(&g)?;
+    inode_flags::allow(g.hdr.flags, Change::Contents)?;
     truncate_locked(state, &mut g, size)
 }
 
@@ -278,6 +281,8 @@ pub(crate) fn fallocate(
     let n = state.inode(ino)?;
     let mut g = appends::lock(state, &n)?;
     file_kind_check(&g)?;
+    // Allocating leaves what the file holds as it was: an append-only file may.
+    inode_flags::allow(g.hdr.flags, Change::Append)?;
     let (lb0, lb1) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
     let grows = !keep_size && end > g.hdr.size;
     if grows {
@@ -432,6 +437,7 @@ pub(crate) fn punch_hole(state: &MountState, ino: u64, off: u64, len: u64) -> Re
     let n = state.inode(ino)?;
     let mut g = appends::lock(state, &n)?;
     file_kind_check(&g)?;
+    inode_flags::allow(g.hdr.flags, Change::Contents)?;
     let end = off.saturating_add(len).min(g.hdr.map_end * BLOCK_SIZE);
     if off >= end {
         return Ok(());
@@ -525,6 +531,9 @@ pub(crate) fn setattr(state: &MountState, ino: u64, set: &SetAttr) -> Result<Att
     state.check_alive()?;
     let n = state.inode(ino)?;
     let mut g = appends::lock(state, &n)?;
+    for change in setattr_changes(set) {
+        inode_flags::allow(g.hdr.flags, change)?;
+    }
     if let Some(size) = set.size {
         file_kind_check(&g)?;
         if size > MAX_FILE_SIZE {
@@ -564,6 +573,54 @@ pub(crate) fn setattr(state: &MountState, ino: u64, set: &SetAttr) -> Result<Att
         g.hdr = hdr;
     }
     Ok(state.attr(&g))
+}
+
+/// The user's flags of `ino` (`FS_IOC_GETFLAGS` bits).
+pub(crate) fn flags(state: &MountState, ino: u64) -> Result<u32> {
+    state.check_alive()?;
+    Ok(inode_flags::user_flags(rlock(&state.inode(ino)?).hdr.flags))
+}
+
+/// Set the user's flags of `ino` to `flags` (`FS_IOC_SETFLAGS` bits); ctime changes, as on ext4.
+pub(crate) fn set_flags(state: &MountState, ino: u64, flags: u32) -> Result<Attr> {
+    state.check_alive()?;
+    let user = inode_flags::from_user_flags(flags)?;
+    let n = state.inode(ino)?;
+    let mut g = appends::lock(state, &n)?;
+    let mut hdr = g.hdr.clone();
+    hdr.flags = (hdr.flags & !INODE_USER_FLAGS) | user;
+    hdr.ctime = now_ns();
+    commit_header(state, ino, &g.hdr, &hdr, Tx::new())?;
+    g.hdr = hdr;
+    Ok(state.attr(&g))
+}
+
+/// Whether `ino` may be opened for writing (`write`), with `O_APPEND` (`append`) and `O_TRUNC`
+/// (`truncate`): EPERM for an immutable file, and for an append-only one opened for writing
+/// without `O_APPEND` or with `O_TRUNC`, as Linux refuses them at open.
+pub(crate) fn check_open(state: &MountState, ino: u64, write: bool, append: bool, truncate: bool) -> Result<()> {
+    let flags = rlock(&state.inode(ino)?).hdr.flags;
+    match (write || truncate, append && !truncate) {
+        (false, _) => Ok(()),
+        (true, true) => inode_flags::allow(flags, Change::Append),
+        (true, false) => inode_flags::allow(flags, Change::Contents),
+    }
+}
+
+/// What `set` changes, as the inode flags weigh it.
+fn setattr_changes(set: &SetAttr) -> impl Iterator<Item = Change> {
+    let given = set.mode.is_some()
+        || set.uid.is_some()
+        || set.gid.is_some()
+        || [set.atime, set.mtime].iter().any(|t| matches!(t, Some(TimeSet::At(_))));
+    let now = [set.atime, set.mtime].iter().any(|t| matches!(t, Some(TimeSet::Now)));
+    [
+        set.size.map(|_| Change::Contents),
+        given.then_some(Change::Attributes),
+        now.then_some(Change::TimesToNow),
+    ]
+    .into_iter()
+    .flatten()
 }
 
 /// Every operation is durable when it returns, so fsync only orders this call after them and

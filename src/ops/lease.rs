@@ -8,9 +8,10 @@
 
 use crate::error::{Error, Result};
 use crate::media::layout::{BLOCK_SIZE, FileKind, MAX_FILE_SIZE};
+use crate::meta::inode_flags::{self, Change};
 use crate::ops::file::{fill_gaps, fill_unit_aligned, unit_fragmented};
 use crate::ops::relocate::rewrite_unit;
-use crate::ops::namespace;
+use crate::ops::open;
 use crate::state::appends::{self, FileLock};
 use crate::state::inode_state::{InodeState, rlock};
 use crate::state::mappings::UNIT_BLOCKS;
@@ -50,6 +51,10 @@ pub(crate) fn grant(state: &MountState, ino: u64, off: u64, len: u64, purpose: P
     if g.kind() != FileKind::File {
         return Err(Error::NoDevice("only regular files can be mapped".into()));
     }
+    // The client stores into what it leases (an append lease: past the end only); denied,
+    // it goes through FUSE.
+    let change = if purpose == Purpose::Append { Change::Append } else { Change::Contents };
+    inode_flags::allow(g.hdr.flags, change)?;
     if purpose == Purpose::Append {
         return grant_append(state, &mut g, off, end);
     }
@@ -155,7 +160,7 @@ pub(crate) fn release(state: &MountState, ino: u64, append: bool) -> Result<()> 
             state.free_runs(&q);
         }
     }
-    namespace::release(state, ino)
+    open::release(state, ino)
 }
 
 /// After an operation that may have changed the size of `ino`: publish it for the clients

@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::media::journal::Tx;
 use crate::media::layout::{BLOCK_SIZE, FileKind, INODE_TAIL_UNSETTLED, MAX_FILE_SIZE};
 use crate::media::pool::Category;
+use crate::meta::inode_flags::{self, Change};
 use crate::ops::file::{fill_gaps, fill_unit_aligned, unit_fragmented};
 use crate::ops::xattr;
 use crate::state::slots;
@@ -257,6 +258,8 @@ pub(crate) fn map(
         FileKind::Dir => return Err(Error::IsDir),
         _ => return Err(Error::NoDevice("only regular files can be mapped".into())),
     }
+    // Every mapping may be stored into.
+    inode_flags::allow(g.hdr.flags, Change::Contents)?;
     // A mapping sees the blocks themselves: their newest bytes go home first, and while it
     // lives no write takes a slot.
     slots::fold_all(state, &mut g)?;

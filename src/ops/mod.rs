@@ -8,6 +8,7 @@ pub(crate) mod file;
 pub(crate) mod lease;
 pub(crate) mod mmap;
 pub(crate) mod namespace;
+pub(crate) mod open;
 pub(crate) mod prealloc;
 pub(crate) mod relocate;
 pub mod repair;

@@ -22,13 +22,12 @@ use crate::media::layout::{
 use crate::media::pool::{CACHE_LINE, Category};
 use crate::meta::dir::{DirEntryLoc, DirIndex};
 use crate::meta::inode::{FileMap, MapUpdate};
-use crate::ops::file::read_locked;
+use crate::meta::inode_flags::{self, Change};
 use crate::ops::dir_edit::{
     DirEdit, apply_edit, apply_edit_to, edit_tx, plan_insert, plan_insert_shared, plan_remove,
     plan_repoint,
 };
-use crate::ops::{prealloc, xattr};
-use crate::state::damage::Damage;
+use crate::ops::xattr;
 use crate::state::inode_state::{DirChange, InodeCell, InodeRef, InodeState, InodeWriteGuard, rlock, wlock};
 use crate::state::mount_state::MountState;
 use crate::state::tx::Reserved;
@@ -85,6 +84,8 @@ pub(crate) struct NewInode<'a> {
     pub rdev: u32,
     /// Symlinks: the target.
     pub target: Option<&'a [u8]>,
+    /// The user's inode flags it starts with (those its directory passes on).
+    pub flags: u32,
 }
 
 impl NewInode<'_> {
@@ -97,6 +98,7 @@ impl NewInode<'_> {
             gid,
             rdev: 0,
             target: None,
+            flags: 0,
         }
     }
 }
@@ -139,12 +141,13 @@ fn prepare_inode(
         gid,
         rdev,
         target,
+        flags,
     } = new;
     let ino = state.alloc_inode_number()?;
     res.inodes.push(ino);
     let checked = if state.geo.checked_sizes { layout::INODE_SIZE_CHECKED } else { 0 };
     let mut hdr = InodeHeader {
-        flags: INODE_IN_USE | checked,
+        flags: INODE_IN_USE | checked | flags,
         mode: kind.mode_bits() | (perm & 0o7777),
         uid,
         gid,
@@ -207,7 +210,7 @@ pub(crate) fn make_inode(
     state: &MountState,
     parent: u64,
     name: &[u8],
-    new: NewInode<'_>,
+    mut new: NewInode<'_>,
 ) -> Result<Attr> {
     let kind = new.kind;
     state.check_alive()?;
@@ -226,6 +229,8 @@ pub(crate) fn make_inode(
     if pg.hdr.nlink == 0 {
         return Err(Error::NotFound); // parent was removed while we waited
     }
+    inode_flags::allow(pg.hdr.flags, Change::EntryAdded)?;
+    new.flags = inode_flags::inherited(pg.hdr.flags);
     if kind == FileKind::Dir && pg.hdr.nlink >= MAX_LINKS {
         return Err(Error::TooManyLinks);
     }
@@ -276,7 +281,7 @@ pub(crate) fn make_inode(
 pub(crate) fn make_unnamed(
     state: &MountState,
     parent: u64,
-    new: NewInode<'_>,
+    mut new: NewInode<'_>,
     linkable: bool,
 ) -> Result<Attr> {
     state.check_alive()?;
@@ -293,6 +298,8 @@ pub(crate) fn make_unnamed(
         if pg.hdr.nlink == 0 {
             return Err(Error::NotFound);
         }
+        inode_flags::allow(pg.hdr.flags, Change::EntryAdded)?;
+        new.flags = inode_flags::inherited(pg.hdr.flags);
         xattr::hinted(state, &mut pg)?
     };
     let mut res = Reserved::new(state);
@@ -424,6 +431,8 @@ fn unlink_locked(
     pg: DirChange<'_>,
     mut cg: InodeWriteGuard<'_>,
 ) -> Result<()> {
+    inode_flags::allow(pg.hdr.flags, Change::EntryRemoved)?;
+    inode_flags::allow(cg.hdr.flags, Change::Name)?;
     match (want_dir, loc.kind == FileKind::Dir) {
         (false, true) => return Err(Error::IsDir),
         (true, false) => return Err(Error::NotDir),
@@ -556,6 +565,13 @@ pub(crate) fn rename(
     }
     let arcs = inode_refs(state, &inos)?;
     let mut g = lock_all(&arcs);
+    // Immutable or append-only inodes and directories (EPERM): a replaced name is removed.
+    let p2_change = if dst.is_some() { Change::EntryRemoved } else { Change::EntryAdded };
+    inode_flags::allow(g[&p1].hdr.flags, Change::EntryRemoved)?;
+    inode_flags::allow(g[&p2].hdr.flags, p2_change)?;
+    for i in std::iter::once(src.ino).chain(dst.map(|d| d.ino)) {
+        inode_flags::allow(g[&i].hdr.flags, Change::Name)?;
+    }
     if let Some(d) = dst
         && !flags.exchange
         && d.kind == FileKind::Dir
@@ -686,6 +702,8 @@ pub(crate) fn link(state: &MountState, ino: u64, parent: u64, name: &[u8]) -> Re
     if g[&parent].find_name(&state.pool, name)?.is_some() {
         return Err(Error::Exists);
     }
+    inode_flags::allow(g[&parent].hdr.flags, Change::EntryAdded)?;
+    inode_flags::allow(g[&ino].hdr.flags, Change::Name)?;
     if g[&ino].is_dir() {
         return Err(Error::NotPermitted(
             "hard links to directories are not allowed".into(),
@@ -811,52 +829,6 @@ pub(crate) fn readdir_page(
         crate::ops::file::touch_atime(state, &n);
     }
     Ok(out)
-}
-
-/// The target of symlink `ino`.
-pub(crate) fn readlink(state: &MountState, ino: u64) -> Result<Vec<u8>> {
-    state.check_alive()?;
-    let n = state.inode(ino)?;
-    let g = rlock(&n);
-    if g.kind() != FileKind::Symlink {
-        return Err(Error::Invalid("not a symbolic link".into()));
-    }
-    let mut buf = vec![0u8; g.hdr.size as usize];
-    read_locked(state, &g, 0, &mut buf)?;
-    let want: [u8; 4] = state
-        .pool
-        .read_array(state.inode_off(ino) + layout::ino::TARGET_CRC as u64)?;
-    if crc32c::crc32c(&buf) != u32::from_le_bytes(want) {
-        let block = g.map.lookup(0).map_or(0, |(phys, _)| phys);
-        return Err(state.media_damage(
-            Damage::SymlinkTarget,
-            format!("symlink {ino}: its target (block {block}) fails its checksum"),
-        ));
-    }
-    Ok(buf)
-}
-
-/// Note an open handle: an unlinked inode lives until its last handle is released.
-pub(crate) fn open(state: &MountState, ino: u64) -> Result<Attr> {
-    state.check_alive()?;
-    let n = state.inode(ino)?;
-    let mut g = wlock(&n);
-    g.open += 1;
-    Ok(state.attr(&g))
-}
-
-/// Drop an open handle; frees the inode if it was the last one and no links remain.
-pub(crate) fn release(state: &MountState, ino: u64) -> Result<()> {
-    state.check_alive()?;
-    let n = state.inode(ino)?;
-    let mut g = wlock(&n);
-    g.open = g.open.saturating_sub(1);
-    if g.open == 0 && g.hdr.nlink == 0 && g.hdr.in_use() {
-        state.free_inode(&mut g)?;
-    } else if g.open == 0 {
-        prealloc::on_last_close(state, &mut g)?;
-    }
-    Ok(())
 }
 
 /// Link-count ceiling (`EMLINK` beyond it), kept well below `u32::MAX` so a count read from

@@ -301,14 +301,7 @@ fn lost_and_found(state: &MountState, rep: &mut RepairReport) -> Result<u64> {
                 state,
                 ROOT_INO,
                 b"lost+found",
-                NewInode {
-                    kind: FileKind::Dir,
-                    perm: 0o700,
-                    uid: 0,
-                    gid: 0,
-                    rdev: 0,
-                    target: None,
-                },
+                NewInode::plain(FileKind::Dir, 0o700, 0, 0),
             )?;
             rep.changes.push(format!("made /lost+found (inode {})", a.ino));
             Ok(a.ino)

@@ -24,6 +24,7 @@ use crate::media::journal::Tx;
 use crate::media::layout::{BLOCK_SIZE, HUGE_SIZE, INODE_SIZE_CHECKED, MAX_FILE_SIZE};
 use crate::media::pool::Category;
 use crate::meta::inode::MapUpdate;
+use crate::meta::inode_flags::{self, Change};
 use crate::ops::file::{
     commit_header, commit_map_change, file_kind_check, fill_unit_aligned, guarded, lay_out,
     mark_if_aligned, unit_fragmented,
@@ -58,6 +59,8 @@ pub(crate) fn write(
     let mut g = appends::lock_keeping_slots(state, &n)?;
     file_kind_check(&g)?;
     let off = off.unwrap_or(g.hdr.size);
+    let growth = if off >= g.hdr.size { Change::Append } else { Change::Contents };
+    inode_flags::allow(g.hdr.flags, growth)?;
     if data.is_empty() {
         return Ok((0, off));
     }

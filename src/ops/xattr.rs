@@ -7,6 +7,7 @@ use crate::media::alloc::BlockRun;
 use crate::media::journal::Tx;
 use crate::media::layout::BLOCK_SIZE;
 use crate::media::pool::Category;
+use crate::meta::inode_flags::{self, Change};
 use crate::meta::xattr::{self, Attrs, HUGEPAGE_HINT, XATTR_SIZE_MAX, check_name};
 use crate::state::damage::Damage;
 use crate::state::inode_state::{InodeState, rlock, wlock};
@@ -82,6 +83,7 @@ pub(crate) fn set(
     }
     let n = state.inode(ino)?;
     let mut g = wlock(&n);
+    inode_flags::allow(g.hdr.flags, Change::Xattr)?;
     match (set_locked(state, &mut g, name, value, how), unsupported) {
         (Err(Error::NoAttr), Some(e)) => Err(e),
         (r, _) => r,

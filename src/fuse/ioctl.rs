@@ -1,0 +1,68 @@
+//! The ioctls a FUSE server answers: the inode flags, as `lsattr` and `chattr` read and set
+//! them. The kernel turns `FS_IOC_GETFLAGS`/`SETFLAGS` and `FS_IOC_FSGETXATTR`/`FSSETXATTR` on
+//! a file of the mount into these requests (on a handle it opens for them), after checking
+//! that the caller may set them: the owner, and `CAP_LINUX_IMMUTABLE` to change immutable or
+//! append-only. Every other ioctl is ENOTTY, as for a file system that has none.
+
+use crate::media::layout::INODE_APPEND_ONLY;
+use crate::meta::inode_flags::{from_xflags, to_xflags};
+use crate::{Error, Fs};
+use fuser::Errno;
+
+/// `FS_IOC_GETFLAGS`: `_IOR('f', 1, long)` (the FUSE request carries 4 bytes of flags).
+const GETFLAGS: u32 = 0x8008_6601;
+/// `FS_IOC_SETFLAGS`: `_IOW('f', 2, long)`.
+const SETFLAGS: u32 = 0x4008_6602;
+/// `FS_IOC_FSGETXATTR`: `_IOR('X', 31, struct fsxattr)`.
+const FSGETXATTR: u32 = 0x801c_581f;
+/// `FS_IOC_FSSETXATTR`: `_IOW('X', 32, struct fsxattr)`.
+const FSSETXATTR: u32 = 0x401c_5820;
+/// `struct fsxattr`: xflags, extsize, nextents, projid, cowextsize (u32 each), 8 bytes padding.
+const FSXATTR_BYTES: usize = 28;
+
+/// What an ioctl answered: the bytes for the caller, and whether the inode changed (its
+/// ctime: the kernel's cached attributes are then stale).
+pub(crate) struct Answer {
+    pub out: Vec<u8>,
+    pub changed: bool,
+}
+
+/// Answer ioctl `cmd` on inode `ino` with `input` (what the caller passed in).
+pub(crate) fn serve(fs: &Fs, ino: u64, cmd: u32, input: &[u8]) -> Result<Answer, Errno> {
+    let core = |e: Error| Errno::from_i32(e.errno());
+    let word = |at: usize| -> Result<u32, Errno> {
+        let b = input.get(at..at + 4).ok_or(Errno::EINVAL)?;
+        Ok(u32::from_le_bytes(b.try_into().map_err(|_| Errno::EINVAL)?))
+    };
+    match cmd {
+        GETFLAGS => {
+            let flags = fs.inode_flags(ino).map_err(core)?;
+            Ok(Answer { out: flags.to_le_bytes().to_vec(), changed: false })
+        }
+        SETFLAGS => {
+            fs.set_inode_flags(ino, word(0)?).map_err(core)?;
+            Ok(Answer { out: Vec::new(), changed: true })
+        }
+        FSGETXATTR => {
+            let mut out = vec![0u8; FSXATTR_BYTES];
+            out[..4].copy_from_slice(&to_xflags(fs.inode_flags(ino).map_err(core)?).to_le_bytes());
+            Ok(Answer { out, changed: false })
+        }
+        FSSETXATTR => {
+            // Extent size hints, project ids and copy-on-write hints are not kept: only zero
+            // (what FSGETXATTR answered) may be set.
+            if (4..20).step_by(4).map(word).collect::<Result<Vec<_>, _>>()?.iter().any(|&w| w != 0) {
+                return Err(Errno::EOPNOTSUPP);
+            }
+            let flags = from_xflags(word(0)?).map_err(core)?;
+            fs.set_inode_flags(ino, flags).map_err(core)?;
+            Ok(Answer { out: Vec::new(), changed: true })
+        }
+        _ => Err(Errno::ENOTTY),
+    }
+}
+
+/// Whether file `ino` is append-only (`chattr +a`).
+pub(crate) fn append_only(fs: &Fs, ino: u64) -> bool {
+    fs.inode_flags(ino).is_ok_and(|f| f & INODE_APPEND_ONLY != 0)
+}
