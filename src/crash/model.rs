@@ -78,7 +78,9 @@ impl Model {
                     false
                 }
             }
-            Op::SetXattr { path, .. } => self.paths.contains_key(path) && path != "/S",
+            Op::SetXattr { path, .. } | Op::SetFlags { path, .. } => {
+                self.paths.contains_key(path) && path != "/S"
+            }
             Op::RemoveXattr { path, name } => self
                 .xattrs
                 .get(path)
@@ -138,6 +140,7 @@ impl Model {
             | Op::ZeroRange { .. }
             | Op::CollapseRange { .. }
             | Op::InsertRange { .. }
+            | Op::SetFlags { .. }
             | Op::Fsync(_)
             | Op::Compact
             | Op::Msync { .. }

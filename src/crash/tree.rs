@@ -1,6 +1,6 @@
 //! The crash explorer's oracle: a snapshot of everything a user can observe through the `Fs`
 //! API (names, types, permissions, owners, link counts, sizes, contents, symlink targets,
-//! extended attributes, which names share an inode), and its comparison with the states an
+//! extended attributes, inode flags, which names share an inode), and its comparison with the states an
 //! operation may leave after a crash.
 //!
 //! Not compared, by design: timestamps (written in place without journaling, DESIGN.md §5),
@@ -28,6 +28,8 @@ pub struct Obj {
     /// The first path (in sorted order) naming the same inode.
     pub same_as: String,
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The user's inode flags (`chattr`).
+    pub flags: u32,
     /// File content or symlink target; empty for directories.
     pub content: Vec<u8>,
 }
@@ -94,6 +96,7 @@ impl Tree {
                     rdev: a.rdev,
                     same_as,
                     xattrs,
+                    flags: fs.inode_flags(ino)?,
                     content,
                 },
             );
@@ -147,6 +150,9 @@ fn describe_change(want: &Obj, got: &Obj) -> String {
     if want.xattrs != got.xattrs {
         parts.push("xattrs differ".to_string());
     }
+    if want.flags != got.flags {
+        parts.push(format!("flags {:#x} vs {:#x}", want.flags, got.flags));
+    }
     if want.content != got.content {
         let at = want
             .content
@@ -182,7 +188,8 @@ fn relaxed_match(got: &Tree, meta: &Tree, allowed: &[Tree]) -> bool {
             && (g.perm, g.uid, g.gid, g.rdev, g.nlink, g.size)
                 == (m.perm, m.uid, m.gid, m.rdev, m.nlink, m.size)
             && g.same_as == m.same_as
-            && g.xattrs == m.xattrs;
+            && g.xattrs == m.xattrs
+            && g.flags == m.flags;
         if !same_meta {
             return false;
         }

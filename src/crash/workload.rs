@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::fs::Fs;
-use crate::media::layout::{BLOCK_SIZE, HUGE_SIZE};
+use crate::media::layout::{BLOCK_SIZE, HUGE_SIZE, INODE_NOATIME, INODE_NODUMP};
 use crate::media::pool::Category;
 use crate::state::size_word;
 use crate::types::{Consistency, XattrSet};
@@ -91,6 +91,12 @@ pub enum Op {
     RemoveXattr {
         path: String,
         name: String,
+    },
+    /// `chattr`: set the user's inode flags of `path` to `flags` (`Fs::set_inode_flags`). The
+    /// catalogue sets only no-dump and no-atime, which change what no later operation may do.
+    SetFlags {
+        path: String,
+        flags: u32,
     },
     Fsync(String),
     /// Hole compaction (`Fs::compact`): data, directory and xattr blocks move; nothing
@@ -203,6 +209,7 @@ impl fmt::Display for Op {
                 fill,
             } => write!(f, "setxattr {path} {name} {len} bytes fill {fill}"),
             Op::RemoveXattr { path, name } => write!(f, "removexattr {path} {name}"),
+            Op::SetFlags { path, flags } => write!(f, "chattr {path} flags {flags:#x}"),
             Op::Fsync(p) => write!(f, "fsync {p}"),
             Op::Compact => write!(f, "compact"),
             Op::Msync {
@@ -308,6 +315,9 @@ impl Op {
             }
             Op::RemoveXattr { path, name } => {
                 fs.removexattr(fs.resolve(path, false)?, name.as_bytes())
+            }
+            Op::SetFlags { path, flags } => {
+                fs.set_inode_flags(fs.resolve(path, false)?, *flags).map(drop)
             }
             Op::Fsync(p) => fs.fsync(fs.resolve(p, false)?),
             Op::Compact => fs.compact().map(drop),
@@ -739,6 +749,15 @@ pub fn catalogue() -> Vec<Op> {
         Op::RemoveXattr {
             path: s("/A"),
             name: s("user.a"),
+        },
+        // No-dump and no-atime on a file, no-dump on a directory (chattr +dA, +d).
+        Op::SetFlags {
+            path: s("/A"),
+            flags: INODE_NODUMP | INODE_NOATIME,
+        },
+        Op::SetFlags {
+            path: s("/D"),
+            flags: INODE_NODUMP,
         },
     ]);
     ops.push(Op::Compact);
