@@ -11,7 +11,7 @@
 # edition 2024. Installs nothing that is already there.
 set -euo pipefail
 
-MIN_RUST_MINOR=85 # edition 2024 needs Rust 1.85
+MIN_RUST_MINOR=88 # edition 2024 and its let chains (`if let ... && let ...`) need Rust 1.88
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null 2>&1; then sudo "$@"; else

@@ -764,6 +764,11 @@ fn o_tmpfile_files_are_named_by_a_link_or_go_at_close_and_after_a_crash() {
     let (linked, why) = link_descriptor(&x, &m.path("d/never"));
     assert!(!linked && why.contains("No such file"), "O_EXCL file linked: {why}");
     drop(x);
+    // The kernel sends a close's RELEASE without waiting for it: look until it has been served.
+    let t = std::time::Instant::now();
+    while free_inodes_and_blocks(&m.mnt).0 != before.0 - 1 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(
         free_inodes_and_blocks(&m.mnt).0,
         before.0 - 1,
@@ -825,6 +830,36 @@ fn reads_store_access_times_as_relatime_does_and_o_noatime_reads_do_not() {
     m.start();
     File::options().read(true).custom_flags(libc::O_DIRECT).open(&f).unwrap().read_to_end(&mut buf).unwrap();
     assert_eq!(atime(&f), old, "a --noatime mount stored an access time");
+    m.stop();
+}
+
+/// statx(2) shows each file's birth time, as on ext4 (GNU `stat`'s "Birth"): when it was made,
+/// not changed by writes, the same after a remount.
+#[test]
+fn statx_shows_the_birth_time() {
+    let birth = |p: &Path| {
+        let out = run_timeout(cmd("stat").args(["-c", "%W %Y"]).arg(p), CMD_WAIT);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let v: Vec<i64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        assert!(out.status.success() && v.len() == 2, "stat: {text}");
+        (v[0], v[1])
+    };
+    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let mut m = Mounted::new();
+    let f = m.path("f");
+    let before = now();
+    fs::write(&f, b"x").unwrap();
+    let (born, _) = birth(&f);
+    assert!(born >= before && born <= now(), "birth {born}, made between {before} and {}", now());
+    // Two seconds later a write moves the modification time, not the birth time.
+    std::thread::sleep(Duration::from_millis(2100));
+    fs::write(&f, b"y").unwrap();
+    let (again, modified) = birth(&f);
+    assert_eq!(again, born);
+    assert!(modified > born, "modified {modified}, born {born}");
+    m.stop();
+    m.start();
+    assert_eq!(birth(&f).0, born);
     m.stop();
 }
 

@@ -60,6 +60,7 @@ pub use crate::rename_flags::RenameFlags;
 pub use crate::reply::ReplyAttr;
 pub use crate::reply::ReplyBmap;
 pub use crate::reply::ReplyCreate;
+pub use crate::reply::ReplyStatx;
 pub use crate::reply::ReplyData;
 pub use crate::reply::ReplyDirectory;
 pub use crate::reply::ReplyDirectoryPlus;
@@ -448,6 +449,21 @@ pub trait Filesystem: Send + Sync + 'static {
     /// Get file attributes.
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         warn!("[Not Implemented] getattr(ino: {ino:#x?}, fh: {fh:#x?})");
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// winefs: attributes for statx(2) when it asks for more than the basic stats (the birth
+    /// time; Linux 6.6+). `ENOSYS` makes the kernel answer statx with GETATTR from then on.
+    fn statx(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        flags: u32,
+        mask: u32,
+        reply: ReplyStatx,
+    ) {
+        warn!("[Not Implemented] statx(ino: {ino:#x?}, fh: {fh:#x?}, flags: {flags:#x}, mask: {mask:#x})");
         reply.error(Errno::ENOSYS);
     }
 

@@ -349,6 +349,39 @@ impl ReplyAttr {
     }
 }
 
+/// winefs: the reply to a STATX request.
+#[derive(Debug)]
+pub struct ReplyStatx {
+    reply: ReplyRaw,
+}
+
+impl Reply for ReplyStatx {
+    fn new(unique: ll::RequestId, sender: ReplySender) -> ReplyStatx {
+        ReplyStatx {
+            reply: Reply::new(unique, sender),
+        }
+    }
+}
+
+impl ReplyStatx {
+    /// Reply with `attr` (its `crtime` as the birth time), cacheable for `ttl`, and the statx
+    /// attribute bits `attributes` (`STATX_ATTR_*`) out of those the file system keeps,
+    /// `attributes_mask`.
+    pub fn statx(self, ttl: &Duration, attr: &FileAttr, attributes: u64, attributes_mask: u64) {
+        self.reply.send_ll(&ll::ResponseStruct::new_statx(
+            ttl,
+            attr,
+            attributes,
+            attributes_mask,
+        ));
+    }
+
+    /// Reply to a request with the given error code
+    pub fn error(self, err: Errno) {
+        self.reply.error(err);
+    }
+}
+
 ///
 /// XTimes Reply
 ///

@@ -168,6 +168,17 @@ impl<'a> RequestWithSender<'a> {
                     self.reply(),
                 );
             }
+            // winefs
+            ll::Operation::StatX(x) => {
+                filesystem.statx(
+                    self.request_header(),
+                    self.request.nodeid(),
+                    x.file_handle(),
+                    x.flags(),
+                    x.mask(),
+                    self.reply(),
+                );
+            }
             ll::Operation::SetAttr(x) => {
                 filesystem.setattr(
                     self.request_header(),

@@ -120,6 +120,55 @@ impl ResponseStruct<abi::fuse_attr_out> {
     }
 }
 
+// winefs: the reply to FUSE_STATX, from the attributes a GETATTR would answer (birth time
+// included) and the statx attribute bits (`STATX_ATTR_*`) with the mask of those supported.
+impl ResponseStruct<abi::fuse_statx_out> {
+    pub(crate) fn new_statx(
+        ttl: &Duration,
+        attr: &crate::FileAttr,
+        attributes: u64,
+        attributes_mask: u64,
+    ) -> Self {
+        let t = |st: &std::time::SystemTime| {
+            let (tv_sec, tv_nsec) = time_from_system_time(st);
+            abi::fuse_sx_time { tv_sec, tv_nsec, reserved: 0 }
+        };
+        // STATX_BASIC_STATS | STATX_BTIME
+        const MASK: u32 = 0x7ff | 0x800;
+        ResponseStruct(abi::fuse_statx_out {
+            attr_valid: ttl.as_secs(),
+            attr_valid_nsec: ttl.subsec_nanos(),
+            flags: 0,
+            spare: [0; 2],
+            stat: abi::fuse_statx {
+                mask: MASK,
+                blksize: attr.blksize,
+                attributes,
+                nlink: attr.nlink,
+                uid: attr.uid,
+                gid: attr.gid,
+                // The type and permission bits fit the 16 bits statx has for them.
+                mode: mode_from_kind_and_perm(attr.kind, attr.perm) as u16,
+                spare0: 0,
+                ino: attr.ino.0,
+                size: attr.size,
+                blocks: attr.blocks,
+                attributes_mask,
+                atime: t(&attr.atime),
+                btime: t(&attr.crtime),
+                ctime: t(&attr.ctime),
+                mtime: t(&attr.mtime),
+                // `rdev` as GETATTR carries it, the kernel's encoding of a device number.
+                rdev_major: (attr.rdev >> 8) & 0xfff,
+                rdev_minor: (attr.rdev & 0xff) | ((attr.rdev >> 12) & 0xfff00),
+                dev_major: 0,
+                dev_minor: 0,
+                spare2: [0; 14],
+            },
+        })
+    }
+}
+
 #[cfg(target_os = "macos")]
 impl ResponseStruct<abi::fuse_getxtimes_out> {
     pub(crate) fn new_xtimes(bkuptime: SystemTime, crtime: SystemTime) -> Self {
