@@ -425,6 +425,29 @@ fn an_inode_whose_extent_map_cannot_be_loaded_is_reported_and_freed() {
     fs.unmount().unwrap();
 }
 
+/// As e2fsck, repair makes `/lost+found` in an immutable root (`chattr +i /`) and leaves the
+/// flag as it was.
+#[test]
+fn lost_and_found_is_made_in_an_immutable_root() {
+    let (_d, p) = fresh_pool(32 * MIB, Some(1));
+    let fs = mount(&p);
+    let d = fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap().ino;
+    let f = fs.create(d, b"x", 0o644, 0, 0).unwrap().ino;
+    let dblk = fs.extents(d).unwrap()[0].1;
+    fs.set_inode_flags(fs.root(), 0x10).unwrap();
+    assert_eq!(fs.mkdir(fs.root(), b"e", 0o755, 0, 0).unwrap_err().errno(), libc::EPERM);
+    fs.unmount().unwrap();
+    patch(&p, dblk * 4096, &[0u8; 4096]);
+    let (code, out) = fsck_cli(&p, true);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("linked as /lost+found/#{f}")), "{out}");
+    clean(&p);
+    let fs = mount(&p);
+    fs.resolve(&format!("/lost+found/#{f}"), true).unwrap();
+    assert_eq!(fs.inode_flags(fs.root()).unwrap(), 0x10);
+    fs.unmount().unwrap();
+}
+
 #[test]
 fn a_directory_whose_block_is_zeroed_is_freed_and_its_children_go_to_lost_and_found() {
     let (_d, p) = fresh_pool(32 * MIB, Some(1));

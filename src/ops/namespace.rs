@@ -86,6 +86,9 @@ pub(crate) struct NewInode<'a> {
     pub target: Option<&'a [u8]>,
     /// The user's inode flags it starts with (those its directory passes on).
     pub flags: u32,
+    /// Made by repair, which (as e2fsck) sets `/lost+found` up in a directory whatever its
+    /// flags say.
+    pub by_repair: bool,
 }
 
 impl NewInode<'_> {
@@ -99,6 +102,7 @@ impl NewInode<'_> {
             rdev: 0,
             target: None,
             flags: 0,
+            by_repair: false,
         }
     }
 }
@@ -142,6 +146,7 @@ fn prepare_inode(
         rdev,
         target,
         flags,
+        by_repair: _,
     } = new;
     let ino = state.alloc_inode_number()?;
     res.inodes.push(ino);
@@ -229,7 +234,9 @@ pub(crate) fn make_inode(
     if pg.hdr.nlink == 0 {
         return Err(Error::NotFound); // parent was removed while we waited
     }
-    inode_flags::allow(pg.hdr.flags, Change::EntryAdded)?;
+    if !new.by_repair {
+        inode_flags::allow(pg.hdr.flags, Change::EntryAdded)?;
+    }
     new.flags = inode_flags::inherited(pg.hdr.flags);
     if kind == FileKind::Dir && pg.hdr.nlink >= MAX_LINKS {
         return Err(Error::TooManyLinks);

@@ -301,7 +301,7 @@ fn lost_and_found(state: &MountState, rep: &mut RepairReport) -> Result<u64> {
                 state,
                 ROOT_INO,
                 b"lost+found",
-                NewInode::plain(FileKind::Dir, 0o700, 0, 0),
+                NewInode { by_repair: true, ..NewInode::plain(FileKind::Dir, 0o700, 0, 0) },
             )?;
             rep.changes.push(format!("made /lost+found (inode {})", a.ino));
             Ok(a.ino)
