@@ -2,7 +2,7 @@
 //!
 //! The operations' semantics (what each does to the namespace and the data, atomicity,
 //! durability) live in the core, which the differential tests check against tmpfs, and so does
-//! the choice of errno for every error the core returns: `errno` (through `Error::errno`) is
+//! the choice of errno for every error the core returns: `attr::errno` (through `Error::errno`) is
 //! the only place a core error becomes an errno.
 //!
 //! Request-level checks this module answers itself, before or instead of calling the core:
@@ -76,7 +76,7 @@ mod notify;
 mod privs;
 pub mod proto;
 
-use attr::{file_type, missing_name_attr, reply_entry, to_time_set, ttl};
+use attr::{errno, file_type, missing_name_attr, reply_entry, to_time_set, ttl};
 pub(crate) use attr::TTL;
 pub(crate) use notify::{invalidate_attributes, invalidate_data};
 pub(crate) use attr::file_attr;
@@ -237,12 +237,6 @@ impl WinefsFuse {
     fn attributes_changed(&self, ino: u64) {
         invalidate_attributes(&self.notifier, ino);
     }
-}
-
-/// The errno the kernel gets for a core error: the only translation of core errors, so every
-/// request answers a given failure the same way the library reports it.
-fn errno(e: &Error) -> Errno {
-    Errno::from_i32(e.errno())
 }
 
 fn reply_empty(reply: ReplyEmpty, r: crate::Result<()>) {

@@ -1,5 +1,5 @@
-//! Core attributes and times in the kernel's form (`FileAttr`, `SystemTime`), and how long the
-//! kernel may keep them.
+//! Core attributes, times and errors in the kernel's form (`FileAttr`, `SystemTime`, `Errno`),
+//! and how long the kernel may keep attributes.
 
 use crate::{Attr, FileKind, Fs, TimeSet};
 use fuser::{FileAttr, FileType, Generation, INodeNo, ReplyEntry, TimeOrNow};
@@ -17,6 +17,12 @@ pub(super) fn ttl(fs: &Fs, ino: u64) -> Duration {
     if fs.appended_directly(ino) { Duration::ZERO } else { TTL }
 }
 
+/// The errno the kernel gets for a core error: the only translation of core errors, so every
+/// request answers a given failure the same way the library reports it.
+pub(super) fn errno(e: &crate::Error) -> fuser::Errno {
+    fuser::Errno::from_i32(e.errno())
+}
+
 /// Answer a lookup-like request with the entry `r` found (or its error).
 pub(super) fn reply_entry(reply: ReplyEntry, r: crate::Result<Attr>, fs: &Fs) {
     match r {
@@ -27,7 +33,7 @@ pub(super) fn reply_entry(reply: ReplyEntry, r: crate::Result<Attr>, fs: &Fs) {
             &file_attr(&a),
             Generation(a.generation as u64),
         ),
-        Err(e) => reply.error(fuser::Errno::from_i32(e.errno())),
+        Err(e) => reply.error(errno(&e)),
     }
 }
 

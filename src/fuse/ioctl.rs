@@ -6,6 +6,7 @@
 
 use crate::media::layout::INODE_APPEND_ONLY;
 use crate::meta::inode_flags::{from_xflags, to_xflags};
+use super::attr::errno;
 use crate::{Error, Fs};
 use fuser::Errno;
 
@@ -29,7 +30,7 @@ pub(crate) struct Answer {
 
 /// Answer ioctl `cmd` on inode `ino` with `input` (what the caller passed in).
 pub(crate) fn serve(fs: &Fs, ino: u64, cmd: u32, input: &[u8]) -> Result<Answer, Errno> {
-    let core = |e: Error| Errno::from_i32(e.errno());
+    let core = |e: Error| errno(&e);
     let word = |at: usize| -> Result<u32, Errno> {
         let b = input.get(at..at + 4).ok_or(Errno::EINVAL)?;
         Ok(u32::from_le_bytes(b.try_into().map_err(|_| Errno::EINVAL)?))
