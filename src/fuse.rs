@@ -7,8 +7,7 @@
 //!
 //! Request-level checks this module answers itself, before or instead of calling the core:
 //! - `EINVAL`: a mknod mode of no known file type, or of a directory or symlink (those have
-//!   their own requests); rename flags beyond NOREPLACE and EXCHANGE (RENAME_WHITEOUT is for
-//!   overlay file systems); setxattr flags other than 0, XATTR_CREATE and XATTR_REPLACE; an
+//!   their own requests); rename flags beyond NOREPLACE, EXCHANGE and WHITEOUT; setxattr flags other than 0, XATTR_CREATE and XATTR_REPLACE; an
 //!   lseek whence other than SEEK_DATA and SEEK_HOLE (the kernel answers the others);
 //! - `ENXIO`: SEEK_DATA/SEEK_HOLE from a negative offset;
 //! - `EISDIR`: open of a directory, and a create whose name turns out to be a directory;
@@ -72,6 +71,7 @@ mod attr;
 pub mod cache_gate;
 pub mod channel;
 mod ioctl;
+pub use ioctl::{READ_ONLY_IOCTL, READ_WRITE_IOCTL, SETTINGS_IOCTL, SETTINGS_LEN};
 mod notify;
 mod privs;
 pub mod proto;
@@ -104,6 +104,8 @@ pub struct WinefsFuse {
     notifier: Arc<OnceLock<Notifier>>,
     /// The direct-path channel's name, answered as the xattr `proto::CHANNEL_XATTR`.
     channel: Option<String>,
+    /// The daemon's settings as mount options (`with_settings`), for `ioctl::SETTINGS_IOCTL`.
+    settings: String,
     /// The kernel lets direct-I/O files be mapped: opens that must not be cached can be
     /// direct I/O.
     direct_io: bool,
@@ -155,6 +157,7 @@ impl WinefsFuse {
             fs,
             notifier: Arc::new(OnceLock::new()),
             channel: None,
+            settings: String::new(),
             direct_io: false,
             writeback_cache: false,
             page_cache: false,
@@ -179,6 +182,13 @@ impl WinefsFuse {
     /// (`FOPEN_KEEP_CACHE`); writes still reach winefs before `write(2)` returns.
     pub fn with_page_cache(mut self) -> Self {
         self.page_cache = true;
+        self
+    }
+
+    /// What the daemon was started with, as mount options (`relaxed,threads=2,...`): a
+    /// remount is refused an option that differs (`mount.winefs`).
+    pub fn with_settings(mut self, settings: String) -> Self {
+        self.settings = settings;
         self
     }
 
@@ -366,7 +376,7 @@ impl Filesystem for WinefsFuse {
         if mode.is_none() && (chown || truncate) || size.is_some() {
             let kill = (mode.is_none() && (chown || truncate))
                 .then(|| req.uid() == 0 || privs::in_group(req, before.gid));
-            privs::drop_privileges(&self.fs, ino.0, kill);
+            privs::drop_privileges_as(&self.fs, ino.0, kill);
         }
         match self.fs.getattr(ino.0) {
             Ok(a) => reply.attr(&ttl(&self.fs, ino.0), &file_attr(&a)),
@@ -456,7 +466,7 @@ impl Filesystem for WinefsFuse {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -464,13 +474,22 @@ impl Filesystem for WinefsFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let known = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE;
+        let known = RenameFlags::RENAME_NOREPLACE
+            | RenameFlags::RENAME_EXCHANGE
+            | RenameFlags::RENAME_WHITEOUT;
         if !known.contains(flags) {
-            return reply.error(Errno::EINVAL); // RENAME_WHITEOUT: overlay file systems only
+            return reply.error(Errno::EINVAL);
         }
+        // The whiteout is the caller's, as a mknod in the source's directory would be (the
+        // kernel has checked CAP_MKNOD).
+        let whiteout = flags.contains(RenameFlags::RENAME_WHITEOUT).then(|| {
+            let (_, uid, gid) = privs::new_owner(&self.fs, req, parent.0, 0, 0, false);
+            (uid, gid)
+        });
         let f = CoreRenameFlags {
             noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
+            whiteout,
         };
         reply_empty(
             reply,
@@ -563,14 +582,8 @@ impl Filesystem for WinefsFuse {
         match written {
             Ok(n) => {
                 // The kernel sets the flag for callers without CAP_FSETID.
-                let kill = write_flags
-                    .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
-                    .then(|| {
-                        self.fs
-                            .getattr(ino.0)
-                            .is_ok_and(|a| privs::in_group(req, a.gid))
-                    });
-                if privs::drop_privileges(&self.fs, ino.0, kill) {
+                let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+                if privs::drop_privileges(&self.fs, req, ino.0, kill) {
                     // The write reply carries no attributes, and the kernel's cached mode
                     // (still with the dropped bits) would be shown until it times out.
                     self.attributes_changed(ino.0);
@@ -583,7 +596,7 @@ impl Filesystem for WinefsFuse {
 
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
@@ -592,7 +605,7 @@ impl Filesystem for WinefsFuse {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        match ioctl::serve(&self.fs, ino.0, cmd, in_data) {
+        match ioctl::serve(&self.fs, &self.settings, req.uid(), ino.0, cmd, in_data) {
             Ok(answer) => {
                 if answer.changed {
                     self.attributes_changed(ino.0);
@@ -644,11 +657,26 @@ impl Filesystem for WinefsFuse {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.getattr(ino.0) {
+        // Counted as a file's open is: a directory removed while open lives until RELEASEDIR.
+        match self.fs.open(ino.0) {
             Ok(a) if a.kind == FileKind::Dir => reply.opened(FileHandle(0), FopenFlags::empty()),
-            Ok(_) => reply.error(Errno::ENOTDIR),
+            Ok(_) => {
+                let _ = self.fs.release(ino.0);
+                reply.error(Errno::ENOTDIR)
+            }
             Err(e) => reply.error(errno(&e)),
         }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.release(ino.0));
     }
 
     fn readdir(
@@ -863,7 +891,7 @@ impl Filesystem for WinefsFuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -885,6 +913,11 @@ impl Filesystem for WinefsFuse {
             libc::FALLOC_FL_INSERT_RANGE => fs.insert_range(ino, offset, length),
             _ => return reply.error(Errno::EOPNOTSUPP),
         };
+        // A change of the file drops its privileges as a write does (ext4's file_modified);
+        // the kernel leaves that to the server here. Uid 0 stands in for CAP_FSETID.
+        if r.is_ok() && privs::drop_privileges(fs, req, ino, req.uid() != 0) {
+            self.attributes_changed(ino);
+        }
         reply_empty(reply, r);
     }
 

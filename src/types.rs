@@ -201,6 +201,10 @@ pub struct RenameFlags {
     pub noreplace: bool,
     /// Swap source and target atomically (RENAME_EXCHANGE).
     pub exchange: bool,
+    /// Leave a whiteout at the source, owned by this `(uid, gid)`: a character device 0:0
+    /// with mode 0, made in the rename's transaction (RENAME_WHITEOUT, which overlayfs asks of
+    /// its upper layer). Not with `exchange`.
+    pub whiteout: Option<(u32, u32)>,
 }
 
 /// What a reactive rewrite did.

@@ -438,3 +438,157 @@ fn an_attribute_removed_if_present_goes_and_an_absent_one_is_no_error() {
     assert!(r.is_clean(), "{:?}", r.problems);
     fs.unmount().unwrap();
 }
+
+/// A directory removed while open (rmdir, or a rename over it) lives on with no links until
+/// its last handle goes, as on ext4: fstat on it works and shows no links, and it takes no new
+/// entries (ENOENT). A crash with one open frees it at the next mount.
+#[test]
+fn an_open_directory_outlives_its_removal() {
+    let (_d, p) = fresh(64 << 20);
+    let base = {
+        let fs = mount(&p);
+        let root = fs.root();
+        // The root's first directory block is in place before anything is counted.
+        fs.mkdir(root, b"primer", 0o755, 0, 0).unwrap();
+        fs.rmdir(root, b"primer").unwrap();
+        let base = fs.statfs();
+        let gone = fs.mkdir(root, b"gone", 0o755, 0, 0).unwrap().ino;
+        let victim = fs.mkdir(root, b"victim", 0o755, 0, 0).unwrap().ino;
+        fs.mkdir(root, b"src", 0o755, 0, 0).unwrap();
+        let file = fs.create(root, b"file", 0o644, 0, 0).unwrap().ino;
+        fs.open(gone).unwrap();
+        fs.open(victim).unwrap();
+        fs.rmdir(root, b"gone").unwrap();
+        fs.rename(root, b"src", root, b"victim", RenameFlags::default())
+            .unwrap();
+        for ino in [gone, victim] {
+            let a = fs.getattr(ino).expect("an open directory outlives its removal");
+            assert_eq!((a.kind, a.nlink), (FileKind::Dir, 0));
+            assert!(matches!(fs.mkdir(ino, b"x", 0o755, 0, 0), Err(Error::NotFound)));
+            assert!(matches!(fs.create(ino, b"x", 0o644, 0, 0), Err(Error::NotFound)));
+            assert!(matches!(fs.link(file, ino, b"x"), Err(Error::NotFound)));
+            assert!(matches!(
+                fs.rename(root, b"file", ino, b"x", RenameFlags::default()),
+                Err(Error::NotFound)
+            ));
+        }
+        let r = fs.check();
+        assert!(r.is_clean(), "while open: {:#?}", r.problems);
+        for ino in [gone, victim] {
+            fs.release(ino).unwrap();
+            assert!(matches!(fs.getattr(ino), Err(Error::Stale(_))), "freed at the last release");
+        }
+        fs.unlink(root, b"file").unwrap();
+        fs.rmdir(root, b"victim").unwrap();
+        let s = fs.statfs();
+        assert_eq!((s.free_blocks, s.free_inodes), (base.free_blocks, base.free_inodes));
+        // Removed while open, then a crash: the handle is never released.
+        let open = fs.mkdir(root, b"open", 0o755, 0, 0).unwrap().ino;
+        fs.open(open).unwrap();
+        fs.rmdir(root, b"open").unwrap();
+        drop(fs);
+        base
+    };
+    let fs = mount(&p);
+    let s = fs.statfs();
+    assert_eq!((s.free_blocks, s.free_inodes), (base.free_blocks, base.free_inodes), "the orphan directory is freed at mount");
+    let r = fs.check();
+    assert!(r.is_clean(), "after the mount: {:#?}", r.problems);
+    assert!(fs.list_dir("/").unwrap().is_empty());
+    fs.unmount().unwrap();
+}
+
+/// `Fs::set_read_only` (what `mount -o remount,ro|rw` asks of the daemon): every change is
+/// refused while read-only, reads go on, a file whose last link went while open is not freed
+/// by its last release then but when the mount is read-write again; a mount made read-only
+/// from the start is never made read-write.
+#[test]
+fn a_mount_turns_read_only_and_back_in_place() {
+    let (_d, p) = fresh(64 << 20);
+    let fs = mount(&p);
+    let root = fs.root();
+    let f = fs.create(root, b"f", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, b"kept").unwrap();
+    let doomed = fs.create(root, b"doomed", 0o644, 0, 0).unwrap().ino;
+    fs.write(doomed, 0, &vec![7u8; 1 << 20]).unwrap();
+    fs.open(doomed).unwrap();
+    fs.unlink(root, b"doomed").unwrap();
+    let with_doomed = fs.statfs();
+
+    fs.set_read_only(true).unwrap();
+    assert!(fs.is_read_only());
+    assert!(matches!(fs.create(root, b"g", 0o644, 0, 0), Err(Error::ReadOnly)));
+    assert!(matches!(fs.write(f, 0, b"x"), Err(Error::ReadOnly)));
+    assert!(matches!(fs.unlink(root, b"f"), Err(Error::ReadOnly)));
+    let mut buf = [0u8; 4];
+    assert_eq!(fs.read(f, 0, &mut buf).unwrap(), 4);
+    assert_eq!(&buf, b"kept");
+    fs.release(doomed).unwrap();
+    let s = fs.statfs();
+    assert_eq!((s.free_blocks, s.free_inodes), (with_doomed.free_blocks, with_doomed.free_inodes), "nothing freed while read-only");
+
+    fs.set_read_only(false).unwrap();
+    assert!(!fs.is_read_only());
+    let s = fs.statfs();
+    assert_eq!(s.free_inodes, with_doomed.free_inodes + 1, "freed once read-write again");
+    assert!(s.free_blocks > with_doomed.free_blocks);
+    fs.write(f, 4, b"!").unwrap();
+    let r = fs.check();
+    assert!(r.is_clean(), "{:#?}", r.problems);
+    fs.unmount().unwrap();
+
+    let fs = common::mount_opts(&p, winefs::MountOptions { read_only: true, ..Default::default() });
+    assert!(matches!(fs.set_read_only(false), Err(Error::ReadOnly)));
+    assert!(fs.is_read_only());
+    let mut buf = [0u8; 5];
+    fs.read(f, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"kept!");
+}
+
+/// renameat2 with RENAME_WHITEOUT (what overlayfs asks of its upper layer): the name moves,
+/// replacing what it lands on, and a whiteout — a character device 0:0 with mode 0, owned as
+/// asked — takes the old name in the same transaction; not with RENAME_EXCHANGE.
+#[test]
+fn a_rename_can_leave_a_whiteout() {
+    let (_d, p) = fresh(64 << 20);
+    let fs = mount(&p);
+    let root = fs.root();
+    let d = fs.mkdir(root, b"d", 0o755, 0, 0).unwrap().ino;
+    let a = fs.create(root, b"a", 0o644, 0, 0).unwrap().ino;
+    fs.write(a, 0, b"moved").unwrap();
+    let old = fs.create(d, b"old", 0o644, 0, 0).unwrap().ino;
+    let base = fs.statfs();
+    let whiteout = |uid, gid| RenameFlags { whiteout: Some((uid, gid)), ..Default::default() };
+
+    fs.rename(root, b"a", d, b"old", whiteout(1000, 100)).unwrap();
+    let w = fs.lookup(root, b"a").unwrap();
+    assert_eq!((w.kind, w.perm & 0o7777, w.rdev, w.nlink), (FileKind::CharDev, 0, 0, 1));
+    assert_eq!((w.uid, w.gid), (1000, 100));
+    assert_eq!(fs.lookup(d, b"old").unwrap().ino, a, "the file took the target's name");
+    assert!(matches!(fs.getattr(old), Err(Error::Stale(_))), "the replaced file is freed");
+    assert_eq!(fs.statfs().free_inodes, base.free_inodes, "one inode freed, one made");
+
+    // A directory leaves one too; its parent's link count goes with it.
+    let sub = fs.mkdir(root, b"sub", 0o755, 0, 0).unwrap().ino;
+    let links = fs.getattr(root).unwrap().nlink;
+    fs.rename(root, b"sub", d, b"sub", whiteout(0, 0)).unwrap();
+    assert_eq!(fs.lookup(root, b"sub").unwrap().kind, FileKind::CharDev);
+    assert_eq!(fs.lookup(d, b"sub").unwrap().ino, sub);
+    assert_eq!(fs.getattr(root).unwrap().nlink, links - 1);
+
+    let both = RenameFlags { exchange: true, whiteout: Some((0, 0)), ..Default::default() };
+    assert!(matches!(fs.rename(d, b"old", d, b"sub", both), Err(Error::Invalid(_))));
+    let noreplace = RenameFlags { noreplace: true, whiteout: Some((0, 0)), ..Default::default() };
+    assert!(matches!(fs.rename(d, b"old", d, b"sub", noreplace), Err(Error::Exists)));
+    assert_eq!(fs.lookup(d, b"old").unwrap().ino, a, "a refused rename changes nothing");
+    let r = fs.check();
+    assert!(r.is_clean(), "{:#?}", r.problems);
+    fs.unmount().unwrap();
+    let fs = mount(&p);
+    assert_eq!(fs.lookup(root, b"a").unwrap().kind, FileKind::CharDev);
+    let mut buf = [0u8; 5];
+    fs.read(a, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"moved");
+    let r = fs.check();
+    assert!(r.is_clean(), "{:#?}", r.problems);
+}

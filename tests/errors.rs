@@ -445,6 +445,7 @@ fn posix_errors_inode_and_path_apis() {
 
     // RENAME_NOREPLACE onto an existing name.
     let noreplace = RenameFlags {
+        whiteout: None,
         noreplace: true,
         exchange: false,
     };
@@ -463,6 +464,7 @@ fn posix_errors_inode_and_path_apis() {
             root,
             b"f2",
             RenameFlags {
+                whiteout: None,
                 noreplace: true,
                 exchange: true
             }
@@ -476,6 +478,7 @@ fn posix_errors_inode_and_path_apis() {
             root,
             b"nope",
             RenameFlags {
+                whiteout: None,
                 noreplace: false,
                 exchange: true
             }
@@ -516,6 +519,7 @@ fn rename_exchange_file_and_dir_across_directories() {
         b,
         b"dir",
         RenameFlags {
+            whiteout: None,
             noreplace: false,
             exchange: true,
         },
@@ -556,6 +560,7 @@ fn rename_exchange_file_and_dir_across_directories() {
         b,
         b"dir",
         RenameFlags {
+            whiteout: None,
             noreplace: false,
             exchange: true,
         },

@@ -791,6 +791,98 @@ fn o_tmpfile_files_are_named_by_a_link_or_go_at_close_and_after_a_crash() {
     m.stop();
 }
 
+/// A directory removed while a process has it open (rmdir, or a rename over it; xfstests'
+/// generic/035) answers fstat with no links instead of ESTALE, takes no new entries, and its
+/// inode goes when the last descriptor closes.
+#[test]
+fn an_open_directory_answers_fstat_after_its_removal() {
+    use std::os::fd::AsRawFd;
+    let mut m = Mounted::new();
+    fs::create_dir(m.path("keep")).unwrap(); // the root's directory block, before the count
+    let before = free_inodes_and_blocks(&m.mnt);
+    for d in ["gone", "victim", "src"] {
+        fs::create_dir(m.path(d)).unwrap();
+    }
+    let gone = File::open(m.path("gone")).unwrap();
+    let victim = File::open(m.path("victim")).unwrap();
+    fs::remove_dir(m.path("gone")).unwrap();
+    fs::rename(m.path("src"), m.path("victim")).unwrap();
+    for dir in [&gone, &victim] {
+        let st = dir.metadata().expect("fstat of a removed directory");
+        assert!(st.is_dir());
+        assert_eq!(st.nlink(), 0);
+        // Through the descriptor's /proc link, which names the removed directory itself.
+        let inside = format!("/proc/self/fd/{}/x", dir.as_raw_fd());
+        let err = fs::create_dir(&inside).expect_err("mkdir in a removed directory");
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
+    }
+    drop(gone);
+    drop(victim);
+    fs::remove_dir(m.path("victim")).unwrap();
+    // RELEASEDIR is sent without waiting for it: look until it has been served.
+    let t = std::time::Instant::now();
+    while free_inodes_and_blocks(&m.mnt) != before && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(free_inodes_and_blocks(&m.mnt), before, "freed at the last close");
+    m.remount(); // fsck clean
+    m.stop();
+}
+
+/// overlayfs (container images' file system) takes a directory of the mount as its upper
+/// layer: it needs RENAME_WHITEOUT, trusted.* attributes and d_type there. Deleting a lower
+/// file leaves a whiteout (a character device 0:0), copy-up and rename work, a directory made
+/// again over a lower one is opaque; the merged view is the same after the overlay and winefs
+/// are both unmounted and mounted again.
+#[test]
+fn overlayfs_takes_a_directory_of_the_mount_as_its_upper_layer() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    require_base();
+    let mut m = Mounted::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let (lower, merged) = (tmp.path().join("lower"), tmp.path().join("merged"));
+    for d in [&lower, &lower.join("d"), &merged, &m.path("upper"), &m.path("work")] {
+        fs::create_dir_all(d).unwrap();
+    }
+    for (f, text) in [("a", "lower a"), ("b", "lower b"), ("d/x", "lower x")] {
+        fs::write(lower.join(f), text).unwrap();
+    }
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        lower.display(),
+        m.path("upper").display(),
+        m.path("work").display()
+    );
+    let mount_overlay = || {
+        ok(cmd("mount").args(["-t", "overlay", "overlay", "-o", &opts]).arg(&merged));
+    };
+    mount_overlay();
+    fs::remove_file(merged.join("a")).unwrap();
+    fs::write(merged.join("b"), "upper b").unwrap();
+    fs::rename(merged.join("b"), merged.join("c")).unwrap();
+    fs::remove_dir_all(merged.join("d")).unwrap();
+    fs::create_dir(merged.join("d")).unwrap();
+    let whiteout = fs::symlink_metadata(m.path("upper/a")).unwrap();
+    assert!(whiteout.file_type().is_char_device() && whiteout.rdev() == 0, "{whiteout:?}");
+    let check = || {
+        let mut names: Vec<String> = fs::read_dir(&merged)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["c", "d"]);
+        assert_eq!(fs::read_to_string(merged.join("c")).unwrap(), "upper b");
+        assert_eq!(fs::read_dir(merged.join("d")).unwrap().count(), 0, "opaque");
+    };
+    check();
+    ok(cmd("umount").arg(&merged));
+    m.remount(); // fsck clean
+    mount_overlay();
+    check();
+    ok(cmd("umount").arg(&merged));
+    m.stop();
+}
+
 /// Reads that reach the daemon and directory listings store access times as ext4's default
 /// `relatime` does (the kernel leaves them to a FUSE server); an `O_NOATIME` open's reads and
 /// a `--noatime` mount store none.
@@ -2064,6 +2156,9 @@ fn set_id_changes(dir: &Path) -> String {
         ("sgid_own_group", 0o2767, 1000),
         ("sgid_group_exec", 0o2777, 1000),
         ("trunc_other_group", 0o2767, 0),
+        ("falloc_suid", 0o4755, 1000),
+        ("punch_other_group", 0o2767, 0),
+        ("zero_own_group", 0o2767, 1000),
     ];
     for (name, mode, gid) in files {
         let p = dir.join(name);
@@ -2073,7 +2168,10 @@ fn set_id_changes(dir: &Path) -> String {
     }
     let script = "for f in suid sgid_other_group sgid_own_group sgid_group_exec; do \
                   echo more >> $f && stat -c \"$f %a\" $f; done; \
-                  truncate -s 1 trunc_other_group && stat -c \"trunc_other_group %a\" trunc_other_group";
+                  truncate -s 1 trunc_other_group && stat -c \"trunc_other_group %a\" trunc_other_group; \
+                  fallocate -l 8192 falloc_suid && stat -c \"falloc_suid %a\" falloc_suid; \
+                  fallocate -p -o 0 -l 1 punch_other_group && stat -c \"punch_other_group %a\" punch_other_group; \
+                  fallocate -z -o 0 -l 1 zero_own_group && stat -c \"zero_own_group %a\" zero_own_group";
     ok(cmd("setpriv")
         .args([
             "--reuid=1000",
@@ -2096,11 +2194,12 @@ fn writes_drop_set_id_bits_as_ext4_does_and_stat_shows_it_at_once() {
     fs::set_permissions(m.mnt.parent().unwrap(), fs::Permissions::from_mode(0o755)).unwrap();
     let got = set_id_changes(&m.mnt);
     // What ext4 does on Linux 6.18 (checked on a loop-mounted image, below when possible): a
-    // write or truncate by a caller without CAP_FSETID drops set-user-ID, and set-group-ID
+    // write, truncate or fallocate (xfstests generic/683-685) by a caller without CAP_FSETID
+    // drops set-user-ID, and set-group-ID
     // when the group may execute or the caller is not in the file's group. stat right after
     // the write shows it (the kernel's attribute cache once showed the old mode for a second).
     let want = "suid 755\nsgid_other_group 767\nsgid_own_group 2767\nsgid_group_exec 777\n\
-                trunc_other_group 767\n";
+                trunc_other_group 767\nfalloc_suid 755\npunch_other_group 767\nzero_own_group 2767\n";
     assert_eq!(got, want, "modes after unprivileged writes on winefs");
     // Root (CAP_FSETID) keeps them.
     let p = m.path("root_suid");

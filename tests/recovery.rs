@@ -130,6 +130,7 @@ fn ops() -> Vec<Op> {
                 ino(fs, "/e"),
                 b"b",
                 RenameFlags {
+                    whiteout: None,
                     exchange: true,
                     noreplace: false,
                 },

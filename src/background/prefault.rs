@@ -19,7 +19,7 @@ const CHUNK: u64 = 2 << 20;
 /// Start populating `state`'s pool in the background (once), if it is a shared mapping of
 /// memory. The thread holds the mount until it ends; [`stop`] ends it.
 pub(crate) fn start(state: &Arc<MountState>) {
-    if !state.pool.prefault_useful() || state.read_only {
+    if !state.pool.prefault_useful() || state.is_read_only() {
         return;
     }
     let mut slot = lock(&state.prefault_thread);

@@ -29,6 +29,11 @@ pub(crate) fn attach(state: &Arc<MountState>) {
 /// The worker's loop; ends when the mount is gone.
 fn run(state: &Weak<MountState>, mailbox: &Background) {
     while let Some(job) = mailbox.next_job(|| state.strong_count() == 0) {
+        // A read-only mount stores nothing: requests made before the switch are dropped.
+        if state.upgrade().is_some_and(|s| s.is_read_only()) {
+            mailbox.job_failed();
+            continue;
+        }
         let before = thread_stats();
         match job {
             Job::Rewrite(ino) => match rewrite_file(state, ino, true) {

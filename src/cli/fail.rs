@@ -2,6 +2,7 @@
 //! `main` as one line, `winefs: <what>: <why>`.
 
 /// A failure: what was being done, and the library's error.
+#[derive(Debug)]
 pub(crate) struct Fail {
     pub(crate) what: String,
     pub(crate) err: String,

@@ -12,6 +12,7 @@ mod crashtest;
 mod demo;
 mod fail;
 mod fresh;
+mod helper;
 mod mount;
 mod stat;
 
@@ -457,6 +458,11 @@ fn init_logging(verbose: u8) {
 fn main() -> ExitCode {
     // Die quietly on a closed pipe (`winefs info POOL | head`) instead of panicking in println!.
     winefs::sys::default_sigpipe();
+    // Run by mount(8) as /sbin/mount.winefs: its argument form, not the subcommands.
+    if let Some(name) = helper::invoked_as() {
+        init_logging(0);
+        return exit(helper::run(name));
+    }
     let cli = Cli::parse();
     init_logging(cli.verbose);
     let res = match cli.cmd {
@@ -497,6 +503,8 @@ fn main() -> ExitCode {
             cached_inodes: cached_inodes.unwrap_or(0),
             size,
             log,
+            kernel_flags: Vec::new(),
+            quiet: false,
         }),
         Cmd::Demo { pool, size } => demo::demo(pool, size),
         Cmd::Mkfs {
@@ -656,6 +664,11 @@ fn main() -> ExitCode {
             repeats,
         }),
     };
+    exit(res)
+}
+
+/// The exit status of a command; its failure printed as one line.
+fn exit(res: Result<u8, Fail>) -> ExitCode {
     match res {
         Ok(code) => ExitCode::from(code),
         Err(f) => {

@@ -22,6 +22,7 @@ use winefs::sys::{self, Forked};
 use winefs::units::format_size as human;
 use winefs::{Consistency, Fs, MkfsOptions, MountOptions};
 
+#[derive(Debug)]
 pub struct MountArgs {
     pub pool: Option<PathBuf>,
     pub mountpoint: Option<PathBuf>,
@@ -47,6 +48,11 @@ pub struct MountArgs {
     /// Size of a new default pool (None: [`DEFAULT_SIZE`]).
     pub size: Option<u64>,
     pub log: Option<PathBuf>,
+    /// Kernel mount flags asked for by mount(8)'s helper (`suid`/`nosuid`, `dev`/`nodev`,
+    /// `exec`/`noexec`).
+    pub kernel_flags: Vec<MountOption>,
+    /// Print nothing on success (mount(8)'s helper without `-v`).
+    pub quiet: bool,
 }
 
 /// How FUSE requests travel between the kernel and the daemon (docs/DESIGN.md, "FUSE over
@@ -90,7 +96,7 @@ fn mounted_fstype(dir: &Path) -> Option<String> {
 
 /// Everything about the mountpoint that would make the kernel mount fail, or hide files
 /// without being asked to (`nonempty`), as one clear line.
-fn check_mountpoint(mnt: &Path, nonempty: bool) -> Result<PathBuf, Fail> {
+pub(crate) fn check_mountpoint(mnt: &Path, nonempty: bool) -> Result<PathBuf, Fail> {
     let m = mnt.display();
     let meta = match std::fs::metadata(mnt) {
         Ok(meta) => meta,
@@ -259,12 +265,32 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
         (false, Consistency::Strict) => "strict",
         (false, Consistency::Relaxed) => "relaxed",
     };
+    // What a remount's options are held to (`mount.winefs -o remount`), as mount options.
+    let settings = format!(
+        "mode={},threads={threads},transport={},cached_inodes={},wear_aware={},no_direct={},writeback_cache={}",
+        match a.consistency {
+            Consistency::Strict => "strict",
+            Consistency::Relaxed => "relaxed",
+        },
+        match a.transport {
+            Transport::Auto => "auto",
+            Transport::Uring => "uring",
+            Transport::Dev => "dev",
+        },
+        fs.cached_inodes(),
+        u8::from(a.wear_aware),
+        u8::from(a.no_direct),
+        u8::from(a.writeback_cache),
+    );
     let front = Front {
         // Stores through the pool would bypass the kernel's cache of the same bytes.
         direct: !a.no_direct && !a.writeback_cache,
         writeback_cache: a.writeback_cache,
         transport: a.transport,
+        kernel_flags: a.kernel_flags,
+        settings,
     };
+    let quiet = a.quiet;
     let cache = if a.writeback_cache { ", writeback cache" } else { "" };
     // Closed by the transport, which the daemon decides once the kernel has answered INIT.
     let summary = format!(
@@ -301,9 +327,11 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
             let _ = BufReader::new(reader).read_line(&mut line);
             match line.trim_end().strip_prefix("ok ") {
                 Some(transport) => {
-                    println!("winefs: {summary}, {transport}), daemon pid {child}");
-                    println!("  log:     {}", log.display());
-                    println!("  unmount: {how_to_unmount}");
+                    if !quiet {
+                        println!("winefs: {summary}, {transport}), daemon pid {child}");
+                        println!("  log:     {}", log.display());
+                        println!("  unmount: {how_to_unmount}");
+                    }
                     Ok(0)
                 }
                 None => {
@@ -341,13 +369,16 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
 }
 
 /// How the FUSE front end serves a mount.
-#[derive(Clone, Copy)]
 struct Front {
     /// Offer the direct-path channel.
     direct: bool,
     /// Ask for the kernel's writeback cache.
     writeback_cache: bool,
     transport: Transport,
+    /// Kernel mount flags beyond those every winefs mount has.
+    kernel_flags: Vec<MountOption>,
+    /// The daemon's settings as mount options (`WinefsFuse::with_settings`).
+    settings: String,
 }
 
 /// Mount `fs` on `mnt` and serve it until unmounted; `ready` hears whether the kernel mount
@@ -380,6 +411,7 @@ fn serve(
     if fs.is_noatime() {
         cfg.mount_options.push(MountOption::NoAtime);
     }
+    cfg.mount_options.extend(front.kernel_flags.iter().cloned());
     // With the kernel checking permissions, root's mount may serve every user.
     cfg.acl = if root {
         SessionACL::All
@@ -390,7 +422,7 @@ fn serve(
     cfg.clone_fd = true;
     cfg.dev_spin = winefs::fuse::DEV_SPIN;
     cfg.io_uring = front.transport != Transport::Dev;
-    let mut adapter = WinefsFuse::new(Arc::clone(&fs));
+    let mut adapter = WinefsFuse::new(Arc::clone(&fs)).with_settings(front.settings.clone());
     if front.writeback_cache {
         adapter = adapter.with_writeback_cache();
     }

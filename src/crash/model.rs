@@ -4,7 +4,7 @@
 use crate::crash::workload::{Op, Start, catalogue};
 use crate::error::{Error, Result};
 use crate::rng::Rng;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Which names exist (and their types), to draw only operations whose preconditions hold, as
 /// ACE does: a workload that only fails teaches nothing about crashes.
@@ -13,6 +13,8 @@ pub struct Model {
     /// path -> is a directory; symlinks count as files.
     paths: BTreeMap<String, bool>,
     xattrs: BTreeMap<String, Vec<String>>,
+    /// Names a whiteout holds (in `paths` as files, but no file operation is drawn on them).
+    whiteouts: BTreeSet<String>,
 }
 
 fn parent(p: &str) -> &str {
@@ -33,7 +35,7 @@ impl Model {
     }
 
     fn is_file(&self, p: &str) -> bool {
-        self.paths.get(p) == Some(&false)
+        self.paths.get(p) == Some(&false) && !self.whiteouts.contains(p)
     }
 
     fn is_dir(&self, p: &str) -> bool {
@@ -68,7 +70,7 @@ impl Model {
             Op::Fsync(p) | Op::Unlink(p) => self.is_file(p),
             Op::Link { from, to } => self.is_file(from) && self.absent_in_dir(to),
             Op::Rmdir(p) => p != "/" && self.empty_dir(p),
-            Op::Rename { from, to } => {
+            Op::Rename { from, to } | Op::RenameWhiteout { from, to } => {
                 if self.is_file(from) {
                     self.is_file(to) || self.absent_in_dir(to)
                 } else if self.is_dir(from) {
@@ -104,7 +106,7 @@ impl Model {
                 self.paths.remove(p);
                 self.xattrs.remove(p);
             }
-            Op::Rename { from, to } => {
+            Op::Rename { from, to } | Op::RenameWhiteout { from, to } => {
                 let moved: Vec<(String, bool)> = self
                     .paths
                     .iter()
@@ -119,7 +121,14 @@ impl Model {
                     if let Some(x) = self.xattrs.remove(&k) {
                         self.xattrs.insert(nk.clone(), x);
                     }
+                    if self.whiteouts.remove(&k) {
+                        self.whiteouts.insert(nk.clone());
+                    }
                     self.paths.insert(nk, v);
+                }
+                if matches!(op, Op::RenameWhiteout { .. }) {
+                    self.paths.insert(from.clone(), false);
+                    self.whiteouts.insert(from.clone());
                 }
             }
             Op::SetXattr { path, name, .. } => {

@@ -7,7 +7,7 @@ use crate::fs::Fs;
 use crate::media::layout::{BLOCK_SIZE, HUGE_SIZE, INODE_NOATIME, INODE_NODUMP};
 use crate::media::pool::Category;
 use crate::state::size_word;
-use crate::types::{Consistency, XattrSet};
+use crate::types::{Consistency, RenameFlags, XattrSet};
 use std::fmt;
 
 /// One file-system operation of a workload. Paths are absolute in the explored file system.
@@ -78,6 +78,12 @@ pub enum Op {
     },
     Unlink(String),
     Rename {
+        from: String,
+        to: String,
+    },
+    /// renameat2(2) with `RENAME_WHITEOUT`: the rename, and a whiteout (a character device
+    /// 0:0) at `from`, in one transaction.
+    RenameWhiteout {
         from: String,
         to: String,
     },
@@ -201,6 +207,7 @@ impl fmt::Display for Op {
             }
             Op::Unlink(p) => write!(f, "unlink {p}"),
             Op::Rename { from, to } => write!(f, "rename {from} {to}"),
+            Op::RenameWhiteout { from, to } => write!(f, "rename-whiteout {from} {to}"),
             Op::Rmdir(p) => write!(f, "rmdir {p}"),
             Op::SetXattr {
                 path,
@@ -298,6 +305,12 @@ impl Op {
             }
             Op::Unlink(p) => fs.unlink_path(p),
             Op::Rename { from, to } => fs.rename_path(from, to),
+            Op::RenameWhiteout { from, to } => {
+                let (p1, n1) = fs.parent_of(from)?;
+                let (p2, n2) = fs.parent_of(to)?;
+                let flags = RenameFlags { whiteout: Some((0, 0)), ..Default::default() };
+                fs.rename(p1, &n1, p2, &n2, flags)
+            }
             Op::Rmdir(p) => fs.rmdir_path(p),
             Op::SetXattr {
                 path,
@@ -718,6 +731,19 @@ pub fn catalogue() -> Vec<Op> {
         Op::Rename {
             from: s("/X"),
             to: s("/D/Y"),
+        },
+        // A whiteout left at a file's name, at a replaced file's, and at a directory's.
+        Op::RenameWhiteout {
+            from: s("/A"),
+            to: s("/Z"),
+        },
+        Op::RenameWhiteout {
+            from: s("/D/C"),
+            to: s("/B"),
+        },
+        Op::RenameWhiteout {
+            from: s("/E"),
+            to: s("/D/K"),
         },
         Op::Rmdir(s("/E")),
         Op::Rmdir(s("/F")),

@@ -12,7 +12,7 @@ use crate::media::pool::{PersistStats, Pool};
 use crate::meta::xattr::HUGEPAGE_HINT;
 use crate::ops::namespace::NewInode;
 use crate::ops::repair::{self, RepairReport};
-use crate::ops::{falloc, file, lease, namespace, open, prealloc, relocate, write, xattr};
+use crate::ops::{falloc, file, lease, namespace, open, prealloc, relocate, rename, write, xattr};
 use crate::state::accounting::{OpKind, WriteStats};
 use crate::state::inode_state::rlock;
 use crate::state::mount_state::MountState;
@@ -143,9 +143,26 @@ impl Fs {
         self.state.noatime
     }
 
+    /// Idle file states this mount keeps at most ([`MountOptions::cached_inodes`], or its
+    /// default).
+    pub fn cached_inodes(&self) -> usize {
+        self.state.cached_inodes
+    }
+
     /// Whether this mount is read-only ([`MountOptions::read_only`]).
     pub fn is_read_only(&self) -> bool {
-        self.state.read_only
+        self.state.is_read_only()
+    }
+
+    /// Make the mount read-only, or read-write again, while it serves (what `mount -o
+    /// remount,ro` and `remount,rw` ask of a FUSE mount): calls that would change the pool get
+    /// [`Error::ReadOnly`] from now on, and the mount's own stores (access times, background
+    /// work, freeing released unlinked files) wait for read-write. An operation running at the
+    /// switch finishes, or gets `ReadOnly` at its next commit (each commit is whole; over FUSE
+    /// the kernel's remount lets none run: it refuses while a file is open for writing). A mount made read-only from the start ([`MountOptions::read_only`]) gets
+    /// [`Error::ReadOnly`] when asked for read-write.
+    pub fn set_read_only(&self, read_only: bool) -> Result<()> {
+        self.state.set_read_only(read_only)
     }
 
     /// The pool's "needs fsck" flag as this mount keeps it: 0, or the code of what failed its
@@ -387,7 +404,7 @@ impl Fs {
     ) -> Result<()> {
         let _op = self.state.accounting.scope(OpKind::Rename);
         self.state.check_writable()?;
-        namespace::rename(&self.state, parent, name, newparent, newname, flags)
+        rename::rename(&self.state, parent, name, newparent, newname, flags)
     }
 
     /// Note an open handle: an unlinked inode lives until its last handle is released.

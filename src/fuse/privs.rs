@@ -64,11 +64,17 @@ pub(super) fn after_kill(perm: u32, member_of_group: bool) -> u32 {
     perm
 }
 
-/// After a write, truncate or chown of `ino`: remove its file capabilities and, with `kill`
-/// (whether the caller is in the file's group), the set-user/group-ID bits [`after_kill`] drops.
-/// Best effort: the data change has already succeeded. Returns whether the mode changed (the
-/// kernel's cached copy of it is then stale).
-pub(super) fn drop_privileges(fs: &Fs, ino: u64, kill: Option<bool>) -> bool {
+/// After a write or fallocate of `ino` by the caller of `req`: remove its file capabilities
+/// and, with `kill` (the caller lacks CAP_FSETID), the set-user/group-ID bits [`after_kill`]
+/// drops. Best effort: the data change has already succeeded. Returns whether the mode changed
+/// (the kernel's cached copy of it is then stale).
+pub(super) fn drop_privileges(fs: &Fs, req: &Request, ino: u64, kill: bool) -> bool {
+    drop_privileges_as(fs, ino, kill.then(|| fs.getattr(ino).is_ok_and(|a| in_group(req, a.gid))))
+}
+
+/// [`drop_privileges`] with the caller's membership of the file's group already known (for a
+/// chown, taken before the group changes): `kill` is `Some(member)` to drop set-ID bits.
+pub(super) fn drop_privileges_as(fs: &Fs, ino: u64, kill: Option<bool>) -> bool {
     let mut changed = false;
     if let Some(member) = kill
         && let Ok(a) = fs.getattr(ino)

@@ -50,6 +50,15 @@ impl DirEdit {
     }
 }
 
+/// A directory removed while open (no links, kept until its last handle goes) takes no new
+/// entries: ENOENT, as Linux answers for a deleted directory.
+fn refuse_removed(d: &InodeState) -> Result<()> {
+    match d.hdr.nlink {
+        0 => Err(Error::NotFound),
+        _ => Ok(()),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 /// Plan inserting `name → ino` into directory `d`: writes the entry bytes into free slots
 /// (or a fresh block) unjournaled and records the journaled `starts` change in `edit`.
@@ -64,6 +73,7 @@ pub(crate) fn plan_insert(
     res: &mut Reserved<'_>,
 ) -> Result<()> {
     let dino = d.ino;
+    refuse_removed(d)?;
     // Slots claimed by earlier inserts of this same operation are not visible in the index
     // yet, so a second insert into one directory within one operation uses a fresh search
     // that skips them.
@@ -114,6 +124,7 @@ pub(crate) fn plan_insert_shared(
     edit: &mut DirEdit,
 ) -> Result<bool> {
     let dirx = d.dir.as_ref().ok_or(Error::NotDir)?;
+    refuse_removed(d)?;
     if edit.inserts.iter().any(|i| i.0 == d.ino) {
         return Ok(false); // a second name for this directory: plan_insert skips the first's slots
     }

@@ -102,7 +102,7 @@ const DAY_NS: i64 = 86_400 * 1_000_000_000;
 /// `noatime` or read-only mount, nor for an inode with the no-atime flag (`chattr +A`).
 pub(crate) fn atime_due(state: &MountState, h: &InodeHeader) -> bool {
     !state.noatime
-        && !state.read_only
+        && !state.is_read_only()
         && inode_flags::stores_atime(h.flags)
         && (h.atime <= h.mtime
             || h.atime <= h.ctime

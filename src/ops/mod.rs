@@ -11,6 +11,7 @@ pub(crate) mod namespace;
 pub(crate) mod open;
 pub(crate) mod prealloc;
 pub(crate) mod relocate;
+pub(crate) mod rename;
 pub mod repair;
 pub(crate) mod repair_dirs;
 pub(crate) mod repair_leaf;

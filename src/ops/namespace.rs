@@ -1,6 +1,6 @@
 //! The namespace: lookups, directory listings and every operation that changes names (create,
-//! mkdir, mknod, symlink, link, unlink, rmdir, rename), files made without a name
-//! (`O_TMPFILE`), and the open count that keeps an unlinked or unnamed file alive.
+//! mkdir, mknod, symlink, link, unlink, rmdir; rename is `ops::rename`), files made without a
+//! name (`O_TMPFILE`), and the open count that keeps an unlinked or unnamed file alive.
 //!
 //! A namespace change takes the namespace lock (shared; a rename exclusively), then locks every
 //! inode it touches (in inode-number order), plans its directory edits, builds one transaction
@@ -17,7 +17,7 @@ use crate::media::alloc::BlockRun;
 use crate::media::checksum;
 use crate::media::journal::Tx;
 use crate::media::layout::{
-    self, BLOCK_SIZE, FileKind, INODE_IN_USE, INODE_SIZE, InodeHeader, NAME_MAX, ROOT_INO,
+    self, BLOCK_SIZE, FileKind, INODE_IN_USE, INODE_SIZE, InodeHeader, NAME_MAX,
 };
 use crate::media::pool::{CACHE_LINE, Category};
 use crate::meta::dir::{DirEntryLoc, DirIndex};
@@ -25,14 +25,13 @@ use crate::meta::inode::{FileMap, MapUpdate};
 use crate::meta::inode_flags::{self, Change};
 use crate::ops::dir_edit::{
     DirEdit, apply_edit, apply_edit_to, edit_tx, plan_insert, plan_insert_shared, plan_remove,
-    plan_repoint,
 };
 use crate::ops::xattr;
 use crate::state::inode_state::{DirChange, InodeCell, InodeRef, InodeState, InodeWriteGuard, rlock, wlock};
 use crate::state::mount_state::MountState;
 use crate::state::tx::Reserved;
-use crate::types::{Attr, DirEntry, RenameFlags};
-use std::collections::{BTreeMap, HashMap};
+use crate::types::{Attr, DirEntry};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Validate a single path component.
@@ -52,7 +51,7 @@ pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn is_dot(name: &[u8]) -> bool {
+pub(crate) fn is_dot(name: &[u8]) -> bool {
     name == b"." || name == b".."
 }
 
@@ -67,7 +66,7 @@ pub(crate) fn inode_refs(state: &MountState, inos: &[u64]) -> Result<Vec<(u64, I
     v.into_iter().map(|i| Ok((i, state.inode(i)?))).collect()
 }
 
-fn dir_lookup(state: &MountState, parent: u64, name: &[u8]) -> Result<DirEntryLoc> {
+pub(crate) fn dir_lookup(state: &MountState, parent: u64, name: &[u8]) -> Result<DirEntryLoc> {
     let p = state.inode(parent)?;
     let g = rlock(&p);
     g.find_name(&state.pool, name)?.ok_or(Error::NotFound)
@@ -120,17 +119,17 @@ fn next_generation(state: &MountState, ino: u64) -> Result<u32> {
 
 /// A new inode, written to its free slot but for its first 32 bytes (the in-use flag), which
 /// `tx` writes at the commit that makes it exist.
-struct Prepared<'a> {
-    ino: u64,
-    hdr: InodeHeader,
-    map: FileMap,
-    tx: Tx<'a>,
+pub(crate) struct Prepared<'a> {
+    pub ino: u64,
+    pub hdr: InodeHeader,
+    pub map: FileMap,
+    pub tx: Tx<'a>,
 }
 
 /// Take an inode number (and, for a symlink, its target's block) into `res` and write the new
 /// inode's body with `nlink` links and all its times `now`; `parent` is recorded for
 /// directories.
-fn prepare_inode(
+pub(crate) fn prepare_inode(
     state: &MountState,
     res: &mut Reserved,
     new: NewInode<'_>,
@@ -466,7 +465,9 @@ fn unlink_locked(
         ch.nlink.saturating_sub(1)
     };
     ch.ctime = now;
-    let free_now = ch.nlink == 0 && (want_dir || cg.open == 0);
+    // An open directory, like an open file, outlives its last name until its last handle
+    // goes (fstat on it then shows no links, as on ext4).
+    let free_now = ch.nlink == 0 && cg.open == 0;
     if free_now {
         state.free_inode_tx(&cg, &mut tx)?;
     } else {
@@ -488,208 +489,6 @@ fn unlink_locked(
         state.forget_inode(&mut cg);
     }
     shown
-}
-
-/// True if `anc` is `d` or one of its ancestors (walks `parent` fields; caller holds `ns`).
-fn is_ancestor(state: &MountState, anc: u64, mut d: u64) -> Result<bool> {
-    for _ in 0..=state.geo.total_inodes() {
-        if d == anc {
-            return Ok(true);
-        }
-        if d == ROOT_INO {
-            return Ok(false);
-        }
-        d = rlock(&state.inode(d)?).hdr.parent;
-    }
-    Err(Error::Corrupted("directory parent chain has a loop".into()))
-}
-
-pub(crate) fn rename(
-    state: &MountState,
-    p1: u64,
-    n1: &[u8],
-    p2: u64,
-    n2: &[u8],
-    flags: RenameFlags,
-) -> Result<()> {
-    state.check_alive()?;
-    check_name(n1)?;
-    check_name(n2)?;
-    if flags.noreplace && flags.exchange {
-        return Err(Error::Invalid(
-            "RENAME_NOREPLACE and RENAME_EXCHANGE together".into(),
-        ));
-    }
-    if is_dot(n1) || is_dot(n2) {
-        return Err(Error::Busy("cannot rename '.' or '..'".into()));
-    }
-    let _ns = state.namespace.write();
-    let src = dir_lookup(state, p1, n1)?;
-    let dst = match dir_lookup(state, p2, n2) {
-        Ok(l) => Some(l),
-        Err(Error::NotFound) => None,
-        Err(e) => return Err(e),
-    };
-    if flags.exchange && dst.is_none() {
-        return Err(Error::NotFound);
-    }
-    if flags.noreplace && dst.is_some() {
-        return Err(Error::Exists);
-    }
-    // Checks in Linux's order: the source may not be an ancestor of the target's directory
-    // (EINVAL), the target may not be an ancestor of the source's directory (ENOTEMPTY, or
-    // EINVAL for an exchange), then same-file, then the type rules.
-    if p1 != p2 {
-        if src.kind == FileKind::Dir && is_ancestor(state, src.ino, p2)? {
-            return Err(Error::Invalid("cannot move a directory into itself".into()));
-        }
-        if let Some(d) = dst
-            && d.kind == FileKind::Dir
-            && is_ancestor(state, d.ino, p1)?
-        {
-            return Err(if flags.exchange {
-                Error::Invalid("cannot exchange a directory with its own descendant".into())
-            } else {
-                Error::NotEmpty
-            });
-        }
-    }
-    if let Some(d) = dst {
-        if d.ino == src.ino {
-            return Ok(()); // same file under both names: POSIX says do nothing
-        }
-        if !flags.exchange {
-            match (src.kind == FileKind::Dir, d.kind == FileKind::Dir) {
-                (true, false) => return Err(Error::NotDir),
-                (false, true) => return Err(Error::IsDir),
-                _ => {}
-            }
-        }
-    }
-    let mut inos = vec![p1, p2, src.ino];
-    if let Some(d) = dst {
-        inos.push(d.ino);
-    }
-    let arcs = inode_refs(state, &inos)?;
-    let mut g = lock_all(&arcs);
-    // Immutable or append-only inodes and directories (EPERM): a replaced name is removed.
-    let p2_change = if dst.is_some() { Change::EntryRemoved } else { Change::EntryAdded };
-    inode_flags::allow(g[&p1].hdr.flags, Change::EntryRemoved)?;
-    inode_flags::allow(g[&p2].hdr.flags, p2_change)?;
-    for i in std::iter::once(src.ino).chain(dst.map(|d| d.ino)) {
-        inode_flags::allow(g[&i].hdr.flags, Change::Name)?;
-    }
-    if let Some(d) = dst
-        && !flags.exchange
-        && d.kind == FileKind::Dir
-        && !g[&d.ino].dir.as_ref().is_some_and(|x| x.is_empty())
-    {
-        return Err(Error::NotEmpty);
-    }
-    // A directory moving to a new parent adds a ".." link there, unless it replaces one.
-    let dst_is_dir = dst.is_some_and(|d| d.kind == FileKind::Dir);
-    if src.kind == FileKind::Dir && p1 != p2 && !dst_is_dir && g[&p2].hdr.nlink >= MAX_LINKS {
-        return Err(Error::TooManyLinks);
-    }
-    if flags.exchange
-        && dst_is_dir
-        && src.kind != FileKind::Dir
-        && p1 != p2
-        && g[&p1].hdr.nlink >= MAX_LINKS
-    {
-        return Err(Error::TooManyLinks);
-    }
-    let now = state.change_time(&inos.iter().map(|i| &*g[i]).collect::<Vec<_>>());
-    let mut tx = Tx::new();
-    let mut edit = DirEdit::default();
-    let mut res = Reserved::new(state);
-    let mut new_hdr: HashMap<u64, InodeHeader> =
-        inos.iter().map(|&i| (i, g[&i].hdr.clone())).collect();
-    let mut victim_freed = None;
-    let src_dir = src.kind == FileKind::Dir;
-    if flags.exchange {
-        let d = dst.expect("checked");
-        plan_repoint(state, &g[&p1], n1, d.ino, d.kind, &mut tx, &mut edit)?;
-        plan_repoint(state, &g[&p2], n2, src.ino, src.kind, &mut tx, &mut edit)?;
-        if p1 != p2 {
-            let dst_dir = d.kind == FileKind::Dir;
-            if src_dir {
-                new_hdr.get_mut(&src.ino).expect("in set").parent = p2;
-            }
-            if dst_dir {
-                new_hdr.get_mut(&d.ino).expect("in set").parent = p1;
-            }
-            if src_dir != dst_dir {
-                let (from, to) = if src_dir { (p1, p2) } else { (p2, p1) };
-                dec_links(new_hdr.get_mut(&from).expect("in set"));
-                inc_links(new_hdr.get_mut(&to).expect("in set"));
-            }
-        }
-        new_hdr.get_mut(&d.ino).expect("in set").ctime = now;
-    } else {
-        match dst {
-            Some(d) => {
-                plan_repoint(state, &g[&p2], n2, src.ino, src.kind, &mut tx, &mut edit)?;
-                let v = new_hdr.get_mut(&d.ino).expect("in set");
-                v.ctime = now;
-                if d.kind == FileKind::Dir {
-                    v.nlink = 0;
-                    dec_links(new_hdr.get_mut(&p2).expect("in set"));
-                } else {
-                    dec_links(v);
-                }
-                if new_hdr[&d.ino].nlink == 0 && (d.kind == FileKind::Dir || g[&d.ino].open == 0) {
-                    victim_freed = Some(d.ino);
-                }
-            }
-            None => {
-                let pg2 = g.get_mut(&p2).expect("locked");
-                // The insert may add a directory block, which updates p2's header itself.
-                plan_insert(
-                    state, pg2, n2, src.ino, src.kind, &mut edit, &mut tx, &mut res,
-                )?;
-                new_hdr.insert(p2, {
-                    let mut h = pg2.hdr.clone();
-                    h.nlink = new_hdr[&p2].nlink;
-                    h
-                });
-            }
-        }
-        plan_remove(state, &g[&p1], n1, &mut edit)?;
-        if src_dir && p1 != p2 {
-            new_hdr.get_mut(&src.ino).expect("in set").parent = p2;
-            dec_links(new_hdr.get_mut(&p1).expect("in set"));
-            inc_links(new_hdr.get_mut(&p2).expect("in set"));
-        }
-    }
-    new_hdr.get_mut(&src.ino).expect("in set").ctime = now;
-    for p in [p1, p2] {
-        let h = new_hdr.get_mut(&p).expect("in set");
-        h.mtime = now;
-        h.ctime = now;
-    }
-    for (&i, h) in &new_hdr {
-        if Some(i) == victim_freed {
-            continue;
-        }
-        state.header_tx(&mut tx, i, &g[&i].hdr, h);
-    }
-    if let Some(v) = victim_freed {
-        state.free_inode_tx(&g[&v], &mut tx)?;
-    }
-    edit_tx(&edit, &mut tx);
-    state.commit(tx)?;
-    res.keep();
-    for (i, h) in new_hdr {
-        let n = g.get_mut(&i).expect("locked");
-        n.hdr = h;
-        state.times_changed(n);
-    }
-    if let Some(v) = victim_freed {
-        state.forget_inode(g.get_mut(&v).expect("locked"));
-    }
-    apply_edit(edit, &mut g);
-    Ok(())
 }
 
 pub(crate) fn link(state: &MountState, ino: u64, parent: u64, name: &[u8]) -> Result<Attr> {
@@ -843,7 +642,7 @@ pub(crate) fn readdir_page(
 pub(crate) const MAX_LINKS: u32 = 65000;
 
 /// Drop one link; saturating, so a damaged count from media cannot underflow into a panic.
-fn dec_links(h: &mut InodeHeader) {
+pub(crate) fn dec_links(h: &mut InodeHeader) {
     h.nlink = h.nlink.saturating_sub(1);
 }
 

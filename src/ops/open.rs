@@ -47,7 +47,8 @@ pub(crate) fn release(state: &MountState, ino: u64) -> Result<()> {
     let n = state.inode(ino)?;
     let mut g = wlock(&n);
     g.open = g.open.saturating_sub(1);
-    if g.open == 0 && g.hdr.nlink == 0 && g.hdr.in_use() {
+    // Read-only (remounted so): freed when the mount is read-write again, or by the next one.
+    if g.open == 0 && g.hdr.nlink == 0 && g.hdr.in_use() && !state.is_read_only() {
         state.free_inode(&mut g)?;
     } else if g.open == 0 {
         prealloc::on_last_close(state, &mut g)?;

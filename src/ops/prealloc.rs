@@ -40,7 +40,7 @@ pub(crate) fn trim(state: &MountState, g: &mut InodeState) -> Result<u64> {
 /// blocks back (a large file keeps them for its next append, until space runs short).
 pub(crate) fn on_last_close(state: &MountState, g: &mut InodeState) -> Result<()> {
     // A read-only mount changes nothing; the blocks stay with the file.
-    if g.spec_prealloc && g.hdr.size < HUGE_SIZE && !state.read_only {
+    if g.spec_prealloc && g.hdr.size < HUGE_SIZE && !state.is_read_only() {
         trim(state, g)?;
     }
     Ok(())

@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::state::locks::lock;
 use crate::state::mkfs::write_state;
 use crate::state::mount_state::MountState;
+use std::sync::atomic::Ordering;
 
 /// What failed its check at run time: the code kept at `sb::STATE_NEEDS_FSCK` (0 = no flag).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,10 +46,15 @@ pub(crate) fn refusal(pool: &std::path::Path, code: u32) -> Error {
 impl MountState {
     /// Refuse a call that would change the pool on a read-only mount.
     pub fn check_writable(&self) -> Result<()> {
-        if self.read_only {
+        if self.is_read_only() {
             return Err(Error::ReadOnly);
         }
         Ok(())
+    }
+
+    /// Whether the mount is read-only now.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.load(Ordering::Acquire)
     }
 
     /// A check of media failed while serving `what` (which names the object: inode, block,

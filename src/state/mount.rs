@@ -417,7 +417,8 @@ pub(crate) fn mount_checked(
         broken_skip_append_fence: AtomicBool::new(false),
         prefault_thread: std::sync::Mutex::new(None),
         record: Mutex::new(record),
-        read_only: false,
+        read_only: AtomicBool::new(false),
+        opened_read_only: opts.read_only,
         noatime: opts.noatime,
         recovery: report,
         damaged_inodes: loaded.damaged,
@@ -440,7 +441,7 @@ pub(crate) fn mount_checked(
         state.free_inode(&mut wlock(&n))?;
     }
     // Set once mount's own changes (in memory, for a read-only mount) are done.
-    state.read_only = opts.read_only;
+    *state.read_only.get_mut() = opts.read_only;
     log::debug!(
         "{}: mount scanned the inode tables in {:.3} s, checked the namespace by {:.3} s, built the mount state by {:.3} s",
         state.pool.path().display(),
@@ -492,6 +493,42 @@ pub(crate) fn unmount(state: &MountState) -> Result<()> {
     rec.clean = true;
     rec.bitmap_crc = bitmap_crc;
     write_state(&state.pool, *rec)
+}
+
+/// How long switching to read-only waits for a background job that is running to finish.
+const READ_ONLY_SETTLE: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl MountState {
+    /// Switch a serving mount between read-only and read-write (`mount -o remount,ro|rw`).
+    /// Read-only: every call that would change the pool is refused from now on (one that began
+    /// before finishes, or is refused at its next commit, which `commit` checks), and so are
+    /// the mount's own stores: access times, background
+    /// rewrites and compaction (a running job is waited for), freeing files whose last link
+    /// went while they were open (left for read-write or the next mount). Read-write again: those files are freed. A mount made
+    /// read-only from the start maps the pool privately and is never made read-write.
+    pub fn set_read_only(&self, read_only: bool) -> Result<()> {
+        if !read_only && self.opened_read_only {
+            return Err(Error::ReadOnly);
+        }
+        self.check_alive()?;
+        let was = self.read_only.swap(read_only, Ordering::AcqRel);
+        if read_only {
+            if self.background.settle(READ_ONLY_SETTLE).is_none() {
+                log::warn!("a background job is still running after the switch to read-only");
+            }
+            return Ok(());
+        }
+        if was {
+            // Released while read-only: no links and no handles, still in use.
+            for n in self.inodes.values() {
+                let mut g = wlock(&n);
+                if g.open == 0 && g.hdr.nlink == 0 && g.hdr.in_use() {
+                    self.free_inode(&mut g)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Drop for MountState {

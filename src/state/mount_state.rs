@@ -82,9 +82,12 @@ pub(crate) struct MountState {
     /// The superblock's state record as this mount last wrote it (clean unmount and the
     /// "needs fsck" flag, `state::damage`, write it under this lock).
     pub record: Mutex<SbState>,
-    /// Mounted read-only: nothing reaches the pool, and calls that would change it are
-    /// refused (`check_writable`).
-    pub read_only: bool,
+    /// Read-only now: nothing reaches the pool, and calls that would change it are refused
+    /// (`check_writable`). Set at mount, or later by [`MountState::set_read_only`].
+    pub read_only: AtomicBool,
+    /// Mounted read-only (a private mapping; recovery, if any, only in memory): never
+    /// switched to read-write.
+    pub opened_read_only: bool,
     /// Reads store no access times (`MountOptions::noatime`).
     pub noatime: bool,
     /// What recovery did at mount.

@@ -196,7 +196,7 @@ fn take_slot(state: &MountState, g: &mut InodeState, lb: u64, home: u64) -> Resu
 /// space left allows it ([`Room::may_lend`]: a sixteenth of the data area stays free and the files
 /// keep at least as much free aligned space as the zones hold; a unit is free space lent).
 fn may_grow(state: &MountState) -> bool {
-    state.geo.zone_growth && !state.read_only && state.room().may_lend()
+    state.geo.zone_growth && !state.is_read_only() && state.room().may_lend()
 }
 
 /// Under zone `part`'s lock: grow the zone into a free aligned 2 MiB unit (its descriptors

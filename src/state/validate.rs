@@ -163,7 +163,7 @@ pub(crate) fn namespace(
             true => seen[i],
             false => rc > 0,
         };
-        if kind == FileKind::Dir {
+        if kind == FileKind::Dir && !orphan {
             let want = 2 + subdirs[ino as usize];
             if nlink != want {
                 p(format!(

@@ -203,6 +203,68 @@ pub fn lazy_unmount(path: &Path) -> io::Result<()> {
     )
 }
 
+/// The per-mount flags a remount sets: it replaces every one, so those to keep are given too.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RemountFlags {
+    /// `ro`
+    pub read_only: bool,
+    /// `nosuid`: set-user-ID and set-group-ID bits are ignored.
+    pub nosuid: bool,
+    /// `nodev`: device files cannot be opened.
+    pub nodev: bool,
+    /// `noexec`: nothing is executed from the mount.
+    pub noexec: bool,
+    /// `noatime` (else `relatime`).
+    pub noatime: bool,
+}
+
+/// Change the flags of the mount at `path` in place (mount(2) with `MS_REMOUNT`); access times
+/// are `relatime` unless `noatime`.
+pub fn remount(path: &Path, f: RemountFlags) -> io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    let mut flags = libc::MS_REMOUNT;
+    for (on, bit) in [
+        (f.read_only, libc::MS_RDONLY),
+        (f.nosuid, libc::MS_NOSUID),
+        (f.nodev, libc::MS_NODEV),
+        (f.noexec, libc::MS_NOEXEC),
+        (f.noatime, libc::MS_NOATIME),
+    ] {
+        if on {
+            flags |= bit;
+        }
+    }
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call; the source, type
+    // and data may be null for a remount.
+    check(
+        unsafe { libc::mount(std::ptr::null(), c.as_ptr(), std::ptr::null(), flags, std::ptr::null()) },
+        "mount(MS_REMOUNT)",
+    )
+}
+
+/// Send `file` the ioctl `cmd`, which carries no data (an `_IO` number).
+pub fn ioctl_no_data(file: &std::fs::File, cmd: u32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the descriptor is open for the call (borrowed from `file`); an `_IO` request
+    // reads and writes no memory of ours, and the third argument is a plain zero.
+    check(unsafe { libc::ioctl(file.as_raw_fd(), cmd as _, 0) }, "ioctl")
+}
+
+/// Send `file` the ioctl `cmd`, which reads `buf.len()` bytes into `buf` (an `_IOR` number
+/// whose size is `buf.len()`).
+pub fn ioctl_read(file: &std::fs::File, cmd: u32, buf: &mut [u8]) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // _IOC: direction in bits 30-31 (2: the kernel writes), size in bits 16-29.
+    if cmd >> 30 != 2 || (cmd >> 16) & 0x3fff != buf.len() as u32 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "ioctl number does not read buf.len() bytes"));
+    }
+    // SAFETY: the descriptor is open for the call; the kernel writes at most the size the
+    // request number encodes, which the caller makes `buf.len()`, into `buf`, which outlives
+    // the call.
+    check(unsafe { libc::ioctl(file.as_raw_fd(), cmd as _, buf.as_mut_ptr()) }, "ioctl")
+}
+
 /// The value of extended attribute `name` of `path` (following symlinks).
 pub fn get_xattr(path: &Path, name: &str) -> io::Result<Vec<u8>> {
     let c = CString::new(path.as_os_str().as_bytes())

@@ -1,4 +1,4 @@
-//! The mount table as `/proc/self/mountinfo` gives it: each mount's point, type and source, with
+//! The mount table as `/proc/self/mountinfo` gives it: each mount's point, options, type and source, with
 //! the octal escapes the kernel writes for a space, tab, newline or backslash in them undone.
 //! The preload library reads the table too and builds this file into itself (`#[path]`), so it
 //! is plain safe Rust with nothing from the rest of the crate.
@@ -16,6 +16,8 @@ pub struct Mount {
     pub fstype: String,
     /// Its source (a winefs mount names its pool file).
     pub source: PathBuf,
+    /// Its per-mount options (`rw`/`ro`, `nosuid`, `noatime`, ...).
+    pub options: Vec<String>,
 }
 
 /// The mounts this process sees, in the table's order (a mount over another comes after it);
@@ -32,13 +34,15 @@ pub fn parse(info: &str) -> Vec<Mount> {
     info.lines()
         .filter_map(|line| {
             let (left, right) = line.split_once(" - ")?;
-            let point = left.split(' ').nth(4)?;
+            let mut l = left.split(' ').skip(4);
+            let (point, options) = (l.next()?, l.next()?);
             let mut r = right.split(' ');
             let (fstype, source) = (r.next()?, r.next()?);
             Some(Mount {
                 point: unescape(point),
                 fstype: fstype.to_string(),
                 source: unescape(source),
+                options: options.split(',').map(str::to_string).collect(),
             })
         })
         .collect()
@@ -105,6 +109,7 @@ garbage line
                 point: "/mnt/my pool".into(),
                 fstype: "fuse.winefs".into(),
                 source: "/pools/a b.pool".into(),
+                options: vec!["rw".into(), "nosuid".into(), "nodev".into()],
             }
         );
         assert_eq!(
