@@ -7,8 +7,9 @@
 //!
 //! Request-level checks this module answers itself, before or instead of calling the core:
 //! - `EINVAL`: a mknod mode of no known file type, or of a directory or symlink (those have
-//!   their own requests); rename flags beyond NOREPLACE, EXCHANGE and WHITEOUT; setxattr flags other than 0, XATTR_CREATE and XATTR_REPLACE; an
-//!   lseek whence other than SEEK_DATA and SEEK_HOLE (the kernel answers the others);
+//!   their own requests); rename flags beyond NOREPLACE, EXCHANGE and WHITEOUT; setxattr
+//!   flags other than 0, XATTR_CREATE and XATTR_REPLACE; an lseek whence other than
+//!   SEEK_DATA and SEEK_HOLE (the kernel answers the others);
 //! - `ENXIO`: SEEK_DATA/SEEK_HOLE from a negative offset;
 //! - `EISDIR`: open of a directory, and a create whose name turns out to be a directory;
 //! - `ENOTDIR`: opendir of anything else;

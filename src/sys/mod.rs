@@ -246,8 +246,12 @@ pub fn remount(path: &Path, f: RemountFlags) -> io::Result<()> {
 /// Send `file` the ioctl `cmd`, which carries no data (an `_IO` number).
 pub fn ioctl_no_data(file: &std::fs::File, cmd: u32) -> io::Result<()> {
     use std::os::fd::AsRawFd;
+    // _IOC: no direction and no size (bits 16-31) is an `_IO` number.
+    if cmd >> 16 != 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "ioctl number carries data"));
+    }
     // SAFETY: the descriptor is open for the call (borrowed from `file`); an `_IO` request
-    // reads and writes no memory of ours, and the third argument is a plain zero.
+    // (checked above) reads and writes no memory of ours, and the third argument is a zero.
     check(unsafe { libc::ioctl(file.as_raw_fd(), cmd as _, 0) }, "ioctl")
 }
 
