@@ -93,17 +93,22 @@ fn umount(dir: &Path) {
     assert!(out.status.success(), "umount: {}", text(&out.stderr));
 }
 
-/// Mount with `mount`, waiting out the moment after an unmount in which the last daemon still
-/// holds the pool (its lock goes when it has closed the pool).
-fn mount_retrying(args: &[&str]) -> Output {
+/// Run `program args`, waiting out the moment after an unmount in which the last daemon still
+/// holds the pool (its lock goes when it has closed the pool: until then the pool is "in use").
+fn retrying(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Output {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let out = run(Command::new("mount").args(args));
+        let out = run(Command::new(&program).args(args));
         if out.status.success() || !text(&out.stderr).contains("in use") || Instant::now() > deadline {
             return out;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// [`retrying`] `mount`.
+fn mount_retrying(args: &[&str]) -> Output {
+    retrying("mount", args)
 }
 
 fn fresh() -> (tempfile::TempDir, PathBuf, PathBuf) {
@@ -222,15 +227,8 @@ fn the_helper_answers_to_mount_fuse_winefs() {
     assert!(mount_line(&mnt).is_none());
 
     // What was written is in the pool (read back through the library's fsck and a remount).
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let out = run(Command::new(&helper).args([p, m, "-o", "ro"]));
-        if out.status.success() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "remount: {}", text(&out.stderr));
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let out = retrying(&helper, &[p, m, "-o", "ro"]);
+    assert!(out.status.success(), "mount again: {}", text(&out.stderr));
     assert_eq!(fs::read(mnt.join("f")).unwrap(), b"through the helper");
     umount(&mnt);
 }
@@ -298,14 +296,7 @@ fn remount_ro_and_rw_in_place() {
     assert!(mount_flags(&mnt).contains(&"ro".to_string()));
     assert_eq!(fs::read(mnt.join("g")).unwrap(), b"after");
     umount(&mnt);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let out = run(Command::new(BIN).arg("fsck").arg(&pool));
-        if out.status.success() {
-            assert!(text(&out.stdout).contains("clean"), "{}", text(&out.stdout));
-            break;
-        }
-        assert!(Instant::now() < deadline, "fsck: {}", text(&out.stderr));
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let out = retrying(BIN, &["fsck", p]);
+    assert!(out.status.success(), "fsck: {}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("clean"), "{}", text(&out.stdout));
 }

@@ -27,6 +27,12 @@ const HELPER_NAMES: [&str; 2] = ["mount.winefs", "mount.fuse.winefs"];
 /// The file system types the helper mounts (`-t`).
 const TYPES: [&str; 2] = ["winefs", "fuse.winefs"];
 
+/// Options only mount(8), fstab, systemd or libmount read: passed over.
+const MOUNT8_ONLY: [&str; 13] = [
+    "defaults", "auto", "noauto", "nofail", "_netdev", "user", "users", "nouser", "owner",
+    "group", "async", "relatime", "default_permissions",
+];
+
 /// mount(8)'s exit status for a mount that failed (its status 1 is a wrong invocation).
 const MOUNT_FAILED: u8 = 32;
 
@@ -189,9 +195,7 @@ fn plan(cli: &HelperCli, root: bool) -> Result<Plan, Fail> {
                 .ok_or_else(|| bad("expects a whole number, as in threads=4"))
         };
         match (key.replace('-', "_").as_str(), value) {
-            // Read by mount(8), fstab, systemd or libmount only.
-            ("defaults" | "auto" | "noauto" | "nofail" | "_netdev" | "user" | "users"
-            | "nouser" | "owner" | "group" | "async" | "relatime" | "default_permissions", None) => {}
+            (k, None) if MOUNT8_ONLY.contains(&k) => {}
             (k, _) if k.starts_with("x_") || k == "comment" || k == "user" => {}
             // A later option overrides an earlier one, as mount(8)'s do.
             ("ro", None) => args.read_only = true,
@@ -228,10 +232,10 @@ fn plan(cli: &HelperCli, root: bool) -> Result<Plan, Fail> {
                 0 => return Err(bad("keep at least 1")),
                 n => args.cached_inodes = n,
             },
-            ("transport", Some("auto")) => args.transport = Transport::Auto,
-            ("transport", Some("uring")) => args.transport = Transport::Uring,
-            ("transport", Some("dev")) => args.transport = Transport::Dev,
-            ("transport", _) => return Err(bad("the transports are auto, uring and dev")),
+            ("transport", v) => match v.map(|v| <Transport as clap::ValueEnum>::from_str(v, false)) {
+                Some(Ok(t)) => args.transport = t,
+                _ => return Err(bad("the transports are auto, uring and dev")),
+            },
             ("log", Some(p)) if !p.is_empty() => args.log = Some(PathBuf::from(p)),
             ("allow_other", None) if root => {} // root's mount serves every user already
             ("allow_other", None) => {
@@ -302,22 +306,15 @@ fn plan_remount(cli: &HelperCli) -> Result<Remount, Fail> {
         };
         let mut want = |setting: &'static str, v: &str| expect.push((setting, v.to_string(), opt.to_string()));
         match key.as_str() {
-            "remount" | "defaults" | "auto" | "noauto" | "nofail" | "_netdev" | "user"
-            | "users" | "nouser" | "owner" | "group" | "async" | "relatime"
-            | "default_permissions" | "allow_other" | "user_id" | "group_id" | "comment"
-            // Only starting a mount reads these.
-            | "nonempty" | "log" => {}
-            k if k.starts_with("x_") => {}
+            k if MOUNT8_ONLY.contains(&k) || k.starts_with("x_") => {}
+            // The mount's present options as mount(8) passes them, and what only starting a
+            // mount reads.
+            "remount" | "allow_other" | "user_id" | "group_id" | "comment" | "nonempty" | "log" => {}
             "strict" | "sync" | "dirsync" => want("mode", "strict"),
             "relaxed" => want("mode", "relaxed"),
-            "threads" | "transport" | "cached_inodes" => {
-                let setting = match key.as_str() {
-                    "threads" => "threads",
-                    "transport" => "transport",
-                    _ => "cached_inodes",
-                };
-                want(setting, value)
-            }
+            "threads" => want("threads", value),
+            "transport" => want("transport", value),
+            "cached_inodes" => want("cached_inodes", value),
             "wear_aware" => want("wear_aware", "1"),
             "no_direct" | "nodirect" => want("no_direct", "1"),
             "writeback_cache" => want("writeback_cache", "1"),

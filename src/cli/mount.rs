@@ -67,6 +67,14 @@ pub enum Transport {
     Dev,
 }
 
+impl Transport {
+    /// The name `--transport` and the mount option `transport=` take.
+    pub fn name(self) -> String {
+        use clap::ValueEnum;
+        self.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string())
+    }
+}
+
 /// Name of the default pool file (on the hugepage tmpfs, or /dev/shm).
 const DEFAULT_POOL: &str = "winefs.pool";
 
@@ -260,23 +268,15 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
         .clamp(1, 64);
-    let mode = match (a.read_only, a.consistency) {
-        (true, _) => "read-only",
-        (false, Consistency::Strict) => "strict",
-        (false, Consistency::Relaxed) => "relaxed",
+    let consistency = match a.consistency {
+        Consistency::Strict => "strict",
+        Consistency::Relaxed => "relaxed",
     };
+    let mode = if a.read_only { "read-only" } else { consistency };
     // What a remount's options are held to (`mount.winefs -o remount`), as mount options.
     let settings = format!(
-        "mode={},threads={threads},transport={},cached_inodes={},wear_aware={},no_direct={},writeback_cache={}",
-        match a.consistency {
-            Consistency::Strict => "strict",
-            Consistency::Relaxed => "relaxed",
-        },
-        match a.transport {
-            Transport::Auto => "auto",
-            Transport::Uring => "uring",
-            Transport::Dev => "dev",
-        },
+        "mode={consistency},threads={threads},transport={},cached_inodes={},wear_aware={},no_direct={},writeback_cache={}",
+        a.transport.name(),
         fs.cached_inodes(),
         u8::from(a.wear_aware),
         u8::from(a.no_direct),

@@ -48,7 +48,7 @@ pub(crate) fn release(state: &MountState, ino: u64) -> Result<()> {
     let mut g = wlock(&n);
     g.open = g.open.saturating_sub(1);
     // Read-only (remounted so): freed when the mount is read-write again, or by the next one.
-    if g.open == 0 && g.hdr.nlink == 0 && g.hdr.in_use() && !state.is_read_only() {
+    if g.unreachable_in_use() && !state.is_read_only() {
         state.free_inode(&mut g)?;
     } else if g.open == 0 {
         prealloc::on_last_close(state, &mut g)?;

@@ -105,6 +105,11 @@ impl InodeState {
     pub fn is_dir(&self) -> bool {
         self.kind() == FileKind::Dir
     }
+    /// No links and no open handles, yet still in use: nothing can reach it any more, and it
+    /// is freed (by the last release, or once a read-only mount is read-write again).
+    pub fn unreachable_in_use(&self) -> bool {
+        self.open == 0 && self.hdr.nlink == 0 && self.hdr.in_use()
+    }
     /// A directory's index and where its entries live (`NotDir` for other inodes).
     pub fn dir_with_media<'a>(&'a self, pool: &'a Pool) -> Result<(&'a DirIndex, DirMedia<'a>)> {
         let d = self.dir.as_ref().ok_or(Error::NotDir)?;

@@ -522,7 +522,7 @@ impl MountState {
             // Released while read-only: no links and no handles, still in use.
             for n in self.inodes.values() {
                 let mut g = wlock(&n);
-                if g.open == 0 && g.hdr.nlink == 0 && g.hdr.in_use() {
+                if g.unreachable_in_use() {
                     self.free_inode(&mut g)?;
                 }
             }
