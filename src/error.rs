@@ -36,6 +36,10 @@ pub enum Error {
     /// EPERM: not allowed (why).
     #[error("operation not permitted: {0}")]
     NotPermitted(String),
+    /// EACCES: refused by permissions (why), such as a default ACL on a file that is not a
+    /// directory.
+    #[error("permission denied: {0}")]
+    AccessDenied(String),
     /// EOPNOTSUPP: a request this file system does not serve (what), such as an extended
     /// attribute outside the `user.`, `trusted.` and `security.` namespaces.
     #[error("operation not supported: {0}")]
@@ -127,6 +131,7 @@ impl Error {
             Error::NoSpace(_) => libc::ENOSPC,
             Error::Invalid(_) => libc::EINVAL,
             Error::NotPermitted(_) => libc::EPERM,
+            Error::AccessDenied(_) => libc::EACCES,
             Error::Busy(_) => libc::EBUSY,
             Error::NoDevice(_) => libc::ENODEV,
             Error::NotSupported(_) => libc::EOPNOTSUPP,

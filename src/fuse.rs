@@ -14,9 +14,9 @@
 //! - `EISDIR`: open of a directory, and a create whose name turns out to be a directory;
 //! - `ENOTDIR`: opendir of anything else;
 //! - `EOPNOTSUPP`: fallocate modes other than plain, KEEP_SIZE, PUNCH_HOLE|KEEP_SIZE,
-//!   ZERO_RANGE (with or without KEEP_SIZE), COLLAPSE_RANGE and INSERT_RANGE (extended
-//!   attributes outside `user.`, `trusted.` and `security.`, POSIX ACLs among them, are
-//!   refused by the core);
+//!   ZERO_RANGE (with or without KEEP_SIZE), COLLAPSE_RANGE and INSERT_RANGE; POSIX ACLs when
+//!   the kernel does not enforce them (no `FUSE_POSIX_ACL`; extended attributes outside
+//!   `user.`, `trusted.`, `security.` and the two ACLs are refused by the core);
 //! - `ERANGE`: getxattr or listxattr with a buffer too small for the answer;
 //! - `EACCES`: access(2) refused by the mode bits (`permitted`);
 //! - `ENOSYS` for every FLUSH, so the kernel stops sending them (nothing is buffered);
@@ -25,9 +25,10 @@
 //!   readdirplus skips an entry removed since its page was read.
 //!
 //! The VFS duties the kernel leaves to a FUSE server are done here too: the owner, group and
-//! mode of a new inode (the caller's ids, the umask, the BSD group rule of set-group-ID
-//! directories), and dropping set-user/group-ID bits and file capabilities after a write,
-//! truncate or chown (`FUSE_HANDLE_KILLPRIV_V2`). Besides:
+//! mode of a new inode (the caller's ids, the BSD group rule of set-group-ID directories; the
+//! core applies the umask or the directory's default ACL), and dropping set-user/group-ID
+//! bits and file capabilities after a write, truncate or chown (`FUSE_HANDLE_KILLPRIV_V2`);
+//! POSIX ACLs are the kernel's to enforce and cache (`xattr`). Besides:
 //! - inode numbers pass through unchanged (the root is inode 1 in both), with the inode's
 //!   generation, one more each time its slot is reused; with `FUSE_EXPORT_SUPPORT` and lookups of
 //!   "." (any inode) and ".." (directories) that makes file handles (`name_to_handle_at`, an NFS
@@ -53,7 +54,7 @@
 //!   A mount with no direct path (`with_page_cache`) lets the kernel cache every open.
 
 use crate::{
-    DirEntry, Error, FileKind, Fs, RenameFlags as CoreRenameFlags, SetAttr, XattrSet,
+    DirEntry, Error, FileKind, Fs, RenameFlags as CoreRenameFlags, SetAttr,
 };
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags,
@@ -76,6 +77,7 @@ pub use ioctl::{READ_ONLY_IOCTL, READ_WRITE_IOCTL, SETTINGS_IOCTL, SETTINGS_LEN}
 mod notify;
 mod privs;
 pub mod proto;
+mod xattr;
 
 use attr::{errno, file_type, missing_name_attr, reply_entry, to_time_set, ttl};
 pub(crate) use attr::TTL;
@@ -119,6 +121,11 @@ pub struct WinefsFuse {
     /// Which opens are cached and which files are leased to direct-path clients, shared with
     /// the channel (`cache_gate`).
     gate: Arc<CacheGate>,
+    /// POSIX ACLs are asked for (unless `without_acl`).
+    want_acl: bool,
+    /// The kernel enforces POSIX ACLs (`FUSE_POSIX_ACL`) and leaves the umask to us
+    /// (`FUSE_DONT_MASK`): ACLs are kept (`xattr`).
+    acl: bool,
 }
 
 /// The file handle of an open the kernel caches (`CacheGate` counts it until released);
@@ -163,7 +170,18 @@ impl WinefsFuse {
             writeback_cache: false,
             page_cache: false,
             gate: Arc::new(CacheGate::default()),
+            want_acl: true,
+            acl: false,
         }
+    }
+
+    /// Keep no POSIX ACLs (ext4's `noacl`): they are refused with EOPNOTSUPP, the kernel
+    /// enforces none, and a getxattr of an ACL name (`ls -l` asks one per file) is answered
+    /// without a look at the file — with ACLs the kernel asks the daemon again after every
+    /// listing with attributes, which drops what it cached.
+    pub fn without_acl(mut self) -> Self {
+        self.want_acl = false;
+        self
     }
 
     /// Ask the kernel for its writeback cache: `write(2)` lands in the page cache and reaches
@@ -250,6 +268,17 @@ impl WinefsFuse {
     }
 }
 
+/// An xattr value or name list, or its size when the caller asks with no buffer (ERANGE when
+/// its buffer is too small).
+fn reply_xattr(reply: ReplyXattr, r: Result<Vec<u8>, Errno>, size: u32) {
+    match r {
+        Ok(v) if size == 0 => reply.size(v.len() as u32),
+        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(v) => reply.data(&v),
+        Err(e) => reply.error(e),
+    }
+}
+
 fn reply_empty(reply: ReplyEmpty, r: crate::Result<()>) {
     match r {
         Ok(()) => reply.ok(),
@@ -266,6 +295,15 @@ impl Filesystem for WinefsFuse {
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         let caps = config.add_capabilities(wanted);
+        // Both or neither: with ACLs the kernel stops applying the umask itself, and a create
+        // in a directory with a default ACL must not have it applied at all.
+        self.acl = self.want_acl
+            && config
+                .add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK)
+                .is_ok();
+        if self.want_acl && !self.acl {
+            log::warn!("the kernel does not enforce POSIX ACLs for FUSE: setfacl is refused");
+        }
         if self.writeback_cache {
             config
                 .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
@@ -408,12 +446,10 @@ impl Filesystem for WinefsFuse {
         else {
             return reply.error(Errno::EINVAL);
         };
-        let (perm, uid, gid) = privs::new_owner(&self.fs, req, parent.0, mode, umask, false);
+        let (perm, who) = privs::new_owner(&self.fs, req, parent.0, mode, umask, false);
         let r = match kind {
-            FileKind::File => self.fs.create(parent.0, name.as_bytes(), perm, uid, gid),
-            _ => self
-                .fs
-                .mknod(parent.0, name.as_bytes(), kind, perm, uid, gid, rdev),
+            FileKind::File => self.fs.create_by(parent.0, name.as_bytes(), perm, who),
+            _ => self.fs.mknod_by(parent.0, name.as_bytes(), kind, perm, rdev, who),
         };
         reply_entry(reply, r, &self.fs);
     }
@@ -427,10 +463,10 @@ impl Filesystem for WinefsFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let (perm, uid, gid) = privs::new_owner(&self.fs, req, parent.0, mode, umask, true);
+        let (perm, who) = privs::new_owner(&self.fs, req, parent.0, mode, umask, true);
         reply_entry(
             reply,
-            self.fs.mkdir(parent.0, name.as_bytes(), perm, uid, gid),
+            self.fs.mkdir_by(parent.0, name.as_bytes(), perm, who),
             &self.fs,
         );
     }
@@ -451,15 +487,15 @@ impl Filesystem for WinefsFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let (_, uid, gid) = privs::new_owner(&self.fs, req, parent.0, 0o777, 0, false);
+        let (_, who) = privs::new_owner(&self.fs, req, parent.0, 0o777, 0, false);
         reply_entry(
             reply,
             self.fs.symlink(
                 parent.0,
                 link_name.as_bytes(),
                 target.as_os_str().as_bytes(),
-                uid,
-                gid,
+                who.uid,
+                who.gid,
             ),
             &self.fs,
         );
@@ -484,8 +520,8 @@ impl Filesystem for WinefsFuse {
         // The whiteout is the caller's, as a mknod in the source's directory would be (the
         // kernel has checked CAP_MKNOD).
         let whiteout = flags.contains(RenameFlags::RENAME_WHITEOUT).then(|| {
-            let (_, uid, gid) = privs::new_owner(&self.fs, req, parent.0, 0, 0, false);
-            (uid, gid)
+            let (_, who) = privs::new_owner(&self.fs, req, parent.0, 0, 0, false);
+            (who.uid, who.gid)
         });
         let f = CoreRenameFlags {
             noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
@@ -758,7 +794,7 @@ impl Filesystem for WinefsFuse {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -766,68 +802,25 @@ impl Filesystem for WinefsFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        if name == proto::CHANNEL_XATTR {
-            return reply.error(Errno::EPERM);
+        match self.set_attribute(req, ino.0, name, value, flags) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        let how = match flags {
-            0 => XattrSet::Any,
-            libc::XATTR_CREATE => XattrSet::Create,
-            libc::XATTR_REPLACE => XattrSet::Replace,
-            _ => return reply.error(Errno::EINVAL),
-        };
-        reply_empty(reply, self.fs.setxattr(ino.0, name.as_bytes(), value, how));
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let answer = match &self.channel {
-            // Virtual, on regular files and the root only: the preload library asks the file it
-            // maps, or the mount point when its process starts (`connect_mounts`).
-            Some(ch) if name == proto::CHANNEL_XATTR => match self.fs.getattr(ino.0) {
-                Ok(a) if a.kind == FileKind::File || ino.0 == self.fs.root() => {
-                    Ok(ch.as_bytes().to_vec())
-                }
-                Ok(_) => Err(Error::NoAttr),
-                Err(e) => Err(e),
-            },
-            // Virtual, on the root only: the mount's write accounting (`winefs stat`).
-            _ if ino.0 == self.fs.root() && name == proto::STATS_XATTR => {
-                serde_json::to_vec(&self.fs.write_stats()).map_err(|e| Error::Invalid(e.to_string()))
-            }
-            _ => self.fs.getxattr(ino.0, name.as_bytes()),
-        };
-        match answer {
-            Ok(v) if size == 0 => reply.size(v.len() as u32),
-            Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
-            Ok(v) => reply.data(&v),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_xattr(reply, self.attribute(ino.0, name), size);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.fs.listxattr(ino.0) {
-            Ok(names) => {
-                let mut buf = Vec::new();
-                for n in names {
-                    buf.extend_from_slice(&n);
-                    buf.push(0);
-                }
-                if size == 0 {
-                    reply.size(buf.len() as u32)
-                } else if buf.len() > size as usize {
-                    reply.error(Errno::ERANGE)
-                } else {
-                    reply.data(&buf)
-                }
-            }
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_xattr(reply, self.attribute_names(ino.0), size);
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        if name == proto::CHANNEL_XATTR {
-            return reply.error(Errno::EPERM);
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.remove_attribute(req, ino.0, name) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply_empty(reply, self.fs.removexattr(ino.0, name.as_bytes()));
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
@@ -848,8 +841,8 @@ impl Filesystem for WinefsFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let (perm, uid, gid) = privs::new_owner(&self.fs, req, parent.0, mode, umask, false);
-        let made = match self.fs.create(parent.0, name.as_bytes(), perm, uid, gid) {
+        let (perm, who) = privs::new_owner(&self.fs, req, parent.0, mode, umask, false);
+        let made = match self.fs.create_by(parent.0, name.as_bytes(), perm, who) {
             // Another opener won the race for the name: O_CREAT without O_EXCL opens it.
             Err(Error::Exists) if flags & libc::O_EXCL == 0 => {
                 self.fs.lookup(parent.0, name.as_bytes())
@@ -879,9 +872,9 @@ impl Filesystem for WinefsFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let (perm, uid, gid) = privs::new_owner(&self.fs, req, parent.0, mode, umask, false);
+        let (perm, who) = privs::new_owner(&self.fs, req, parent.0, mode, umask, false);
         let linkable = flags & libc::O_EXCL == 0;
-        match self.fs.create_unnamed(parent.0, perm, uid, gid, linkable) {
+        match self.fs.create_unnamed_by(parent.0, perm, who, linkable) {
             Ok(a) => {
                 let (fh, how) = self.open_file(a.ino, req.pid(), flags);
                 reply.created(&TTL, &file_attr(&a), Generation(a.generation as u64), fh, how);

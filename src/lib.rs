@@ -40,6 +40,6 @@ pub use fs::{File, Fs, Mapping};
 pub use media::layout::FileKind;
 pub use ops::repair::RepairReport;
 pub use types::{
-    Attr, CompactStats, Consistency, DirEntry, MkfsOptions, MountOptions, OverwritePath, RenameFlags,
+    Attr, CompactStats, Consistency, DirEntry, Maker, MkfsOptions, MountOptions, OverwritePath, RenameFlags,
     RewriteStats, SetAttr, StatFs, TimeSet, XattrSet,
 };

@@ -182,6 +182,20 @@ pub struct StatFs {
     pub free_aligned_extents: u64,
 }
 
+/// Who makes a new inode: the owner and group it gets, and the making process's umask, which
+/// narrows the permission bits unless the directory has a default ACL (whose entries narrow
+/// them instead, POSIX.1e). What the kernel hands the FUSE front end with a create
+/// (`Fs::create_by` and the rest); the plain `Fs::create` and the rest have no umask.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Maker {
+    /// The new inode's owner.
+    pub uid: u32,
+    /// The new inode's group.
+    pub gid: u32,
+    /// Permission bits the process does not grant by default (umask(2)).
+    pub umask: u32,
+}
+
 /// setxattr behaviour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum XattrSet {

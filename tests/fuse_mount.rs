@@ -1024,7 +1024,7 @@ fn chattr_flags_are_kept_and_enforced_through_the_mount() {
 }
 
 /// Extended attribute names are answered as ext4 answers them: EOPNOTSUPP outside `user.`,
-/// `trusted.` and `security.` (POSIX ACLs among them), EINVAL for a namespace alone.
+/// `trusted.`, `security.` and the POSIX ACLs, EINVAL for a namespace alone.
 #[test]
 fn xattr_names_outside_the_kept_namespaces_are_refused() {
     require("setfattr", "attr");
@@ -1033,12 +1033,12 @@ fn xattr_names_outside_the_kept_namespaces_are_refused() {
     fs::write(&f, b"x").unwrap();
     setfattr(&f, "trusted.kept", Some("1"));
     setfattr(&f, "security.kept", Some("1"));
-    // A well-formed access ACL (version 2; user::rw-, group::r--, other::r--): the kernel
-    // checks the value before the file system sees it.
+    // An ACL's value (version 2; user::rw-, group::r--, other::r--) under a `system.` name
+    // that is no ACL.
     let acl = "0x0200000001000600ffffffff04000400ffffffff20000400ffffffff";
     for (name, value, why) in [
         ("bogus.x", "0x02", "Operation not supported"),
-        ("system.posix_acl_access", acl, "Operation not supported"),
+        ("system.posix_acl_other", acl, "Operation not supported"),
         ("user.", "0x02", "Invalid argument"),
     ] {
         let out = run_timeout(cmd("setfattr").args(["-n", name, "-v", value]).arg(&f), CMD_WAIT);
@@ -2212,7 +2212,14 @@ fn writes_drop_set_id_bits_as_ext4_does_and_stat_shows_it_at_once() {
         .write_all(b"y")
         .unwrap();
     assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o4755);
-    // The same on ext4, when a loop device can be had.
+    if let Some(ext4) = on_ext4(set_id_changes) {
+        assert_eq!(got, ext4, "winefs and ext4 differ");
+    }
+}
+
+/// What `run` prints when run in a fresh ext4 file system on a loop-mounted image (reachable
+/// by every user), or None when no loop device can be had here.
+fn on_ext4(run: impl Fn(&Path) -> String) -> Option<String> {
     require("mkfs.ext4", "e2fsprogs");
     let tmp = tempfile::tempdir().unwrap();
     fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
@@ -2230,11 +2237,97 @@ fn writes_drop_set_id_bits_as_ext4_does_and_stat_shows_it_at_once() {
             "skipping the ext4 comparison: cannot loop-mount an image here ({})",
             String::from_utf8_lossy(&mounted.stderr).trim()
         );
-        return;
+        return None;
     }
-    let ext4 = set_id_changes(&dir);
+    let out = run(&dir);
     ok(cmd("umount").arg(&dir));
-    assert_eq!(got, ext4, "winefs and ext4 differ");
+    Some(out)
+}
+
+/// setfacl and getfacl's tour: access and default ACLs on a directory, what files and
+/// directories made in it inherit (with the umask ignored), chmod's rewrite of the mask,
+/// `setfacl -b` and an ACL equal to the mode (stored as the mode alone), removing what is not
+/// there, a default ACL on a file (refused), and the kernel enforcing an ACL for another user
+/// (uid 65534) beyond the mode bits. Returns the transcript; `dir` must be reachable by all.
+fn acl_tour(dir: &Path) -> String {
+    let script = r#"
+        umask 077
+        mkdir d && setfacl -m u:65534:rwx,g::r-x d && getfacl -cn d
+        setfacl -d -m u:65534:rw,g::rx,o::- d && getfacl -cn d
+        touch d/f && mkdir d/sub && mknod d/p p && getfacl -cn d/f d/sub d/p
+        stat -c '%A %n' d/f d/sub d/p
+        chmod 640 d/f && getfacl -cn d/f
+        setfacl -b d/f && getfacl -cn d/f && stat -c '%A %n' d/f
+        setfacl -m u::rw,g::r,o::r d/f && stat -c '%A %n' d/f && getfattr -m - -d d/f
+        setfacl -x u:65534 d && getfacl -cn d
+        setfacl -k d && getfacl -cn d && setfacl -k d && echo removed-twice
+        setfacl -d -m u:65534:r d/f 2>&1 || echo refused
+        setfattr -x system.posix_acl_access d/f && echo removed-absent
+        echo secret > g && chmod 600 g && setfacl -m u:65534:r g
+        setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'cat g; echo x >> g || echo no-write' 2>&1
+        chmod 600 g && getfacl -cn g
+        setpriv --reuid=65534 --regid=65534 --clear-groups cat g 2>&1 || echo no-read
+        getfattr -m - -d g d
+    "#;
+    ok(cmd("sh").args(["-c", script]).current_dir(dir))
+}
+
+#[test]
+fn posix_acls_behave_as_on_ext4_and_stay_after_a_remount() {
+    require_base();
+    require("setfacl", "acl");
+    require("setfattr", "attr");
+    require("setpriv", "util-linux");
+    let mut m = Mounted::new();
+    fs::set_permissions(m.mnt.parent().unwrap(), fs::Permissions::from_mode(0o755)).unwrap();
+    let got = acl_tour(&m.mnt);
+    // What must hold whatever ext4 says: inheritance (the umask 077 ignored under a default
+    // ACL), chmod narrowing the mask, and uid 65534 reading a mode-600 file by its ACL entry.
+    for want in [
+        "user::rw-\nuser:65534:rw-\ngroup::r-x\t#effective:r--\nmask::rw-\nother::---",
+        "-rw-rw---- d/f\ndrwxrwx--- d/sub\nprw-rw---- d/p",
+        "user:65534:rw-\t#effective:r--\ngroup::r-x\t#effective:r--\nmask::r--",
+        "-rw-r--r-- d/f",
+        "secret\nsh: 1: cannot create g: Permission denied\nno-write",
+        "cat: g: Permission denied\nno-read",
+    ] {
+        assert!(got.contains(want), "missing {want:?} in:\n{got}");
+    }
+    let listing = |m: &Mounted| ok(cmd("getfacl").args(["-Rn", "."]).current_dir(&m.mnt));
+    // A named entry refusing what the mode's others class allows.
+    let h = m.path("h");
+    fs::write(&h, b"x").unwrap();
+    fs::set_permissions(&h, fs::Permissions::from_mode(0o644)).unwrap();
+    ok(cmd("setfacl").args(["-m", "u:65534:---"]).arg(&h));
+    let read_as_65534 = |h: &Path| {
+        run_timeout(
+            cmd("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat"]).arg(h),
+            CMD_WAIT,
+        )
+        .status
+        .success()
+    };
+    assert!(!read_as_65534(&h), "the ACL entry refuses uid 65534");
+    let before = listing(&m);
+    m.remount();
+    assert_eq!(listing(&m), before, "ACLs after a remount");
+    assert!(!read_as_65534(&h), "the ACL entry refuses uid 65534 after a remount");
+    // Mounted --noacl (ext4's noacl): ACLs are refused and not enforced, but kept in the pool.
+    m.stop();
+    m.args = vec!["--noacl"];
+    m.start();
+    let out = run_timeout(cmd("setfacl").args(["-m", "u:65534:r"]).arg(&h), CMD_WAIT);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("Operation not supported"), "{err}");
+    assert!(read_as_65534(&h), "without ACLs the mode (0644) lets uid 65534 read");
+    m.stop();
+    m.args = Vec::new();
+    m.start();
+    assert_eq!(listing(&m), before, "ACLs after a mount without them");
+    m.stop();
+    if let Some(ext4) = on_ext4(acl_tour) {
+        assert_eq!(got, ext4, "winefs and ext4 differ");
+    }
 }
 
 #[test]

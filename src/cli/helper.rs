@@ -168,6 +168,7 @@ fn plan(cli: &HelperCli, root: bool) -> Result<Plan, Fail> {
         transport: Transport::Auto,
         wear_aware: false,
         noatime: false,
+        noacl: false,
         cached_inodes: 0,
         size: None,
         log: None,
@@ -241,6 +242,8 @@ fn plan(cli: &HelperCli, root: bool) -> Result<Plan, Fail> {
             ("allow_other", None) => {
                 return Err(bad("a user's mount serves its owner only; mount as root to serve every user"));
             }
+            ("acl", None) => args.noacl = false,
+            ("noacl", None) => args.noacl = true,
             ("strictatime" | "norelatime" | "nodiratime" | "lazytime", None) => {
                 return Err(bad(
                     "winefs stores access times as relatime does, or none with noatime",
@@ -318,6 +321,8 @@ fn plan_remount(cli: &HelperCli) -> Result<Remount, Fail> {
             "wear_aware" => want("wear_aware", "1"),
             "no_direct" | "nodirect" => want("no_direct", "1"),
             "writeback_cache" => want("writeback_cache", "1"),
+            "acl" => want("acl", "1"),
+            "noacl" => want("acl", "0"),
             "ro" => flags.read_only = true,
             "rw" => flags.read_only = false,
             "nosuid" => flags.nosuid = true,
@@ -471,10 +476,10 @@ mod tests {
     fn fstab_and_systemd_options_are_passed_over() {
         let p = plan_of(&[
             "-o",
-            "defaults,noauto,nofail,_netdev,x-systemd.automount,x-systemd.requires=a.mount,comment=x,user=alice,ro",
+            "defaults,noauto,nofail,_netdev,x-systemd.automount,x-systemd.requires=a.mount,comment=x,user=alice,ro,noacl",
         ])
         .unwrap();
-        assert!(p.args.read_only);
+        assert!(p.args.read_only && p.args.noacl);
         assert_eq!(p.args.consistency, Consistency::Strict);
         assert_eq!(p.args.kernel_flags, vec![MountOption::Suid, MountOption::Dev]);
         let user = plan(&cli(&["-o", "ro"]), false).unwrap();

@@ -98,6 +98,11 @@ enum Cmd {
         /// listings store them as Linux's default `relatime` does.
         #[arg(long)]
         noatime: bool,
+        /// Keep no POSIX ACLs (as ext4's `noacl`): setfacl is refused, and `ls -l` and other
+        /// ACL lookups cost no request per file (the kernel forgets ACLs it cached at every
+        /// directory listing with attributes).
+        #[arg(long)]
+        noacl: bool,
         /// Idle file states kept in DRAM at most (1 or more; default 65536, about 18 MiB): a
         /// file's state is built from its inode on first use and dropped again, oldest first,
         /// once this many are loaded and nothing holds it (open, mapped, leased).
@@ -480,6 +485,7 @@ fn main() -> ExitCode {
             transport,
             wear_aware,
             noatime,
+            noacl,
             cached_inodes,
             size,
             log,
@@ -500,6 +506,7 @@ fn main() -> ExitCode {
             transport,
             wear_aware,
             noatime,
+            noacl,
             cached_inodes: cached_inodes.unwrap_or(0),
             size,
             log,

@@ -43,6 +43,8 @@ pub struct MountArgs {
     pub wear_aware: bool,
     /// Store no access times (`MountOptions::noatime`).
     pub noatime: bool,
+    /// Keep no POSIX ACLs (`WinefsFuse::without_acl`).
+    pub noacl: bool,
     /// Idle file states kept at most (`MountOptions::cached_inodes`; 0: the default).
     pub cached_inodes: u64,
     /// Size of a new default pool (None: [`DEFAULT_SIZE`]).
@@ -275,17 +277,19 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
     let mode = if a.read_only { "read-only" } else { consistency };
     // What a remount's options are held to (`mount.winefs -o remount`), as mount options.
     let settings = format!(
-        "mode={consistency},threads={threads},transport={},cached_inodes={},wear_aware={},no_direct={},writeback_cache={}",
+        "mode={consistency},threads={threads},transport={},cached_inodes={},wear_aware={},no_direct={},writeback_cache={},acl={}",
         a.transport.name(),
         fs.cached_inodes(),
         u8::from(a.wear_aware),
         u8::from(a.no_direct),
         u8::from(a.writeback_cache),
+        u8::from(!a.noacl),
     );
     let front = Front {
         // Stores through the pool would bypass the kernel's cache of the same bytes.
         direct: !a.no_direct && !a.writeback_cache,
         writeback_cache: a.writeback_cache,
+        acl: !a.noacl,
         transport: a.transport,
         kernel_flags: a.kernel_flags,
         settings,
@@ -374,6 +378,8 @@ struct Front {
     direct: bool,
     /// Ask for the kernel's writeback cache.
     writeback_cache: bool,
+    /// Keep POSIX ACLs.
+    acl: bool,
     transport: Transport,
     /// Kernel mount flags beyond those every winefs mount has.
     kernel_flags: Vec<MountOption>,
@@ -425,6 +431,9 @@ fn serve(
     let mut adapter = WinefsFuse::new(Arc::clone(&fs)).with_settings(front.settings.clone());
     if front.writeback_cache {
         adapter = adapter.with_writeback_cache();
+    }
+    if !front.acl {
+        adapter = adapter.without_acl();
     }
     let notifier = adapter.notifier_slot();
     // The direct path (docs/DESIGN.md §7b): not on a read-only mount, which writes nothing.

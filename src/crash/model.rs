@@ -80,8 +80,13 @@ impl Model {
                     false
                 }
             }
-            Op::SetXattr { path, .. } | Op::SetFlags { path, .. } => {
+            Op::SetXattr { path, .. } | Op::SetFlags { path, .. } | Op::Chmod { path, .. } => {
                 self.paths.contains_key(path) && path != "/S"
+            }
+            Op::SetAcl { path, default } => {
+                (self.is_file(path) || self.is_dir(path))
+                    && path != "/S"
+                    && (!default || self.is_dir(path))
             }
             Op::RemoveXattr { path, name } => self
                 .xattrs
@@ -150,6 +155,8 @@ impl Model {
             | Op::CollapseRange { .. }
             | Op::InsertRange { .. }
             | Op::SetFlags { .. }
+            | Op::SetAcl { .. }
+            | Op::Chmod { .. }
             | Op::Fsync(_)
             | Op::Compact
             | Op::Msync { .. }

@@ -7,8 +7,12 @@ use crate::fs::Fs;
 use crate::media::layout::{BLOCK_SIZE, HUGE_SIZE, INODE_NOATIME, INODE_NODUMP};
 use crate::media::pool::Category;
 use crate::state::size_word;
-use crate::types::{Consistency, RenameFlags, XattrSet};
+use crate::meta::acl;
+use crate::types::{Consistency, RenameFlags, SetAttr, XattrSet};
 use std::fmt;
+
+/// The id field of an ACL entry that names nobody (owner, owning group, mask, others).
+const NO_ID: u32 = u32::MAX;
 
 /// One file-system operation of a workload. Paths are absolute in the explored file system.
 ///
@@ -97,6 +101,19 @@ pub enum Op {
     RemoveXattr {
         path: String,
         name: String,
+    },
+    /// setfacl: give `path` an ACL with a named user (`default`: its default ACL, a
+    /// directory's; else its access ACL, which sets the permission bits in the same
+    /// transaction).
+    SetAcl {
+        path: String,
+        default: bool,
+    },
+    /// chmod: the permission bits of `path` become `perm`; an access ACL's owner, mask and
+    /// others entries follow in the same transaction.
+    Chmod {
+        path: String,
+        perm: u32,
     },
     /// `chattr`: set the user's inode flags of `path` to `flags` (`Fs::set_inode_flags`). The
     /// catalogue sets only no-dump and no-atime, which change what no later operation may do.
@@ -217,6 +234,10 @@ impl fmt::Display for Op {
             } => write!(f, "setxattr {path} {name} {len} bytes fill {fill}"),
             Op::RemoveXattr { path, name } => write!(f, "removexattr {path} {name}"),
             Op::SetFlags { path, flags } => write!(f, "chattr {path} flags {flags:#x}"),
+            Op::SetAcl { path, default } => {
+                write!(f, "setfacl {path} {}", if *default { "default" } else { "access" })
+            }
+            Op::Chmod { path, perm } => write!(f, "chmod {path} {perm:o}"),
             Op::Fsync(p) => write!(f, "fsync {p}"),
             Op::Compact => write!(f, "compact"),
             Op::Msync {
@@ -331,6 +352,19 @@ impl Op {
             }
             Op::SetFlags { path, flags } => {
                 fs.set_inode_flags(fs.resolve(path, false)?, *flags).map(drop)
+            }
+            Op::SetAcl { path, default } => {
+                let (name, value) = match default {
+                    // default:user::rwx,user:1000:rwx,group::r-x,mask::rwx,other::r-x
+                    true => (acl::DEFAULT, acl::value(&[(1, 7, NO_ID), (2, 7, 1000), (4, 5, NO_ID), (0x10, 7, NO_ID), (0x20, 5, NO_ID)])),
+                    // user::rw-,user:1000:r--,group::r--,mask::r--,other::---
+                    false => (acl::ACCESS, acl::value(&[(1, 6, NO_ID), (2, 4, 1000), (4, 4, NO_ID), (0x10, 4, NO_ID), (0x20, 0, NO_ID)])),
+                };
+                fs.set_acl(fs.resolve(path, false)?, name, Some(&value), true)
+            }
+            Op::Chmod { path, perm } => {
+                let set = SetAttr { mode: Some(*perm), ..Default::default() };
+                fs.setattr(fs.resolve(path, false)?, &set).map(drop)
             }
             Op::Fsync(p) => fs.fsync(fs.resolve(p, false)?),
             Op::Compact => fs.compact().map(drop),
@@ -540,6 +574,11 @@ impl Start {
                     fill: 4,
                 },
                 Op::Mkdir("/D/K".into()),
+                // What is made in /D/K inherits this ACL in its create's transaction.
+                Op::SetAcl {
+                    path: "/D/K".into(),
+                    default: true,
+                },
                 Op::Mkdir("/E".into()),
                 Op::Symlink {
                     path: "/S".into(),
@@ -583,8 +622,10 @@ pub fn catalogue() -> Vec<Op> {
     let mut ops = vec![
         Op::Create(s("/X")),
         Op::Create(s("/D/Y")),
+        Op::Create(s("/D/K/N")),
         Op::Mkdir(s("/F")),
         Op::Mkdir(s("/D/G")),
+        Op::Mkdir(s("/D/K/M")),
         Op::Symlink {
             path: s("/S2"),
             target: s("D/C"),
@@ -785,6 +826,11 @@ pub fn catalogue() -> Vec<Op> {
             path: s("/D"),
             flags: INODE_NODUMP,
         },
+        // An access ACL on a file (the mode follows), a default ACL on a directory (what is
+        // made in it next inherits it in its create), and a chmod of a file (its ACL follows).
+        Op::SetAcl { path: s("/A"), default: false },
+        Op::SetAcl { path: s("/D"), default: true },
+        Op::Chmod { path: s("/A"), perm: 0o751 },
     ]);
     ops.push(Op::Compact);
     let msync = |p: &str, off: u64, len: u64, fill: u8| Op::Msync {

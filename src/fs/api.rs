@@ -12,14 +12,14 @@ use crate::media::pool::{PersistStats, Pool};
 use crate::meta::xattr::HUGEPAGE_HINT;
 use crate::ops::namespace::NewInode;
 use crate::ops::repair::{self, RepairReport};
-use crate::ops::{falloc, file, lease, namespace, open, prealloc, relocate, rename, write, xattr};
+use crate::ops::{acl, falloc, file, lease, namespace, open, prealloc, relocate, rename, write, xattr};
 use crate::state::accounting::{OpKind, WriteStats};
 use crate::state::inode_state::rlock;
 use crate::state::mount_state::MountState;
 use crate::state::mount::Inconsistent;
 use crate::state::{damage, fsck, mkfs, mount};
 use crate::types::{
-    Attr, CompactStats, Consistency, DirEntry, MkfsOptions, MountOptions, RenameFlags,
+    Attr, CompactStats, Consistency, DirEntry, Maker, MkfsOptions, MountOptions, RenameFlags,
     RewriteStats, SetAttr, StatFs, XattrSet,
 };
 use std::path::Path;
@@ -281,10 +281,14 @@ impl Fs {
 
     /// Create a regular file (EEXIST if the name exists).
     pub fn create(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
+        self.create_by(parent, name, perm, Maker { uid, gid, umask: 0 })
+    }
+
+    /// [`Fs::create`] for `maker` (its umask applies, or the directory's default ACL).
+    pub fn create_by(&self, parent: u64, name: &[u8], perm: u32, maker: Maker) -> Result<Attr> {
         let _op = self.state.accounting.scope(OpKind::Create);
         self.state.check_writable()?;
-        let new = NewInode::plain(FileKind::File, perm, uid, gid);
-        namespace::make_inode(&self.state, parent, name, new)
+        namespace::make_inode(&self.state, parent, name, new_inode(FileKind::File, perm, maker))
     }
 
     /// Create a regular file in no directory, open once, as open(2) with `O_TMPFILE` in
@@ -299,18 +303,27 @@ impl Fs {
         gid: u32,
         linkable: bool,
     ) -> Result<Attr> {
+        self.create_unnamed_by(parent, perm, Maker { uid, gid, umask: 0 }, linkable)
+    }
+
+    /// [`Fs::create_unnamed`] for `maker`.
+    pub fn create_unnamed_by(&self, parent: u64, perm: u32, maker: Maker, linkable: bool) -> Result<Attr> {
         let _op = self.state.accounting.scope(OpKind::Create);
         self.state.check_writable()?;
-        let new = NewInode::plain(FileKind::File, perm, uid, gid);
+        let new = new_inode(FileKind::File, perm, maker);
         namespace::make_unnamed(&self.state, parent, new, linkable)
     }
 
     /// Create a directory.
     pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
+        self.mkdir_by(parent, name, perm, Maker { uid, gid, umask: 0 })
+    }
+
+    /// [`Fs::mkdir`] for `maker`.
+    pub fn mkdir_by(&self, parent: u64, name: &[u8], perm: u32, maker: Maker) -> Result<Attr> {
         let _op = self.state.accounting.scope(OpKind::Mkdir);
         self.state.check_writable()?;
-        let new = NewInode::plain(FileKind::Dir, perm, uid, gid);
-        namespace::make_inode(&self.state, parent, name, new)
+        namespace::make_inode(&self.state, parent, name, new_inode(FileKind::Dir, perm, maker))
     }
 
     /// Create a special file (FIFO, socket, device) or a regular file.
@@ -325,6 +338,19 @@ impl Fs {
         gid: u32,
         rdev: u32,
     ) -> Result<Attr> {
+        self.mknod_by(parent, name, kind, perm, rdev, Maker { uid, gid, umask: 0 })
+    }
+
+    /// [`Fs::mknod`] for `maker`.
+    pub fn mknod_by(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: FileKind,
+        perm: u32,
+        rdev: u32,
+        maker: Maker,
+    ) -> Result<Attr> {
         let _op = self.state.accounting.scope(OpKind::Create);
         self.state.check_writable()?;
         if matches!(kind, FileKind::Dir | FileKind::Symlink) {
@@ -334,7 +360,7 @@ impl Fs {
         }
         let new = NewInode {
             rdev,
-            ..NewInode::plain(kind, perm, uid, gid)
+            ..new_inode(kind, perm, maker)
         };
         namespace::make_inode(&self.state, parent, name, new)
     }
@@ -555,10 +581,14 @@ impl Fs {
         namespace::readdir_page(&self.state, ino, offset, max)
     }
 
-    /// Set an extended attribute.
+    /// Set an extended attribute; a POSIX ACL's name sets that ACL as [`Fs::set_acl`] does
+    /// (`how` does not apply, as on Linux).
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
         let _op = self.state.accounting.scope(OpKind::Xattr);
         self.state.check_writable()?;
+        if acl::is_acl(name) {
+            return acl::set(&self.state, ino, name, Some(value), true);
+        }
         xattr::set(&self.state, ino, name, Some(value), how)?;
         // The hint given to a file that already has data (as `cp --preserve=xattr` and
         // `rsync -X` do, after copying) moves that data onto aligned extents.
@@ -616,10 +646,28 @@ impl Fs {
         xattr::list(&self.state, ino)
     }
 
-    /// Remove extended attribute `name` (ENODATA if absent).
+    /// Set (`Some`) or remove (`None`) POSIX ACL `name` (`system.posix_acl_access` or
+    /// `system.posix_acl_default`, in the kernel's format) as the FUSE front end does for a
+    /// caller: an access ACL sets the permission bits, and drops set-group-ID unless
+    /// `keep_set_gid` (the caller is in the file's group or privileged). [`Fs::setxattr`] and
+    /// [`Fs::removexattr`] of these names keep it.
+    pub fn set_acl(&self, ino: u64, name: &[u8], value: Option<&[u8]>, keep_set_gid: bool) -> Result<()> {
+        let _op = self.state.accounting.scope(OpKind::Xattr);
+        self.state.check_writable()?;
+        if !acl::is_acl(name) {
+            return Err(Error::Invalid(format!("{:?} is not a POSIX ACL", String::from_utf8_lossy(name))));
+        }
+        acl::set(&self.state, ino, name, value, keep_set_gid)
+    }
+
+    /// Remove extended attribute `name` (ENODATA if absent; a POSIX ACL it lacks is no error,
+    /// as on Linux).
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
         let _op = self.state.accounting.scope(OpKind::Xattr);
         self.state.check_writable()?;
+        if acl::is_acl(name) {
+            return acl::set(&self.state, ino, name, None, true);
+        }
         xattr::set(&self.state, ino, name, None, XattrSet::Replace)
     }
 
@@ -661,5 +709,13 @@ impl Fs {
     /// The pool (for tools beside the core: the crash explorer records its persistence).
     pub(crate) fn pool(&self) -> &Pool {
         &self.state.pool
+    }
+}
+
+/// A new inode of `kind` with bits `perm` for `maker`.
+fn new_inode(kind: FileKind, perm: u32, maker: Maker) -> NewInode<'static> {
+    NewInode {
+        umask: maker.umask,
+        ..NewInode::plain(kind, perm, maker.uid, maker.gid)
     }
 }

@@ -5,11 +5,12 @@
 //! `should_remove_suid` in fs/attr.c and fs/inode.c, Linux 6.2 and later), checked against ext4
 //! in `tests/fuse_mount.rs`.
 
-use crate::{Attr, FileKind, Fs, SetAttr};
+use crate::{Attr, FileKind, Fs, Maker, SetAttr};
 use fuser::{AccessFlags, Request};
 
-/// Owner and permission bits for a new inode in `parent`: the caller's ids and mode less its
-/// umask, and the BSD group rule of a set-group-ID directory.
+/// Permission bits and maker of a new inode in `parent`: the caller's ids and umask (the core
+/// applies it, or the directory's default ACL instead), and the BSD group rule of a
+/// set-group-ID directory.
 pub(super) fn new_owner(
     fs: &Fs,
     req: &Request,
@@ -17,8 +18,8 @@ pub(super) fn new_owner(
     mode: u32,
     umask: u32,
     dir: bool,
-) -> (u32, u32, u32) {
-    let mut perm = mode & 0o7777 & !umask;
+) -> (u32, Maker) {
+    let mut perm = mode & 0o7777;
     let mut gid = req.gid();
     if let Ok(p) = fs.getattr(parent)
         && p.perm & libc::S_ISGID != 0
@@ -28,7 +29,7 @@ pub(super) fn new_owner(
             perm |= libc::S_ISGID;
         }
     }
-    (perm, req.uid(), gid)
+    (perm, Maker { uid: req.uid(), gid, umask })
 }
 
 /// Whether the caller of `req` is in group `gid`: its filesystem gid, or one of its

@@ -13,6 +13,7 @@ use crate::media::layout::{
     xattr_block as blk, xattr_entry as ent,
 };
 use crate::media::pool::Pool;
+use crate::meta::acl;
 
 /// Longest attribute name (XATTR_NAME_MAX).
 pub(crate) const XATTR_NAME_MAX: usize = 255;
@@ -128,22 +129,23 @@ pub(crate) fn load(pool: &Pool, geo: &Geometry, ino: u64, block: u64) -> Result<
     decode(&b, ino)
 }
 
-/// The namespaces an attribute name may start with, as on ext4. `system.` names are POSIX ACLs
-/// or the kernel's own, and winefs keeps no ACLs (as a file system mounted `noacl`): the kernel
-/// does not interpret them for a FUSE mount that does not negotiate `FUSE_POSIX_ACL`, so
-/// storing them as plain attributes would show permissions nobody enforces. Refusing them
-/// makes `cp -a` and `rsync -A` fall back to plain mode bits.
+/// The namespaces an attribute name may start with, as on ext4. Of `system.` names only the
+/// two POSIX ACLs (`meta::acl`) are kept: the kernel interprets them when the mount negotiates
+/// `FUSE_POSIX_ACL`, and the others are the kernel's own.
 const NAMESPACES: [&[u8]; 3] = [b"user.", b"trusted.", b"security."];
 
-/// Check an attribute name: not empty, no NUL, at most [`XATTR_NAME_MAX`] bytes (ERANGE), in
-/// one of the [`NAMESPACES`] (EOPNOTSUPP otherwise) and more than the namespace alone (EINVAL),
-/// answered as ext4 answers them.
+/// Check an attribute name: not empty, no NUL, at most [`XATTR_NAME_MAX`] bytes (ERANGE), one
+/// of the POSIX ACLs or in one of the [`NAMESPACES`] (EOPNOTSUPP otherwise) and more than the
+/// namespace alone (EINVAL), answered as ext4 answers them.
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     if name.is_empty() || name.contains(&0) {
         return Err(Error::Invalid("empty attribute name".into()));
     }
     if name.len() > XATTR_NAME_MAX {
         return Err(Error::Range);
+    }
+    if name == acl::ACCESS || name == acl::DEFAULT {
+        return Ok(());
     }
     match NAMESPACES.iter().find(|ns| name.starts_with(ns)) {
         Some(ns) if name.len() == ns.len() => Err(Error::Invalid(format!(
@@ -152,7 +154,7 @@ pub(crate) fn check_name(name: &[u8]) -> Result<()> {
         ))),
         Some(_) => Ok(()),
         None => Err(Error::NotSupported(format!(
-            "attribute {:?}: winefs keeps user., trusted. and security. attributes",
+            "attribute {:?}: winefs keeps user., trusted. and security. attributes and POSIX ACLs",
             String::from_utf8_lossy(name)
         ))),
     }
@@ -164,10 +166,17 @@ mod tests {
 
     #[test]
     fn names_outside_the_kept_namespaces_are_refused_as_ext4_refuses_them() {
-        for ok in [&b"user.x"[..], b"trusted.t", b"security.selinux", b"user.winefs.hugepage"] {
+        for ok in [
+            &b"user.x"[..],
+            b"trusted.t",
+            b"security.selinux",
+            b"user.winefs.hugepage",
+            b"system.posix_acl_access",
+            b"system.posix_acl_default",
+        ] {
             assert!(check_name(ok).is_ok(), "{ok:?}");
         }
-        for unsupported in [&b"system.posix_acl_access"[..], b"system.", b"bogus.x", b"user", b"x"] {
+        for unsupported in [&b"system.posix_acl_other"[..], b"system.", b"bogus.x", b"user", b"x"] {
             assert!(matches!(check_name(unsupported), Err(Error::NotSupported(_))), "{unsupported:?}");
         }
         for alone in [&b"user."[..], b"trusted.", b"security."] {

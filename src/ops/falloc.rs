@@ -29,7 +29,6 @@ use crate::state::inode_state::InodeState;
 use crate::state::map_hooks;
 use crate::state::mount_state::MountState;
 use crate::state::tx::Reserved;
-use crate::sys::now_ns;
 
 /// Most blocks of a partly covered aligned unit that zero range zeroes in place (undo
 /// staging: two such units, head and tail, stay well inside one transaction's 4 MiB).
@@ -258,7 +257,7 @@ pub(crate) fn zero_range(
             }
         }
     }
-    let now = now_ns();
+    let now = state.now_fine();
     let old_size = g.hdr.size;
     let grows = !keep_size && end > old_size;
     if grows {
@@ -320,7 +319,7 @@ pub(crate) fn collapse_range(state: &MountState, ino: u64, off: u64, len: u64) -
     state.reserve_slots(&mut res, &mut map, 1, &mut upd)?;
     map.remap(a, nb, &[], &mut upd);
     map.shift(a + nb, a, &mut upd);
-    let now = now_ns();
+    let now = state.now_fine();
     let change = plan(state, &g, map, upd, Tx::new(), |h| {
         h.size = new_size;
         h.map_end = if h.map_end > a + nb {
@@ -367,7 +366,7 @@ pub(crate) fn insert_range(state: &MountState, ino: u64, off: u64, len: u64) -> 
     state.reserve_slots(&mut res, &mut map, 1, &mut upd)?;
     map.split_at(a, &mut upd);
     map.shift(a, a + nb, &mut upd);
-    let now = now_ns();
+    let now = state.now_fine();
     let change = plan(state, &g, map, upd, Tx::new(), |h| {
         h.size = size + len;
         if h.map_end > a {

@@ -10,7 +10,7 @@ use crate::media::layout::{self, BLOCK_SIZE, FileKind, INODE_USER_FLAGS, InodeHe
 use crate::media::pool::Category;
 use crate::meta::inode::MapUpdate;
 use crate::meta::inode_flags::{self, Change};
-use crate::ops::xattr;
+use crate::ops::{acl, xattr};
 use crate::state::appends;
 use crate::state::inode_state::{InodeRef, InodeState, rlock, try_wlock};
 use crate::state::map_hooks;
@@ -18,7 +18,6 @@ use crate::state::slots;
 use crate::state::mount_state::MountState;
 pub(crate) use crate::state::tx::commit_header;
 use crate::state::tx::Reserved;
-use crate::sys::now_ns;
 use crate::types::{Attr, SetAttr, TimeSet};
 
 pub(crate) fn file_kind_check(n: &InodeState) -> Result<()> {
@@ -106,7 +105,7 @@ pub(crate) fn atime_due(state: &MountState, h: &InodeHeader) -> bool {
         && inode_flags::stores_atime(h.flags)
         && (h.atime <= h.mtime
             || h.atime <= h.ctime
-            || crate::sys::coarse_now_ns().saturating_sub(h.atime) >= DAY_NS)
+            || state.now_coarse().saturating_sub(h.atime) >= DAY_NS)
 }
 
 /// Store the access time of `n` after a read or a directory listing, if [`atime_due`] still
@@ -127,7 +126,7 @@ pub(crate) fn touch_atime(state: &MountState, n: &InodeRef) {
     }
     // The fine clock: a coarse time could equal the change time it follows, and the rule
     // would then store again at the next read.
-    let now = now_ns();
+    let now = state.now_fine();
     let at = state.inode_off(g.ino) + layout::ino::ATIME as u64;
     // The slot is the inode's own and in bounds, so the store cannot fail; if it ever did, the
     // access time would stay as it was, which the rule allows.
@@ -201,7 +200,7 @@ fn truncate_locked(state: &MountState, g: &mut InodeState, size: u64) -> Result<
         appends::zero_exposed(state, g, size)?;
         map_hooks::before_grow(state, g)?;
     }
-    let now = now_ns();
+    let now = state.now_fine();
     let mut tx = Tx::new();
     let mut upd = MapUpdate::default();
     let zeros = vec![0u8; BLOCK_SIZE as usize];
@@ -305,7 +304,7 @@ pub(crate) fn fallocate(
         a = b;
     }
     let mut hdr = g.hdr.clone();
-    let now = now_ns();
+    let now = state.now_fine();
     hdr.ctime = now;
     if !keep_size && end > hdr.size {
         hdr.size = end;
@@ -488,7 +487,7 @@ pub(crate) fn punch_hole(state: &MountState, ino: u64, off: u64, len: u64) -> Re
             if b > a {
                 g.map.remap(a, b - a, &[], &mut upd);
             }
-            let now = now_ns();
+            let now = state.now_fine();
             commit_map_change(state, &mut g, &upd, piece_tx, |h| {
                 h.mtime = now;
                 h.ctime = now;
@@ -541,7 +540,7 @@ pub(crate) fn setattr(state: &MountState, ino: u64, set: &SetAttr) -> Result<Att
         }
         truncate_locked(state, &mut g, size)?;
     }
-    let now = now_ns();
+    let now = state.now_fine();
     let mut hdr = g.hdr.clone();
     if let Some(m) = set.mode {
         hdr.mode = (hdr.mode & libc::S_IFMT) | (m & 0o7777);
@@ -569,7 +568,20 @@ pub(crate) fn setattr(state: &MountState, ino: u64, set: &SetAttr) -> Result<Att
         || set.mtime.is_some()
     {
         hdr.ctime = now;
+        // A chmod rewrites the access ACL in its own transaction (`ops::acl`).
+        let mut res = Reserved::new(state);
+        let acl_block = match set.mode {
+            Some(m) => acl::chmod_block(state, &mut res, &g, m)?,
+            None => None,
+        };
+        if let Some(b) = acl_block {
+            hdr.xattr_block = b;
+        }
         commit_header(state, ino, &g.hdr, &hdr, Tx::new())?;
+        res.keep();
+        if acl_block.is_some() {
+            acl::free_replaced(state, g.hdr.xattr_block);
+        }
         g.hdr = hdr;
     }
     Ok(state.attr(&g))
@@ -589,7 +601,7 @@ pub(crate) fn set_flags(state: &MountState, ino: u64, flags: u32) -> Result<Attr
     let mut g = appends::lock(state, &n)?;
     let mut hdr = g.hdr.clone();
     hdr.flags = (hdr.flags & !INODE_USER_FLAGS) | user;
-    hdr.ctime = now_ns();
+    hdr.ctime = state.now_fine();
     commit_header(state, ino, &g.hdr, &hdr, Tx::new())?;
     g.hdr = hdr;
     Ok(state.attr(&g))

@@ -1,7 +1,8 @@
 //! Operations on a mounted pool: the data path (with the range-rewriting fallocate modes),
-//! memory mappings, the namespace and its directory edits, extended attributes, and content-preserving block moves. Each works on the mount state under the
+//! memory mappings, the namespace and its directory edits, extended attributes and POSIX ACLs, and content-preserving block moves. Each works on the mount state under the
 //! locks that state documents; none knows the facade.
 
+pub(crate) mod acl;
 pub(crate) mod dir_edit;
 pub(crate) mod falloc;
 pub(crate) mod file;

@@ -26,7 +26,8 @@ use crate::meta::inode_flags::{self, Change};
 use crate::ops::dir_edit::{
     DirEdit, apply_edit, apply_edit_to, edit_tx, plan_insert, plan_insert_shared, plan_remove,
 };
-use crate::ops::xattr;
+use crate::meta::xattr::Attrs;
+use crate::ops::{acl, xattr};
 use crate::state::inode_state::{DirChange, InodeCell, InodeRef, InodeState, InodeWriteGuard, rlock, wlock};
 use crate::state::mount_state::MountState;
 use crate::state::tx::Reserved;
@@ -88,6 +89,12 @@ pub(crate) struct NewInode<'a> {
     /// Made by repair, which (as e2fsck) sets `/lost+found` up in a directory whatever its
     /// flags say.
     pub by_repair: bool,
+    /// The creating process's umask: narrows `perm` unless the directory has a default ACL
+    /// (`acl::inherit`).
+    pub umask: u32,
+    /// Extended attributes it is born with (the ACLs it inherits), in its first xattr block,
+    /// written before the create's transaction makes the inode exist.
+    pub xattrs: Attrs,
 }
 
 impl NewInode<'_> {
@@ -102,6 +109,8 @@ impl NewInode<'_> {
             target: None,
             flags: 0,
             by_repair: false,
+            umask: 0,
+            xattrs: Vec::new(),
         }
     }
 }
@@ -146,6 +155,8 @@ pub(crate) fn prepare_inode(
         target,
         flags,
         by_repair: _,
+        umask: _,
+        xattrs,
     } = new;
     let ino = state.alloc_inode_number()?;
     res.inodes.push(ino);
@@ -165,6 +176,10 @@ pub(crate) fn prepare_inode(
         rdev,
         ..Default::default()
     };
+    if !xattrs.is_empty() {
+        // A new block for a new inode: nothing reaches it before the commit.
+        hdr.xattr_block = xattr::write_new_block(state, res, &xattrs)?;
+    }
     let mut map = FileMap::new();
     let ioff = state.inode_off(ino);
     let mut body = [0u8; INODE_SIZE as usize];
@@ -209,6 +224,15 @@ pub(crate) fn prepare_inode(
     Ok(Prepared { ino, hdr, map, tx })
 }
 
+/// What `new` takes from directory `dir`: its default ACL, else the umask (`acl::inherit`);
+/// repair's `/lost+found` takes neither.
+fn inherit_acl(state: &MountState, dir: &InodeState, new: &mut NewInode<'_>) -> Result<()> {
+    if !new.by_repair {
+        new.xattrs = acl::inherit(state, dir, new.kind, &mut new.perm, new.umask)?;
+    }
+    Ok(())
+}
+
 /// Create an inode named `name` in `parent`.
 pub(crate) fn make_inode(
     state: &MountState,
@@ -237,6 +261,7 @@ pub(crate) fn make_inode(
         inode_flags::allow(pg.hdr.flags, Change::EntryAdded)?;
     }
     new.flags = inode_flags::inherited(pg.hdr.flags);
+    inherit_acl(state, &pg, &mut new)?;
     if kind == FileKind::Dir && pg.hdr.nlink >= MAX_LINKS {
         return Err(Error::TooManyLinks);
     }
@@ -306,6 +331,7 @@ pub(crate) fn make_unnamed(
         }
         inode_flags::allow(pg.hdr.flags, Change::EntryAdded)?;
         new.flags = inode_flags::inherited(pg.hdr.flags);
+        inherit_acl(state, &pg, &mut new)?;
         xattr::hinted(state, &mut pg)?
     };
     let mut res = Reserved::new(state);

@@ -36,7 +36,6 @@ use crate::state::map_hooks;
 use crate::state::mount_state::MountState;
 use crate::state::slots;
 use crate::state::tx::Reserved;
-use crate::sys::now_ns;
 use crate::types::{Consistency, OverwritePath};
 use std::sync::atomic::Ordering;
 
@@ -239,7 +238,7 @@ fn write_atomic(state: &MountState, g: &mut InodeState, off: u64, data: &[u8]) -
         for p in &plans {
             apply(state, g, p, &mut tx, &mut upd)?;
         }
-        let now = now_ns();
+        let now = state.now_fine();
         let mut hdr = g.hdr.clone();
         hdr.size = hdr.size.max(end);
         hdr.map_end = hdr.map_end.max(lb_end);
@@ -353,7 +352,7 @@ fn write_piece(
     guarded(state, || {
         let mut tx = Tx::new();
         apply(state, g, &p, &mut tx, &mut upd)?;
-        let now = now_ns();
+        let now = state.now_fine();
         commit_map_change(state, g, &upd, tx, |h| {
             h.size = h.size.max(end);
             h.map_end = h.map_end.max(lb1);

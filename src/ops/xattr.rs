@@ -13,12 +13,11 @@ use crate::state::damage::Damage;
 use crate::state::inode_state::{InodeState, rlock, wlock};
 use crate::state::mount_state::MountState;
 use crate::state::tx::Reserved;
-use crate::sys::now_ns;
 use crate::types::XattrSet;
 
 /// The attributes of an inode (empty if it has no block). A block that fails its checks is
 /// EIO, and flags the pool "needs fsck".
-fn load(state: &MountState, g: &InodeState) -> Result<Attrs> {
+pub(crate) fn load(state: &MountState, g: &InodeState) -> Result<Attrs> {
     let block = g.hdr.xattr_block;
     xattr::load(&state.pool, &state.geo, g.ino, block).map_err(|e| match e {
         Error::Corrupted(why) => {
@@ -150,37 +149,50 @@ pub(crate) fn set_locked(
     } else {
         Some(xattr::encode(&attrs)?)
     };
-    install(state, g, bytes.as_deref(), true)?;
+    install(state, g, bytes.as_deref(), true, None)?;
     if name == HUGEPAGE_HINT {
         g.hugepage_hint = Some(value.is_some());
     }
     Ok(())
 }
 
+/// Write `attrs` (not empty) to a newly allocated block, reserved in `res`: the first step of
+/// every change, the block being unreachable until a transaction points an inode at it.
+pub(crate) fn write_new_block(state: &MountState, res: &mut Reserved, attrs: &Attrs) -> Result<u64> {
+    write_block(state, res, &xattr::encode(attrs)?)
+}
+
+fn write_block(state: &MountState, res: &mut Reserved, bytes: &[u8]) -> Result<u64> {
+    let b = res.alloc_one()?;
+    state
+        .pool
+        .write_flush(b * BLOCK_SIZE, bytes, Category::Metadata)?;
+    Ok(b)
+}
+
 /// The copy-on-write step of every xattr change: write `bytes` (None: no attributes left) to a
-/// new block, point the inode at it in one transaction (with a new ctime if `touch`), then free
-/// the old block. Returns the new block (0 for none).
-fn install(
+/// new block, point the inode at it in one transaction (with a new ctime if `touch`, and the
+/// permission bits of `mode` if given: an access ACL's), then free the old block. Returns the
+/// new block (0 for none).
+pub(crate) fn install(
     state: &MountState,
     g: &mut InodeState,
     bytes: Option<&[u8]>,
     touch: bool,
+    mode: Option<u32>,
 ) -> Result<u64> {
     let mut res = Reserved::new(state);
     let new_block = match bytes {
         None => 0,
-        Some(bytes) => {
-            let b = res.alloc_one()?;
-            state
-                .pool
-                .write_flush(b * BLOCK_SIZE, bytes, Category::Metadata)?;
-            b
-        }
+        Some(bytes) => write_block(state, &mut res, bytes)?,
     };
     let mut hdr = g.hdr.clone();
     hdr.xattr_block = new_block;
     if touch {
-        hdr.ctime = now_ns();
+        hdr.ctime = state.now_fine();
+    }
+    if let Some(m) = mode {
+        hdr.mode = (hdr.mode & libc::S_IFMT) | (m & 0o7777);
     }
     let mut tx = Tx::new();
     state.header_tx(&mut tx, g.ino, &g.hdr, &hdr);
@@ -207,7 +219,7 @@ pub(crate) fn relocate_block(
     }
     let mut bytes = vec![0u8; BLOCK_SIZE as usize];
     state.pool.read(from * BLOCK_SIZE, &mut bytes)?;
-    install(state, g, Some(&bytes), false).map(Some)
+    install(state, g, Some(&bytes), false, None).map(Some)
 }
 
 #[cfg(test)]

@@ -21,7 +21,6 @@ use crate::state::mount_state::MountState;
 use crate::state::size_word;
 use crate::state::slots;
 use crate::state::tx::commit_header;
-use crate::sys::now_ns;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::Ordering;
 
@@ -123,7 +122,7 @@ fn pull(state: &MountState, g: &mut InodeState, size: u64) -> Result<()> {
         // One store commits the size (docs/DESIGN.md §5, appends by size word).
         state.commit_size(g, size)?;
     } else {
-        let now = now_ns();
+        let now = state.now_fine();
         let mut hdr = g.hdr.clone();
         hdr.size = size;
         hdr.mtime = now;

@@ -420,6 +420,7 @@ pub(crate) fn mount_checked(
         read_only: AtomicBool::new(false),
         opened_read_only: opts.read_only,
         noatime: opts.noatime,
+        fine_floor: std::sync::atomic::AtomicI64::new(0),
         recovery: report,
         damaged_inodes: loaded.damaged,
         unloadable_inodes: loaded.unloadable,

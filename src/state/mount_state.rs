@@ -90,6 +90,11 @@ pub(crate) struct MountState {
     pub opened_read_only: bool,
     /// Reads store no access times (`MountOptions::noatime`).
     pub noatime: bool,
+    /// The latest fine-grained time this mount handed out ([`MountState::now_fine`]): a
+    /// coarse time ([`MountState::now_coarse`]) never goes back behind it (the kernel's
+    /// multigrain timestamp floor). One per mount, not per process: another mount's stream of
+    /// fine times must not turn this mount's once-per-tick time stores into one per write.
+    pub fine_floor: std::sync::atomic::AtomicI64,
     /// What recovery did at mount.
     pub recovery: RecoveryReport,
     /// In-use inodes that failed their checksum at mount (only a mount for fsck or repair
@@ -561,15 +566,30 @@ impl MountState {
             .iter()
             .any(|n| n.times_queried.load(std::sync::atomic::Ordering::Relaxed));
         if !queried {
-            return crate::sys::coarse_now_ns();
+            return self.now_coarse();
         }
         // The clock's time, nudged past any time just seen that it equals (a clock coarser
         // than a nanosecond); a time set ahead of the clock (utimensat) is simply replaced.
-        let mut t = crate::sys::now_ns();
+        let mut t = self.now_fine();
         while nodes.iter().any(|n| n.hdr.mtime == t || n.hdr.ctime == t) {
             t = t.saturating_add(1);
         }
         t
+    }
+
+    /// The time now, to the clock's full resolution; coarse times given later are never
+    /// earlier.
+    pub(crate) fn now_fine(&self) -> i64 {
+        let t = crate::sys::now_ns();
+        self.fine_floor.fetch_max(t, std::sync::atomic::Ordering::Relaxed);
+        t
+    }
+
+    /// The time now at clock-tick resolution (`sys::coarse_now_ns`), but never earlier than a
+    /// time [`MountState::now_fine`] gave: what a file's times become when nobody has looked
+    /// at them since their last change (multigrain timestamps, Linux 6.13 and later).
+    pub(crate) fn now_coarse(&self) -> i64 {
+        crate::sys::coarse_now_ns().max(self.fine_floor.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The times of `n` changed (committed): nobody has seen them yet.

@@ -46,37 +46,29 @@ pub fn run_only_on_cpu(cpu: usize) -> io::Result<()> {
     check(rc, &format!("run on CPU {cpu}"))
 }
 
-/// The latest fine-grained time handed out by [`now_ns`]: [`coarse_now_ns`] never returns less,
-/// so a coarse timestamp never goes back behind a fine one given earlier (the kernel's
-/// multigrain timestamp floor).
-static FINE_FLOOR: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
-
 /// The time now, in nanoseconds since the Unix epoch (0 before it; saturating in 2262), to the
 /// clock's full resolution.
 pub fn now_ns() -> i64 {
-    let t = std::time::SystemTime::now()
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0);
-    FINE_FLOOR.fetch_max(t, std::sync::atomic::Ordering::Relaxed);
-    t
+        .unwrap_or(0)
 }
 
-/// The time now at clock-tick resolution (`CLOCK_REALTIME_COARSE`, a few milliseconds), but
-/// never earlier than a time [`now_ns`] has returned: what a file's modification time becomes
-/// when nobody has looked at it since its last change, as on ext4 and tmpfs with multigrain
-/// timestamps (Linux 6.13 and later). Consecutive writes within one tick then store no times.
+/// The time now at clock-tick resolution (`CLOCK_REALTIME_COARSE`, a few milliseconds): cheaper
+/// than [`now_ns`], and equal across the calls of one tick, so a stream of writes within one
+/// tick stores its times once. The mount keeps it from going back behind a fine time it gave
+/// (`MountState::now_coarse`).
 pub fn coarse_now_ns() -> i64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec into the valid, exclusively borrowed `ts`.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
-    let coarse = match rc {
+    match rc {
         0 => ts.tv_sec
             .saturating_mul(1_000_000_000)
             .saturating_add(ts.tv_nsec),
-        _ => return now_ns(),
-    };
-    coarse.max(FINE_FLOOR.load(std::sync::atomic::Ordering::Relaxed))
+        _ => now_ns(),
+    }
 }
 
 /// The effective user id.
