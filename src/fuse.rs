@@ -446,7 +446,7 @@ impl Filesystem for WinefsFuse {
         else {
             return reply.error(Errno::EINVAL);
         };
-        let (perm, who) = privs::new_owner(&self.fs, req, parent.0, mode, umask, false);
+        let (perm, who) = privs::new_owner(&self.fs, req, parent.0, mode, umask, false, self.acl);
         let r = match kind {
             FileKind::File => self.fs.create_by(parent.0, name.as_bytes(), perm, who),
             _ => self.fs.mknod_by(parent.0, name.as_bytes(), kind, perm, rdev, who),
@@ -463,7 +463,7 @@ impl Filesystem for WinefsFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let (perm, who) = privs::new_owner(&self.fs, req, parent.0, mode, umask, true);
+        let (perm, who) = privs::new_owner(&self.fs, req, parent.0, mode, umask, true, self.acl);
         reply_entry(
             reply,
             self.fs.mkdir_by(parent.0, name.as_bytes(), perm, who),
@@ -487,7 +487,7 @@ impl Filesystem for WinefsFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let (_, who) = privs::new_owner(&self.fs, req, parent.0, 0o777, 0, false);
+        let (_, who) = privs::new_owner(&self.fs, req, parent.0, 0o777, 0, false, self.acl);
         reply_entry(
             reply,
             self.fs.symlink(
@@ -520,7 +520,7 @@ impl Filesystem for WinefsFuse {
         // The whiteout is the caller's, as a mknod in the source's directory would be (the
         // kernel has checked CAP_MKNOD).
         let whiteout = flags.contains(RenameFlags::RENAME_WHITEOUT).then(|| {
-            let (_, who) = privs::new_owner(&self.fs, req, parent.0, 0, 0, false);
+            let (_, who) = privs::new_owner(&self.fs, req, parent.0, 0, 0, false, self.acl);
             (who.uid, who.gid)
         });
         let f = CoreRenameFlags {
@@ -841,7 +841,7 @@ impl Filesystem for WinefsFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let (perm, who) = privs::new_owner(&self.fs, req, parent.0, mode, umask, false);
+        let (perm, who) = privs::new_owner(&self.fs, req, parent.0, mode, umask, false, self.acl);
         let made = match self.fs.create_by(parent.0, name.as_bytes(), perm, who) {
             // Another opener won the race for the name: O_CREAT without O_EXCL opens it.
             Err(Error::Exists) if flags & libc::O_EXCL == 0 => {
@@ -872,7 +872,7 @@ impl Filesystem for WinefsFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let (perm, who) = privs::new_owner(&self.fs, req, parent.0, mode, umask, false);
+        let (perm, who) = privs::new_owner(&self.fs, req, parent.0, mode, umask, false, self.acl);
         let linkable = flags & libc::O_EXCL == 0;
         match self.fs.create_unnamed_by(parent.0, perm, who, linkable) {
             Ok(a) => {

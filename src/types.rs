@@ -185,8 +185,9 @@ pub struct StatFs {
 /// Who makes a new inode: the owner and group it gets, and the making process's umask, which
 /// narrows the permission bits unless the directory has a default ACL (whose entries narrow
 /// them instead, POSIX.1e). What the kernel hands the FUSE front end with a create
-/// (`Fs::create_by` and the rest); the plain `Fs::create` and the rest have no umask.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// (`Fs::create_by` and the rest); the plain `Fs::create` and the rest have no umask and
+/// apply default ACLs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Maker {
     /// The new inode's owner.
     pub uid: u32,
@@ -194,6 +195,9 @@ pub struct Maker {
     pub gid: u32,
     /// Permission bits the process does not grant by default (umask(2)).
     pub umask: u32,
+    /// The directory's default ACL applies (it does unless the FUSE mount keeps no ACLs:
+    /// then, as on ext4 mounted `noacl`, the umask always applies and nothing is inherited).
+    pub acls: bool,
 }
 
 /// setxattr behaviour.

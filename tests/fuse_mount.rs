@@ -2320,9 +2320,14 @@ fn posix_acls_behave_as_on_ext4_and_stay_after_a_remount() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("Operation not supported"), "{err}");
     assert!(read_as_65534(&h), "without ACLs the mode (0644) lets uid 65534 read");
+    // A file made there under a default ACL takes the umask and no ACL, as on ext4 `noacl`.
+    ok(cmd("sh").args(["-c", "umask 022 && touch d/sub/n"]).current_dir(&m.mnt));
     m.stop();
     m.args = Vec::new();
     m.start();
+    let n = ok(cmd("getfacl").args(["-cn", "d/sub/n"]).current_dir(&m.mnt));
+    assert_eq!(n, "user::rw-\ngroup::r--\nother::r--\n\n", "a file made on a noacl mount");
+    fs::remove_file(m.path("d/sub/n")).unwrap();
     assert_eq!(listing(&m), before, "ACLs after a mount without them");
     m.stop();
     if let Some(ext4) = on_ext4(acl_tour) {

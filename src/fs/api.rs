@@ -281,7 +281,7 @@ impl Fs {
 
     /// Create a regular file (EEXIST if the name exists).
     pub fn create(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
-        self.create_by(parent, name, perm, Maker { uid, gid, umask: 0 })
+        self.create_by(parent, name, perm, Maker { uid, gid, umask: 0, acls: true })
     }
 
     /// [`Fs::create`] for `maker` (its umask applies, or the directory's default ACL).
@@ -303,7 +303,7 @@ impl Fs {
         gid: u32,
         linkable: bool,
     ) -> Result<Attr> {
-        self.create_unnamed_by(parent, perm, Maker { uid, gid, umask: 0 }, linkable)
+        self.create_unnamed_by(parent, perm, Maker { uid, gid, umask: 0, acls: true }, linkable)
     }
 
     /// [`Fs::create_unnamed`] for `maker`.
@@ -316,7 +316,7 @@ impl Fs {
 
     /// Create a directory.
     pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
-        self.mkdir_by(parent, name, perm, Maker { uid, gid, umask: 0 })
+        self.mkdir_by(parent, name, perm, Maker { uid, gid, umask: 0, acls: true })
     }
 
     /// [`Fs::mkdir`] for `maker`.
@@ -338,7 +338,7 @@ impl Fs {
         gid: u32,
         rdev: u32,
     ) -> Result<Attr> {
-        self.mknod_by(parent, name, kind, perm, rdev, Maker { uid, gid, umask: 0 })
+        self.mknod_by(parent, name, kind, perm, rdev, Maker { uid, gid, umask: 0, acls: true })
     }
 
     /// [`Fs::mknod`] for `maker`.
@@ -716,6 +716,7 @@ impl Fs {
 fn new_inode(kind: FileKind, perm: u32, maker: Maker) -> NewInode<'static> {
     NewInode {
         umask: maker.umask,
+        default_acl: maker.acls,
         ..NewInode::plain(kind, perm, maker.uid, maker.gid)
     }
 }

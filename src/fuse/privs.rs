@@ -9,8 +9,8 @@ use crate::{Attr, FileKind, Fs, Maker, SetAttr};
 use fuser::{AccessFlags, Request};
 
 /// Permission bits and maker of a new inode in `parent`: the caller's ids and umask (the core
-/// applies it, or the directory's default ACL instead), and the BSD group rule of a
-/// set-group-ID directory.
+/// applies it, or the directory's default ACL instead when the mount keeps `acls`), and the
+/// BSD group rule of a set-group-ID directory.
 pub(super) fn new_owner(
     fs: &Fs,
     req: &Request,
@@ -18,6 +18,7 @@ pub(super) fn new_owner(
     mode: u32,
     umask: u32,
     dir: bool,
+    acls: bool,
 ) -> (u32, Maker) {
     let mut perm = mode & 0o7777;
     let mut gid = req.gid();
@@ -29,7 +30,7 @@ pub(super) fn new_owner(
             perm |= libc::S_ISGID;
         }
     }
-    (perm, Maker { uid: req.uid(), gid, umask })
+    (perm, Maker { uid: req.uid(), gid, umask, acls })
 }
 
 /// Whether the caller of `req` is in group `gid`: its filesystem gid, or one of its

@@ -238,7 +238,7 @@ mod tests {
     fn a_new_inode_takes_the_default_acl_instead_of_the_umask() {
         let (_d, p) = fresh();
         let fs = Fs::mount(&p, MountOptions::default()).unwrap();
-        let who = Maker { uid: 5, gid: 6, umask: 0o077 };
+        let who = Maker { uid: 5, gid: 6, umask: 0o077, acls: true };
         let root = fs.root();
         // Without a default ACL the umask applies; a symlink keeps 0777.
         let plain = fs.create_by(root, b"plain", 0o666, who).unwrap();
@@ -251,6 +251,10 @@ mod tests {
         let access = value(&[(1, 6, NO_ID), (2, 7, 1000), (4, 5, NO_ID), (0x10, 6, NO_ID), (0x20, 4, NO_ID)]);
         assert_eq!(fs.getxattr(f.ino, ACCESS).unwrap(), access);
         assert!(matches!(fs.getxattr(f.ino, DEFAULT), Err(Error::NoAttr)));
+        // For a mount that keeps no ACLs, the umask applies and nothing is inherited.
+        let noacl = fs.create_by(d, b"noacl", 0o666, Maker { acls: false, ..who }).unwrap();
+        assert_eq!(noacl.perm, 0o600);
+        assert!(fs.listxattr(noacl.ino).unwrap().is_empty());
         // A directory keeps the default ACL too, and passes it on.
         let sub = fs.mkdir_by(d, b"sub", 0o777, who).unwrap();
         assert_eq!(sub.perm, 0o775);

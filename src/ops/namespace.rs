@@ -92,6 +92,8 @@ pub(crate) struct NewInode<'a> {
     /// The creating process's umask: narrows `perm` unless the directory has a default ACL
     /// (`acl::inherit`).
     pub umask: u32,
+    /// The directory's default ACL applies (false: only the umask, as on a `noacl` mount).
+    pub default_acl: bool,
     /// Extended attributes it is born with (the ACLs it inherits), in its first xattr block,
     /// written before the create's transaction makes the inode exist.
     pub xattrs: Attrs,
@@ -110,6 +112,7 @@ impl NewInode<'_> {
             flags: 0,
             by_repair: false,
             umask: 0,
+            default_acl: true,
             xattrs: Vec::new(),
         }
     }
@@ -156,6 +159,7 @@ pub(crate) fn prepare_inode(
         flags,
         by_repair: _,
         umask: _,
+        default_acl: _,
         xattrs,
     } = new;
     let ino = state.alloc_inode_number()?;
@@ -225,11 +229,16 @@ pub(crate) fn prepare_inode(
 }
 
 /// What `new` takes from directory `dir`: its default ACL, else the umask (`acl::inherit`);
-/// repair's `/lost+found` takes neither.
+/// repair's `/lost+found` takes neither, and without `default_acl` only the umask applies.
 fn inherit_acl(state: &MountState, dir: &InodeState, new: &mut NewInode<'_>) -> Result<()> {
-    if !new.by_repair {
-        new.xattrs = acl::inherit(state, dir, new.kind, &mut new.perm, new.umask)?;
+    if new.by_repair {
+        return Ok(());
     }
+    if !new.default_acl {
+        new.perm &= !(new.umask & 0o777);
+        return Ok(());
+    }
+    new.xattrs = acl::inherit(state, dir, new.kind, &mut new.perm, new.umask)?;
     Ok(())
 }
 
