@@ -2,7 +2,7 @@
 # Install what building, mounting and testing winefs needs on Debian/Ubuntu (run as root, or
 # with sudo available): a C toolchain and pkg-config for the build, fuse3 for mounting,
 # libfuse3-dev for the example `winefs bench fuse` measures beside winefs, and the
-# tools the FUSE integration tests drive (rsync, git, sqlite3, fio, attr), and the unmodified
+# tools the FUSE integration tests drive (rsync, git, sqlite3, fio, attr, acl), and the unmodified
 # programs and libraries the preload tests run (lmdb-utils, liblmdb-dev, python3-lmdb,
 # librocksdb-dev, rocksdb-tools, libleveldb-dev), and the NFS server and client the export test
 # runs (nfs-ganesha with its VFS backend, which brings rpcbind; libnfs-utils, a user-space
@@ -26,7 +26,7 @@ if ! command -v cargo >/dev/null 2>&1 && [ -x "${HOME:-/root}/.cargo/bin/cargo" 
 fi
 
 missing=()
-for pkg in build-essential pkg-config ca-certificates fuse3 libfuse3-dev rsync git sqlite3 fio attr tar \
+for pkg in build-essential pkg-config ca-certificates fuse3 libfuse3-dev rsync git sqlite3 fio attr acl tar \
     lmdb-utils liblmdb-dev python3-lmdb librocksdb-dev rocksdb-tools libleveldb-dev \
     nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils e2fsprogs xfsprogs; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -563,6 +563,12 @@ mod tests {
         assert!(why.contains("option threads=2") && why.contains("threads=8"), "{why}");
         let r = plan_remount(&cli(&["-o", "remount,sync"])).unwrap();
         assert!(contradicted(&r.expect, same).expect("sync on relaxed").contains("mode=relaxed"));
+        // ACLs, kept or not, are the daemon's too.
+        let with_acls = format!("{same},acl=1");
+        let r = plan_remount(&cli(&["-o", "remount,acl"])).unwrap();
+        assert_eq!(contradicted(&r.expect, &with_acls), None);
+        let r = plan_remount(&cli(&["-o", "remount,noacl"])).unwrap();
+        assert!(contradicted(&r.expect, &with_acls).expect("noacl on an ACL mount").contains("acl=1"));
         let err = plan_remount(&cli(&["-o", "remount,compress"])).unwrap_err().err;
         assert!(err.contains("unknown to winefs"), "{err}");
         assert_eq!(plan_remount(&cli(&["-s", "-o", "remount,compress"])).unwrap().warnings.len(), 1);
