@@ -829,6 +829,54 @@ fn an_open_directory_answers_fstat_after_its_removal() {
     m.stop();
 }
 
+/// A pool a daemon serves mounts on a second point as a bind mount of the first, as ext4 shares
+/// one file system between two mounts of a device (xfstests generic/732): renames through one
+/// show through the other, each point has its own kernel flags (a read-only one refuses writes
+/// the first takes), a second mount asking the daemon for another mode is refused in one line,
+/// either point may go first, and the daemon stops with the last; SIGTERM unmounts them all.
+#[test]
+fn a_served_pool_mounts_on_a_second_point_as_one_file_system() {
+    let mut m = Mounted::new();
+    let dir = m.mnt.parent().unwrap().to_path_buf();
+    let (second, third) = (dir.join("second"), dir.join("third"));
+    fs::create_dir(&second).unwrap();
+    fs::create_dir(&third).unwrap();
+    let pool = m.pool.clone();
+    let winefs_mount = |args: &[&str], at: &Path| {
+        run_timeout(Command::new(BIN).arg("mount").args(args).arg(&pool).arg(at), CMD_WAIT)
+    };
+    let out = winefs_mount(&["--relaxed"], &second);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("mode=strict") && err.trim().lines().count() == 1, "{err}");
+    assert!(!is_mounted(&second));
+    assert!(winefs_mount(&[], &second).status.success());
+    assert!(winefs_mount(&["--read-only"], &third).status.success());
+    fs::create_dir(m.path("A")).unwrap();
+    fs::create_dir(m.path("B")).unwrap();
+    fs::write(m.path("A/f"), b"x").unwrap();
+    fs::rename(m.path("A/f"), m.path("B/f")).unwrap();
+    assert_eq!(fs::read(second.join("B/f")).unwrap(), b"x");
+    fs::rename(second.join("B/f"), second.join("A/f")).unwrap();
+    assert_eq!(fs::read(m.path("A/f")).unwrap(), b"x");
+    let refused = fs::write(third.join("A/f"), b"z").unwrap_err();
+    assert_eq!(refused.raw_os_error(), Some(libc::EROFS), "{refused}");
+    assert_eq!(fs::read(third.join("A/f")).unwrap(), b"x");
+    // The first point goes; the others serve on.
+    ok(cmd("umount").arg(&m.mnt));
+    fs::write(second.join("g"), b"y").unwrap();
+    assert_eq!(fs::read(third.join("g")).unwrap(), b"y");
+    ok(cmd("umount").arg(&third));
+    assert!(m.daemon.as_mut().unwrap().try_wait().unwrap().is_none(), "the daemon stopped early");
+    ok(cmd("umount").arg(&second));
+    assert!(m.wait_daemon().success());
+    fsck_clean(&m.pool);
+    // SIGTERM with a second point mounted unmounts both.
+    m.start();
+    assert!(winefs_mount(&[], &second).status.success());
+    m.stop();
+    assert!(!is_mounted(&second), "SIGTERM left the second mount point");
+}
+
 /// overlayfs (container images' file system) takes a directory of the mount as its upper
 /// layer: it needs RENAME_WHITEOUT, trusted.* attributes and d_type there. Deleting a lower
 /// file leaves a whiteout (a character device 0:0), copy-up and rename work, a directory made
@@ -1793,10 +1841,13 @@ fn cli_refusals_are_one_line_and_leave_nothing_mounted() {
     assert_eq!(info(&pool), info_before, "a refused mount changed the pool");
     let other = root.join("other");
     fs::create_dir(&other).unwrap();
+    // A second mount point of a served pool is a bind mount (see
+    // `a_served_pool_mounts_on_a_second_point_as_one_file_system`), refused when it asks the
+    // daemon for what it does not do.
     refused(
-        &mut mount_cmd(&m.pool, &other),
+        mount_cmd(&m.pool, &other).arg("--relaxed"),
         &other,
-        "in use by another winefs mount",
+        "option relaxed: the daemon serves with mode=strict",
     );
     assert!(!is_mounted(&other));
     // The first mount is untouched and still serves its files.

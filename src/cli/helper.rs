@@ -11,6 +11,7 @@
 //! turns the refusal of an unknown option into a warning). Options only mount(8), fstab or
 //! systemd read (`defaults`, `noauto`, `nofail`, `_netdev`, `x-systemd.*`, ...) are passed over.
 
+use crate::bind::{contradicted, daemon_settings};
 use crate::fail::{Fail, fail};
 use crate::mount::{self, MountArgs, Transport};
 use clap::Parser;
@@ -345,24 +346,11 @@ fn plan_remount(cli: &HelperCli) -> Result<Remount, Fail> {
     Ok(Remount { flags, expect, warnings })
 }
 
-/// The first of `expect` that the daemon's `settings` (`key=value,...`) contradict, as the
-/// reason to refuse the remount.
-fn contradicted(expect: &[(&str, String, String)], settings: &str) -> Option<String> {
-    let has: std::collections::HashMap<&str, &str> =
-        settings.split(',').filter_map(|kv| kv.split_once('=')).collect();
-    expect.iter().find_map(|(setting, want, opt)| {
-        let now = has.get(setting).copied().unwrap_or("?");
-        (now != want).then(|| {
-            format!("option {opt}: the daemon serves with {setting}={now}, which a remount does not change; unmount and mount again")
-        })
-    })
-}
-
 /// Remount the winefs mount on `dir` as `r` says. To read-only, the kernel first (it refuses
 /// while files are open for writing, and stops new writes), then the daemon (it stops its own
 /// stores); to read-write, the daemon first. A step that fails undoes the one before it.
 fn remount(dir: &Path, r: &Remount) -> Result<u8, Fail> {
-    use winefs::fuse::{READ_ONLY_IOCTL, READ_WRITE_IOCTL, SETTINGS_IOCTL, SETTINGS_LEN};
+    use winefs::fuse::{READ_ONLY_IOCTL, READ_WRITE_IOCTL};
     let flags = r.flags;
     let what = format!("remount {}", dir.display());
     let canon = std::fs::canonicalize(dir).map_err(|e| fail(&what, e))?;
@@ -381,12 +369,10 @@ fn remount(dir: &Path, r: &Remount) -> Result<u8, Fail> {
         None => return Err(fail(&what, "nothing is mounted there")),
     }
     let root = std::fs::File::open(&canon).map_err(|e| fail(&what, e))?;
-    let mut settings = [0u8; SETTINGS_LEN];
-    sys::ioctl_read(&root, SETTINGS_IOCTL, &mut settings)
+    let settings = daemon_settings(&root)
         .map_err(|e| fail(&what, format!("the daemon did not say how it serves ({e})")))?;
-    let end = settings.iter().position(|&b| b == 0).unwrap_or(SETTINGS_LEN);
-    if let Some(why) = contradicted(&r.expect, &String::from_utf8_lossy(&settings[..end])) {
-        return Err(fail(&what, why));
+    if let Some(why) = contradicted(&r.expect, &settings) {
+        return Err(fail(&what, format!("{why}, which a remount does not change; unmount and mount again")));
     }
     let kernel = |f: sys::RemountFlags| {
         sys::remount(&canon, f).map_err(|e| match e.kind() {

@@ -8,6 +8,7 @@
 
 mod age;
 mod bench;
+mod bind;
 mod crashtest;
 mod demo;
 mod fail;

@@ -10,6 +10,7 @@
 //! The daemon's standard output and error go to its log file; its diagnostics (and the core's
 //! warnings and errors) reach it through the `log` macros, which write to standard error.
 
+use crate::bind;
 use crate::fail::{Ctx, Fail, fail};
 use fuser::{Config, MountOption, Session, SessionACL};
 use winefs::fuse::channel::Channel;
@@ -194,7 +195,7 @@ fn default_log(mnt: &Path) -> PathBuf {
 }
 
 pub fn run(a: MountArgs) -> Result<u8, Fail> {
-    let (pool, mnt, is_default) = match (a.pool, a.mountpoint) {
+    let (pool, mnt, is_default) = match (a.pool.clone(), a.mountpoint.clone()) {
         (Some(_), Some(_)) if a.size.is_some() => {
             return Err(fail(
                 "mount",
@@ -247,6 +248,10 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
     // An absolute path for the mount table and the messages (the daemon runs from "/").
     let pool = std::fs::canonicalize(&pool).unwrap_or(pool);
     let p = pool.display().to_string();
+    // A pool a daemon serves already gets a second mount point, as a device ext4 has mounted.
+    if let Some(first) = bind::serving(&pool) {
+        return bind::second_mount(&wanted(&a), &first, &canon_mnt, &p);
+    }
     let fs = Fs::mount(
         &pool,
         MountOptions {
@@ -372,6 +377,42 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
     }
 }
 
+/// What a second mount point of a served pool asks for (`bind`): the daemon settings `a`
+/// names — those it leaves to their defaults (threads, transport, cached inodes) are the
+/// serving daemon's to decide — and its kernel flags, as `winefs mount` mounts (nosuid and
+/// nodev unless mount(8)'s helper asked otherwise).
+fn wanted(a: &MountArgs) -> bind::Wanted {
+    let flag = |on: bool| if on { "1" } else { "0" }.to_string();
+    let mode = match a.consistency {
+        Consistency::Strict => "strict",
+        Consistency::Relaxed => "relaxed",
+    };
+    let mut settings = vec![
+        ("mode", mode.to_string(), mode.to_string()),
+        ("wear_aware", flag(a.wear_aware), format!("wear_aware={}", flag(a.wear_aware))),
+        ("no_direct", flag(a.no_direct), format!("no_direct={}", flag(a.no_direct))),
+        ("writeback_cache", flag(a.writeback_cache), format!("writeback_cache={}", flag(a.writeback_cache))),
+        ("acl", flag(!a.noacl), if a.noacl { "noacl" } else { "acl" }.to_string()),
+    ];
+    if let Some(t) = a.threads {
+        settings.push(("threads", t.to_string(), format!("threads={t}")));
+    }
+    if a.transport != Transport::Auto {
+        settings.push(("transport", a.transport.name(), format!("transport={}", a.transport.name())));
+    }
+    if a.cached_inodes != 0 {
+        settings.push(("cached_inodes", a.cached_inodes.to_string(), format!("cached_inodes={}", a.cached_inodes)));
+    }
+    let flags = sys::RemountFlags {
+        read_only: a.read_only,
+        nosuid: !a.kernel_flags.contains(&MountOption::Suid),
+        nodev: !a.kernel_flags.contains(&MountOption::Dev),
+        noexec: a.kernel_flags.contains(&MountOption::NoExec),
+        noatime: a.noatime,
+    };
+    bind::Wanted { settings, flags, quiet: a.quiet }
+}
+
 /// How the FUSE front end serves a mount.
 struct Front {
     /// Offer the direct-path channel.
@@ -491,6 +532,7 @@ fn serve(
 
     let mut unmounter = session.unmount_callable();
     let mnt_owned = mnt.to_path_buf();
+    let pool_owned = pool.to_path_buf();
     std::thread::Builder::new()
         .name("winefs-signals".into())
         .spawn(move || {
@@ -499,6 +541,14 @@ fn serve(
                     return;
                 };
                 log::info!("signal {sig}: unmounting {}", mnt_owned.display());
+                // The pool's other mount points (`bind`) keep the connection open: they go
+                // first, detached, so the daemon ends with the last user of any of them.
+                for other in bind::mount_points(&pool_owned).into_iter().filter(|m| *m != mnt_owned) {
+                    log::info!("signal {sig}: detaching {}, a second mount point", other.display());
+                    if let Err(e) = sys::lazy_unmount(&other) {
+                        log::error!("cannot unmount {}: {e}", other.display());
+                    }
+                }
                 match unmounter.unmount() {
                     Ok(()) => return,
                     Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {

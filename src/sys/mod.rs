@@ -210,29 +210,62 @@ pub struct RemountFlags {
     pub noatime: bool,
 }
 
+impl RemountFlags {
+    /// mount(2)'s flag bits for these.
+    fn bits(self) -> libc::c_ulong {
+        [
+            (self.read_only, libc::MS_RDONLY),
+            (self.nosuid, libc::MS_NOSUID),
+            (self.nodev, libc::MS_NODEV),
+            (self.noexec, libc::MS_NOEXEC),
+            (self.noatime, libc::MS_NOATIME),
+        ]
+        .into_iter()
+        .filter(|&(on, _)| on)
+        .fold(0, |acc, (_, bit)| acc | bit)
+    }
+}
+
 /// Change the flags of the mount at `path` in place (mount(2) with `MS_REMOUNT`); access times
 /// are `relatime` unless `noatime`.
 pub fn remount(path: &Path, f: RemountFlags) -> io::Result<()> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
-    let mut flags = libc::MS_REMOUNT;
-    for (on, bit) in [
-        (f.read_only, libc::MS_RDONLY),
-        (f.nosuid, libc::MS_NOSUID),
-        (f.nodev, libc::MS_NODEV),
-        (f.noexec, libc::MS_NOEXEC),
-        (f.noatime, libc::MS_NOATIME),
-    ] {
-        if on {
-            flags |= bit;
-        }
-    }
+    let flags = libc::MS_REMOUNT | f.bits();
     // SAFETY: `c` is a valid NUL-terminated string that outlives the call; the source, type
     // and data may be null for a remount.
     check(
         unsafe { libc::mount(std::ptr::null(), c.as_ptr(), std::ptr::null(), flags, std::ptr::null()) },
         "mount(MS_REMOUNT)",
     )
+}
+
+/// Mount the tree mounted at `from` on `to` as well (mount(2) with `MS_BIND`: one file system,
+/// two mount points), then give the new mount point flags `f` (a bind mount takes them only
+/// by a remount of its own).
+pub fn bind_mount(from: &Path, to: &Path, f: RemountFlags) -> io::Result<()> {
+    let path = |p: &Path| {
+        CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+    };
+    let (src, dst) = (path(from)?, path(to)?);
+    // SAFETY: `src` and `dst` are valid NUL-terminated strings that outlive the call; a bind
+    // mount takes no type and no data.
+    let bound = unsafe {
+        libc::mount(src.as_ptr(), dst.as_ptr(), std::ptr::null(), libc::MS_BIND, std::ptr::null())
+    };
+    check(bound, "mount(MS_BIND)")?;
+    let flags = libc::MS_REMOUNT | libc::MS_BIND | f.bits();
+    // SAFETY: as above; a remount of a bind mount takes only the target and the flags.
+    let flagged = check(
+        unsafe { libc::mount(std::ptr::null(), dst.as_ptr(), std::ptr::null(), flags, std::ptr::null()) },
+        "mount(MS_REMOUNT | MS_BIND)",
+    );
+    if flagged.is_err() {
+        // Not left mounted with flags other than those asked for.
+        let _ = lazy_unmount(to);
+    }
+    flagged
 }
 
 /// Send `file` the ioctl `cmd`, which carries no data (an `_IO` number).
