@@ -833,7 +833,8 @@ fn an_open_directory_answers_fstat_after_its_removal() {
 /// one file system between two mounts of a device (xfstests generic/732): renames through one
 /// show through the other, each point has its own kernel flags (a read-only one refuses writes
 /// the first takes), a second mount asking the daemon for another mode is refused in one line,
-/// either point may go first, and the daemon stops with the last; SIGTERM unmounts them all.
+/// either point may go first, and the daemon stops with the last; SIGTERM unmounts them all;
+/// a mount left by a daemon that died is no mount to share.
 #[test]
 fn a_served_pool_mounts_on_a_second_point_as_one_file_system() {
     let mut m = Mounted::new();
@@ -875,6 +876,15 @@ fn a_served_pool_mounts_on_a_second_point_as_one_file_system() {
     assert!(winefs_mount(&[], &second).status.success());
     m.stop();
     assert!(!is_mounted(&second), "SIGTERM left the second mount point");
+    // A mount whose daemon died (kill -9, the mount left behind) is passed over: the pool is
+    // free and mounts afresh on the second point (a bind of the dead mount would fail).
+    m.start();
+    ok(cmd("kill").args(["-9", &m.pid().to_string()]));
+    assert!(!m.wait_daemon().success());
+    assert!(winefs_mount(&[], &second).status.success());
+    assert_eq!(fs::read(second.join("g")).unwrap(), b"y");
+    ok(cmd("umount").arg(&second));
+    ok(cmd("umount").arg("-l").arg(&m.mnt));
 }
 
 /// overlayfs (container images' file system) takes a directory of the mount as its upper

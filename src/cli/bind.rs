@@ -11,11 +11,17 @@ use std::path::Path;
 use winefs::fuse::{SETTINGS_IOCTL, SETTINGS_LEN};
 use winefs::sys::{self, mountinfo::Mount};
 
-/// The mount of `pool` (canonical) a winefs daemon serves, if there is one.
+/// The mount of `pool` (canonical) a winefs daemon serves, if there is one: a read-write one
+/// if any is. A mount whose daemon is gone (ENOTCONN) is passed over: the pool is free then,
+/// and mounts as any pool.
 pub(crate) fn serving(pool: &Path) -> Option<Mount> {
-    sys::mountinfo::mounts()
+    let mut alive: Vec<Mount> = sys::mountinfo::mounts()
         .into_iter()
-        .find(|m| m.fstype == "fuse.winefs" && m.source == pool)
+        .filter(|m| m.fstype == "fuse.winefs" && m.source == pool)
+        .filter(|m| std::fs::metadata(&m.point).is_ok())
+        .collect();
+    alive.sort_by_key(|m| m.options.iter().any(|o| o == "ro"));
+    alive.into_iter().next()
 }
 
 /// The settings the daemon serving the mount whose root is open as `root` reports
