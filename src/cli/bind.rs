@@ -15,9 +15,7 @@ use winefs::sys::{self, mountinfo::Mount};
 /// if any is. A mount whose daemon is gone (ENOTCONN) is passed over: the pool is free then,
 /// and mounts as any pool.
 pub(crate) fn serving(pool: &Path) -> Option<Mount> {
-    let mut alive: Vec<Mount> = sys::mountinfo::mounts()
-        .into_iter()
-        .filter(|m| m.fstype == "fuse.winefs" && m.source == pool)
+    let mut alive: Vec<Mount> = mounts_of(pool)
         .filter(|m| std::fs::metadata(&m.point).is_ok())
         .collect();
     alive.sort_by_key(|m| m.options.iter().any(|o| o == "ro"));
@@ -35,11 +33,14 @@ pub(crate) fn daemon_settings(root: &std::fs::File) -> std::io::Result<String> {
 
 /// Every point `pool` (canonical) is mounted on by winefs.
 pub(crate) fn mount_points(pool: &Path) -> Vec<std::path::PathBuf> {
+    mounts_of(pool).map(|m| m.point).collect()
+}
+
+/// The winefs mounts of `pool` (canonical) in the mount table.
+fn mounts_of(pool: &Path) -> impl Iterator<Item = Mount> + '_ {
     sys::mountinfo::mounts()
         .into_iter()
-        .filter(|m| m.fstype == "fuse.winefs" && m.source == pool)
-        .map(|m| m.point)
-        .collect()
+        .filter(move |m| m.fstype == "fuse.winefs" && m.source == pool)
 }
 
 /// What a second mount asks for: the daemon settings it names (setting, value, the option
