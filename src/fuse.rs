@@ -414,7 +414,7 @@ impl Filesystem for WinefsFuse {
         let truncate = size.is_some() && req.uid() != 0;
         if mode.is_none() && (chown || truncate) || size.is_some() {
             let kill = (mode.is_none() && (chown || truncate))
-                .then(|| req.uid() == 0 || privs::in_group(req, before.gid));
+                .then(|| privs::keeps_set_gid(req, before.gid));
             privs::drop_privileges_as(&self.fs, ino.0, kill);
         }
         match self.fs.getattr(ino.0) {

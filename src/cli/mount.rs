@@ -280,16 +280,13 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
         Consistency::Relaxed => "relaxed",
     };
     let mode = if a.read_only { "read-only" } else { consistency };
-    // What a remount's options are held to (`mount.winefs -o remount`), as mount options.
-    let settings = format!(
-        "mode={consistency},threads={threads},transport={},cached_inodes={},wear_aware={},no_direct={},writeback_cache={},acl={}",
-        a.transport.name(),
-        fs.cached_inodes(),
-        u8::from(a.wear_aware),
-        u8::from(a.no_direct),
-        u8::from(a.writeback_cache),
-        u8::from(!a.noacl),
-    );
+    // What a remount's options, and a second mount point's, are held to (`mount.winefs -o
+    // remount`, `bind`), as mount options.
+    let mut settings: Vec<String> = chosen_settings(&a).into_iter().map(|(k, v, _)| format!("{k}={v}")).collect();
+    settings.push(format!("threads={threads}"));
+    settings.push(format!("transport={}", a.transport.name()));
+    settings.push(format!("cached_inodes={}", fs.cached_inodes()));
+    let settings = settings.join(",");
     let front = Front {
         // Stores through the pool would bypass the kernel's cache of the same bytes.
         direct: !a.no_direct && !a.writeback_cache,
@@ -377,23 +374,29 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
     }
 }
 
-/// What a second mount point of a served pool asks for (`bind`): the daemon settings `a`
-/// names — those it leaves to their defaults (threads, transport, cached inodes) are the
-/// serving daemon's to decide — and its kernel flags, as `winefs mount` mounts (nosuid and
-/// nodev unless mount(8)'s helper asked otherwise).
-fn wanted(a: &MountArgs) -> bind::Wanted {
+/// The daemon settings a mount of `a` fixes whatever its defaults are (key, value, the
+/// option that asks for it); threads, transport and cached inodes come on top.
+fn chosen_settings(a: &MountArgs) -> Vec<(&'static str, String, String)> {
     let flag = |on: bool| if on { "1" } else { "0" }.to_string();
     let mode = match a.consistency {
         Consistency::Strict => "strict",
         Consistency::Relaxed => "relaxed",
     };
-    let mut settings = vec![
+    vec![
         ("mode", mode.to_string(), mode.to_string()),
         ("wear_aware", flag(a.wear_aware), format!("wear_aware={}", flag(a.wear_aware))),
         ("no_direct", flag(a.no_direct), format!("no_direct={}", flag(a.no_direct))),
         ("writeback_cache", flag(a.writeback_cache), format!("writeback_cache={}", flag(a.writeback_cache))),
         ("acl", flag(!a.noacl), if a.noacl { "noacl" } else { "acl" }.to_string()),
-    ];
+    ]
+}
+
+/// What a second mount point of a served pool asks for (`bind`): the daemon settings `a`
+/// names — those it leaves to their defaults (threads, transport, cached inodes) are the
+/// serving daemon's to decide — and its kernel flags, as `winefs mount` mounts (nosuid and
+/// nodev unless mount(8)'s helper asked otherwise).
+fn wanted(a: &MountArgs) -> bind::Wanted {
+    let mut settings = chosen_settings(a);
     if let Some(t) = a.threads {
         settings.push(("threads", t.to_string(), format!("threads={t}")));
     }

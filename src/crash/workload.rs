@@ -7,12 +7,9 @@ use crate::fs::Fs;
 use crate::media::layout::{BLOCK_SIZE, HUGE_SIZE, INODE_NOATIME, INODE_NODUMP};
 use crate::media::pool::Category;
 use crate::state::size_word;
-use crate::meta::acl;
+use crate::meta::acl::{self, NO_ID};
 use crate::types::{Consistency, RenameFlags, SetAttr, XattrSet};
 use std::fmt;
-
-/// The id field of an ACL entry that names nobody (owner, owning group, mask, others).
-const NO_ID: u32 = u32::MAX;
 
 /// One file-system operation of a workload. Paths are absolute in the explored file system.
 ///

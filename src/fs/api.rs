@@ -10,6 +10,7 @@ use crate::media::recovery::RecoveryReport;
 use crate::media::layout::{FileKind, Geometry, ROOT_INO, SYMLINK_MAX, Superblock};
 use crate::media::pool::{PersistStats, Pool};
 use crate::meta::xattr::HUGEPAGE_HINT;
+use crate::meta::acl::is_acl;
 use crate::ops::namespace::NewInode;
 use crate::ops::repair::{self, RepairReport};
 use crate::ops::{acl, falloc, file, lease, namespace, open, prealloc, relocate, rename, write, xattr};
@@ -586,7 +587,7 @@ impl Fs {
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
         let _op = self.state.accounting.scope(OpKind::Xattr);
         self.state.check_writable()?;
-        if acl::is_acl(name) {
+        if is_acl(name) {
             return acl::set(&self.state, ino, name, Some(value), true);
         }
         xattr::set(&self.state, ino, name, Some(value), how)?;
@@ -654,7 +655,7 @@ impl Fs {
     pub fn set_acl(&self, ino: u64, name: &[u8], value: Option<&[u8]>, keep_set_gid: bool) -> Result<()> {
         let _op = self.state.accounting.scope(OpKind::Xattr);
         self.state.check_writable()?;
-        if !acl::is_acl(name) {
+        if !is_acl(name) {
             return Err(Error::Invalid(format!("{:?} is not a POSIX ACL", String::from_utf8_lossy(name))));
         }
         acl::set(&self.state, ino, name, value, keep_set_gid)
@@ -665,7 +666,7 @@ impl Fs {
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
         let _op = self.state.accounting.scope(OpKind::Xattr);
         self.state.check_writable()?;
-        if acl::is_acl(name) {
+        if is_acl(name) {
             return acl::set(&self.state, ino, name, None, true);
         }
         xattr::set(&self.state, ino, name, None, XattrSet::Replace)

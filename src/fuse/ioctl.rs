@@ -30,7 +30,7 @@ pub const READ_ONLY_IOCTL: u32 = 0x57f0;
 pub const READ_WRITE_IOCTL: u32 = 0x57f1;
 
 /// winefs's own `_IOR('W', 0xf2, [u8; 256])`: the daemon's settings as mount options
-/// (`mode=strict,threads=2,...`, NUL-padded), which a remount's options are held to.
+/// (`mode=strict,...,threads=2,...`, NUL-padded), which a remount's options are held to.
 pub const SETTINGS_IOCTL: u32 = 0x8100_57f2;
 /// The bytes [`SETTINGS_IOCTL`] answers.
 pub const SETTINGS_LEN: usize = 256;

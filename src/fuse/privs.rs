@@ -53,6 +53,13 @@ pub(super) fn in_group(req: &Request, gid: u32) -> bool {
         })
 }
 
+/// Whether the caller of `req` may keep a set-group-ID bit on a file of group `gid` through a
+/// change that drops it for others (a chown, an access ACL; the kernel's
+/// `in_group_or_capable`): it is root (standing for CAP_FSETID) or in the group.
+pub(super) fn keeps_set_gid(req: &Request, gid: u32) -> bool {
+    req.uid() == 0 || in_group(req, gid)
+}
+
 /// The permission bits left after a write, truncate or chown drops privileges: set-user-ID
 /// always; set-group-ID when the group may execute the file, or when the caller is not in the
 /// file's group (`member_of_group`, taken before a chown changes the group) and is not root

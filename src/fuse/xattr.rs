@@ -6,15 +6,11 @@
 //! ACLs are refused, as the kernel would not enforce them.
 
 use super::{WinefsFuse, errno, privs, proto};
-use crate::meta::acl;
+use crate::meta::acl::is_acl;
 use crate::{Error, FileKind, XattrSet};
 use fuser::{Errno, Request};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-
-fn is_acl(name: &[u8]) -> bool {
-    name == acl::ACCESS || name == acl::DEFAULT
-}
 
 impl WinefsFuse {
     /// ACL names on a mount whose kernel does not enforce ACLs: refused, as on ext4 `noacl`.
@@ -60,10 +56,10 @@ impl WinefsFuse {
         r.map_err(|e| errno(&e))
     }
 
-    /// Whether a set-group-ID file stays so when the caller of `req` sets its access ACL: the
-    /// caller is root (CAP_FSETID) or in the file's group (the kernel's `posix_acl_update_mode`).
+    /// Whether a set-group-ID file stays so when the caller of `req` sets its access ACL (the
+    /// kernel's `posix_acl_update_mode`).
     fn keeps_set_gid(&self, req: &Request, ino: u64) -> bool {
-        req.uid() == 0 || self.fs.getattr(ino).is_ok_and(|a| privs::in_group(req, a.gid))
+        self.fs.getattr(ino).is_ok_and(|a| privs::keeps_set_gid(req, a.gid))
     }
 
     /// getxattr(2)'s value: the virtual attributes, else the core's.

@@ -20,7 +20,12 @@ const VERSION: u32 = 2;
 const HEADER: usize = 4;
 const ENTRY: usize = 8;
 /// The id of an entry that names nobody (owner, owning group, mask, others).
-const NO_ID: u32 = u32::MAX;
+pub const NO_ID: u32 = u32::MAX;
+
+/// Whether attribute `name` is one of the two ACLs.
+pub fn is_acl(name: &[u8]) -> bool {
+    name == ACCESS || name == DEFAULT
+}
 
 /// An entry's tag (`ACL_USER_OBJ` and the rest, with Linux's numbers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -144,7 +144,7 @@ pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > XATTR_NAME_MAX {
         return Err(Error::Range);
     }
-    if name == acl::ACCESS || name == acl::DEFAULT {
+    if acl::is_acl(name) {
         return Ok(());
     }
     match NAMESPACES.iter().find(|ns| name.starts_with(ns)) {

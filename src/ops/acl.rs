@@ -5,7 +5,6 @@
 //! (a FUSE mount with `FUSE_POSIX_ACL`); winefs keeps them true.
 
 use crate::error::{Error, Result};
-use crate::media::alloc::BlockRun;
 use crate::media::layout::FileKind;
 use crate::meta::acl::{self, Acl};
 use crate::meta::inode_flags::{self, Change};
@@ -14,11 +13,6 @@ use crate::ops::xattr;
 use crate::state::inode_state::{InodeState, wlock};
 use crate::state::mount_state::MountState;
 use crate::state::tx::Reserved;
-
-/// Whether `name` is one of the two ACL attributes.
-pub(crate) fn is_acl(name: &[u8]) -> bool {
-    name == acl::ACCESS || name == acl::DEFAULT
-}
 
 /// Set (`Some`) or remove (`None`) ACL `name` of `ino`, as Linux's `set_acl` does: an access
 /// ACL sets the permission bits (and is not stored when they say all it says); without
@@ -80,18 +74,13 @@ pub(crate) fn set(
     if !changes_attrs && mode == g.hdr.mode && new.is_none() {
         return Ok(()); // removing an ACL it does not have
     }
-    let bytes = match attrs.is_empty() {
-        true => None,
-        false => Some(xattr_block::encode(&attrs)?),
-    };
-    xattr::install(state, &mut g, bytes.as_deref(), true, Some(mode & 0o7777))?;
-    Ok(())
+    xattr::install_attrs(state, &mut g, &attrs, Some(mode & 0o7777))
 }
 
 /// For a chmod of `g` to permission bits `mode`: when it has an access ACL whose owner, mask
 /// or others entry changes, its attributes with the ACL rewritten, in a new block reserved in
 /// `res` for the chmod's transaction to point the inode at (the caller frees the old one
-/// after the commit). None when nothing changes.
+/// after the commit, `xattr::free_block`). None when nothing changes.
 pub(crate) fn chmod_block(
     state: &MountState,
     res: &mut Reserved,
@@ -117,24 +106,19 @@ pub(crate) fn chmod_block(
     xattr::write_new_block(state, res, &attrs).map(Some)
 }
 
-/// Free the block a chmod replaced with [`chmod_block`]'s, once its transaction committed.
-pub(crate) fn free_replaced(state: &MountState, old: u64) {
-    if old != 0 {
-        state.free_runs(&[BlockRun { start: old, len: 1 }]);
-    }
-}
-
 /// What a new inode of `kind` in directory `dir` takes from it (POSIX.1e, Linux's
-/// `posix_acl_create`): with a default ACL there, the access ACL it gives (unless it says no
-/// more than the mode) with the permission bits `perm` narrowed by it, and a new directory
-/// keeps the default ACL too; without one, `umask` narrows the bits. Returns the attributes the
-/// inode is born with. Symlinks take neither (their bits are not used).
+/// `posix_acl_create`): with a default ACL there (looked for only if `default_acls`: the mount
+/// keeps ACLs), the access ACL it gives (unless it says no more than the mode) with the
+/// permission bits `perm` narrowed by it, and a new directory keeps the default ACL too;
+/// without one, `umask` narrows the bits. Returns the attributes the inode is born with.
+/// Symlinks take neither (their bits are not used).
 pub(crate) fn inherit(
     state: &MountState,
     dir: &InodeState,
     kind: FileKind,
     perm: &mut u32,
     umask: u32,
+    default_acls: bool,
 ) -> Result<Attrs> {
     let mut born = Attrs::new();
     if kind == FileKind::Symlink {
@@ -142,6 +126,7 @@ pub(crate) fn inherit(
     }
     let default = match dir.hdr.xattr_block {
         0 => None,
+        _ if !default_acls => None,
         _ => default_acl(xattr::load(state, dir)?)?,
     };
     let Some((bytes, mut access)) = default else {
@@ -169,10 +154,8 @@ fn default_acl(attrs: Attrs) -> Result<Option<(Vec<u8>, Acl)>> {
 mod tests {
     use crate::error::Error;
     use crate::fs::Fs;
-    use crate::meta::acl::{ACCESS, DEFAULT, value};
+    use crate::meta::acl::{ACCESS, DEFAULT, NO_ID, value};
     use crate::types::{Maker, MkfsOptions, MountOptions, SetAttr, XattrSet};
-
-    const NO_ID: u32 = u32::MAX;
 
     fn fresh() -> (tempfile::TempDir, std::path::PathBuf) {
         let d = tempfile::tempdir().unwrap();

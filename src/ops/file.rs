@@ -580,7 +580,7 @@ pub(crate) fn setattr(state: &MountState, ino: u64, set: &SetAttr) -> Result<Att
         commit_header(state, ino, &g.hdr, &hdr, Tx::new())?;
         res.keep();
         if acl_block.is_some() {
-            acl::free_replaced(state, g.hdr.xattr_block);
+            xattr::free_block(state, g.hdr.xattr_block);
         }
         g.hdr = hdr;
     }

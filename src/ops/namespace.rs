@@ -228,17 +228,12 @@ pub(crate) fn prepare_inode(
     Ok(Prepared { ino, hdr, map, tx })
 }
 
-/// What `new` takes from directory `dir`: its default ACL, else the umask (`acl::inherit`);
-/// repair's `/lost+found` takes neither, and without `default_acl` only the umask applies.
+/// What `new` takes from directory `dir`: its default ACL (if `default_acl`), else the umask
+/// (`acl::inherit`); repair's `/lost+found` takes neither.
 fn inherit_acl(state: &MountState, dir: &InodeState, new: &mut NewInode<'_>) -> Result<()> {
-    if new.by_repair {
-        return Ok(());
+    if !new.by_repair {
+        new.xattrs = acl::inherit(state, dir, new.kind, &mut new.perm, new.umask, new.default_acl)?;
     }
-    if !new.default_acl {
-        new.perm &= !(new.umask & 0o777);
-        return Ok(());
-    }
-    new.xattrs = acl::inherit(state, dir, new.kind, &mut new.perm, new.umask)?;
     Ok(())
 }
 

@@ -144,12 +144,7 @@ pub(crate) fn set_locked(
             attrs.remove(i);
         }
     }
-    let bytes = if attrs.is_empty() {
-        None
-    } else {
-        Some(xattr::encode(&attrs)?)
-    };
-    install(state, g, bytes.as_deref(), true, None)?;
+    install_attrs(state, g, &attrs, None)?;
     if name == HUGEPAGE_HINT {
         g.hugepage_hint = Some(value.is_some());
     }
@@ -168,6 +163,24 @@ fn write_block(state: &MountState, res: &mut Reserved, bytes: &[u8]) -> Result<u
         .pool
         .write_flush(b * BLOCK_SIZE, bytes, Category::Metadata)?;
     Ok(b)
+}
+
+/// Give the inode the attributes `attrs` (none: no block) and a new ctime, with the permission
+/// bits of `mode` if given, by [`install`].
+pub(crate) fn install_attrs(state: &MountState, g: &mut InodeState, attrs: &Attrs, mode: Option<u32>) -> Result<()> {
+    let bytes = match attrs.is_empty() {
+        true => None,
+        false => Some(xattr::encode(attrs)?),
+    };
+    install(state, g, bytes.as_deref(), true, mode).map(drop)
+}
+
+/// Free an xattr block (0: none) no inode points at any more, once the transaction that
+/// replaced it has committed.
+pub(crate) fn free_block(state: &MountState, block: u64) {
+    if block != 0 {
+        state.free_runs(&[BlockRun { start: block, len: 1 }]);
+    }
 }
 
 /// The copy-on-write step of every xattr change: write `bytes` (None: no attributes left) to a
@@ -200,9 +213,7 @@ pub(crate) fn install(
     res.keep();
     let old = g.hdr.xattr_block;
     g.hdr = hdr;
-    if old != 0 {
-        state.free_runs(&[BlockRun { start: old, len: 1 }]);
-    }
+    free_block(state, old);
     Ok(new_block)
 }
 
