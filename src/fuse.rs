@@ -74,12 +74,14 @@ pub mod cache_gate;
 pub mod channel;
 mod ioctl;
 pub use ioctl::{READ_ONLY_IOCTL, READ_WRITE_IOCTL, SETTINGS_IOCTL, SETTINGS_LEN};
+mod held;
 mod notify;
 mod privs;
 pub mod proto;
 mod xattr;
 
 use attr::{errno, file_type, missing_name_attr, reply_entry, to_time_set, ttl};
+use held::KernelHeld;
 pub(crate) use attr::TTL;
 pub(crate) use notify::{invalidate_attributes, invalidate_data};
 pub(crate) use attr::file_attr;
@@ -126,6 +128,8 @@ pub struct WinefsFuse {
     /// The kernel enforces POSIX ACLs (`FUSE_POSIX_ACL`) and leaves the umask to us
     /// (`FUSE_DONT_MASK`): ACLs are kept (`xattr`).
     acl: bool,
+    /// The inodes the kernel holds (`held`): READDIRPLUS lists them by name alone.
+    held: KernelHeld,
 }
 
 /// The file handle of an open the kernel caches (`CacheGate` counts it until released);
@@ -159,9 +163,18 @@ impl WinefsFuse {
         }
     }
 
+    /// Answer a lookup-like request (`attr::reply_entry`); the kernel then holds the inode.
+    fn reply_entry(&self, reply: ReplyEntry, r: crate::Result<crate::Attr>) {
+        if let Ok(a) = &r {
+            self.held.mark(a.ino);
+        }
+        reply_entry(reply, r, &self.fs);
+    }
+
     /// The adapter serving `fs` (the session holds it; `fs` stays shared with the caller).
     pub fn new(fs: Arc<Fs>) -> Self {
         WinefsFuse {
+            held: KernelHeld::new(fs.statfs().inodes + 1),
             fs,
             notifier: Arc::new(OnceLock::new()),
             channel: None,
@@ -342,7 +355,7 @@ impl Filesystem for WinefsFuse {
         // a freed inode answers ESTALE, a reused one a new generation, which the kernel
         // compares with the handle's.
         if name.as_bytes() == b"." {
-            return reply_entry(reply, self.fs.getattr(parent.0), &self.fs);
+            return self.reply_entry(reply, self.fs.getattr(parent.0));
         }
         match self.fs.lookup(parent.0, name.as_bytes()) {
             // A missing name is cached as missing (node 0): only a request through the kernel
@@ -352,8 +365,13 @@ impl Filesystem for WinefsFuse {
                 &missing_name_attr(),
                 Generation(0),
             ),
-            r => reply_entry(reply, r, &self.fs),
+            r => self.reply_entry(reply, r),
         }
+    }
+
+    /// The kernel dropped `ino` (a BATCH_FORGET comes here once per inode).
+    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
+        self.held.forget(ino.0);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -451,7 +469,7 @@ impl Filesystem for WinefsFuse {
             FileKind::File => self.fs.create_by(parent.0, name.as_bytes(), perm, who),
             _ => self.fs.mknod_by(parent.0, name.as_bytes(), kind, perm, rdev, who),
         };
-        reply_entry(reply, r, &self.fs);
+        self.reply_entry(reply, r);
     }
 
     fn mkdir(
@@ -464,11 +482,7 @@ impl Filesystem for WinefsFuse {
         reply: ReplyEntry,
     ) {
         let (perm, who) = privs::new_owner(&self.fs, req, parent.0, mode, umask, true, self.acl);
-        reply_entry(
-            reply,
-            self.fs.mkdir_by(parent.0, name.as_bytes(), perm, who),
-            &self.fs,
-        );
+        self.reply_entry(reply, self.fs.mkdir_by(parent.0, name.as_bytes(), perm, who));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -488,17 +502,9 @@ impl Filesystem for WinefsFuse {
         reply: ReplyEntry,
     ) {
         let (_, who) = privs::new_owner(&self.fs, req, parent.0, 0o777, 0, false, self.acl);
-        reply_entry(
-            reply,
-            self.fs.symlink(
-                parent.0,
-                link_name.as_bytes(),
-                target.as_os_str().as_bytes(),
-                who.uid,
-                who.gid,
-            ),
-            &self.fs,
-        );
+        let target = target.as_os_str().as_bytes();
+        let r = self.fs.symlink(parent.0, link_name.as_bytes(), target, who.uid, who.gid);
+        self.reply_entry(reply, r);
     }
 
     fn rename(
@@ -548,7 +554,7 @@ impl Filesystem for WinefsFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        reply_entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()), &self.fs);
+        self.reply_entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -752,14 +758,23 @@ impl Filesystem for WinefsFuse {
             let Ok(a) = self.fs.getattr(e.ino) else {
                 return false;
             };
-            reply.add(
+            let name = OsStr::from_bytes(&e.name);
+            // Linking an inode the kernel holds would drop its cached ACLs (held.rs).
+            if self.held.holds(e.ino) {
+                return reply.add_name_only(e.offset, name, &file_attr(&a));
+            }
+            let full = reply.add(
                 INodeNo(e.ino),
                 e.offset,
-                OsStr::from_bytes(&e.name),
+                name,
                 &ttl(&self.fs, e.ino),
                 &file_attr(&a),
                 Generation(a.generation as u64),
-            )
+            );
+            if !full {
+                self.held.mark(e.ino);
+            }
+            full
         });
         match r {
             Ok(()) => reply.ok(),
@@ -858,6 +873,7 @@ impl Filesystem for WinefsFuse {
             return reply.error(Errno::EISDIR);
         }
         let (fh, how) = self.open_file(a.ino, req.pid(), flags);
+        self.held.mark(a.ino);
         reply.created(&TTL, &file_attr(&a), Generation(a.generation as u64), fh, how);
     }
 
@@ -877,6 +893,7 @@ impl Filesystem for WinefsFuse {
         match self.fs.create_unnamed_by(parent.0, perm, who, linkable) {
             Ok(a) => {
                 let (fh, how) = self.open_file(a.ino, req.pid(), flags);
+                self.held.mark(a.ino);
                 reply.created(&TTL, &file_attr(&a), Generation(a.generation as u64), fh, how);
             }
             Err(e) => reply.error(errno(&e)),

@@ -243,6 +243,8 @@ struct Mounted {
     args: Vec<&'static str>,
     /// CPUs the daemon is started on (`taskset -c`), if not every one.
     cpus: Option<&'static str>,
+    /// Environment variables the daemon is started with (`RUST_LOG` to log its requests).
+    env: Vec<(&'static str, &'static str)>,
 }
 
 impl Mounted {
@@ -266,6 +268,7 @@ impl Mounted {
             daemon: None,
             args: Vec::new(),
             cpus: None,
+            env: Vec::new(),
         };
         m.start();
         m
@@ -310,6 +313,7 @@ impl Mounted {
             .arg("-f")
             .args(if self.args.contains(&"--threads") { &[][..] } else { &["--threads", "4"][..] })
             .args(&self.args)
+            .envs(self.env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -2331,6 +2335,62 @@ fn acl_tour(dir: &Path) -> String {
         getfattr -m - -d g d
     "#;
     ok(cmd("sh").args(["-c", script]).current_dir(dir))
+}
+
+/// `ls -l` of files the kernel holds asks the daemon nothing about them the second time: a
+/// READDIRPLUS gives such files by name alone, so the kernel keeps the ACLs it cached (linked
+/// again, it forgets them, and every listing asked for every file's ACL). The listing stays
+/// right across an ACL change, a new file under an old name and dropped caches.
+#[test]
+fn listing_again_keeps_what_the_kernel_holds_of_its_files() {
+    require_base();
+    require("setfacl", "acl");
+    let mut m = Mounted::new();
+    m.stop();
+    m.env.push(("RUST_LOG", "fuser::request=debug"));
+    m.start();
+    let d = m.path("d");
+    fs::create_dir(&d).unwrap();
+    for i in 0..40 {
+        fs::write(d.join(format!("f{i}")), b"x").unwrap();
+    }
+    ok(cmd("setfacl").args(["-m", "u:65534:r"]).arg(d.join("f7")));
+    let ls = || ok(cmd("ls").arg("-ln").arg(&d));
+    let line = |listing: &str, name: &str| {
+        let l = listing.lines().find(|l| l.ends_with(&format!(" {name}")));
+        l.unwrap_or_else(|| panic!("no {name} in:\n{listing}")).to_string()
+    };
+    // Requests about the listed files in the daemon's log since `from`.
+    let asked = |m: &Mounted, from: usize| {
+        let log = m.daemon_log();
+        let since = &log[from..];
+        let n = |what: &str| since.lines().filter(|l| l.contains(what)).count();
+        (n("GETXATTR name \"system.posix_acl_access\""), n(" LOOKUP "), since.to_string())
+    };
+    let first = ls();
+    let from = m.daemon_log().len();
+    let second = ls();
+    assert_eq!(second, first);
+    let (acls, lookups, log) = asked(&m, from);
+    assert_eq!((acls, lookups), (0, 0), "the second listing asked for ACLs or names:\n{log}");
+    assert!(line(&second, "f7").starts_with("-rw-r--r--+"), "{second}");
+    assert!(line(&second, "f8").starts_with("-rw-r--r-- "), "{second}");
+
+    // Changes through the mount show in the next listing.
+    ok(cmd("setfacl").arg("-b").arg(d.join("f7")));
+    fs::remove_file(d.join("f8")).unwrap();
+    fs::write(d.join("f8"), b"yy").unwrap();
+    ok(cmd("setfacl").args(["-m", "u:65534:rw"]).arg(d.join("f8")));
+    let third = ls();
+    assert!(line(&third, "f7").starts_with("-rw-r--r-- "), "{third}");
+    let f8 = line(&third, "f8");
+    assert!(f8.starts_with("-rw-rw-r--+") && f8.contains(" 2 "), "{third}");
+    // The kernel drops what it holds (FORGET): the next listing links the files again.
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    assert_eq!(ls(), third);
+    assert_eq!(ls(), third);
+    m.stop();
+    fsck_clean(&m.pool);
 }
 
 #[test]

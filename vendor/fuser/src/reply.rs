@@ -858,6 +858,18 @@ impl ReplyDirectoryPlus {
         ))
     }
 
+    /// winefs: add an entry that the kernel lists but does not link: its node ID goes as 0,
+    /// so the kernel takes no lookup count of it and leaves whatever it holds for the name
+    /// (dentry, attributes, cached ACLs) as it is. `attr` gives only the inode number and
+    /// file type of the listed name. Returns true if the buffer is full.
+    pub fn add_name_only<T: AsRef<OsStr>>(&mut self, offset: u64, name: T, attr: &FileAttr) -> bool {
+        self.buf.push(&DirEntryPlus::name_only(
+            DirEntOffset(offset),
+            name.as_ref(),
+            attr.into(),
+        ))
+    }
+
     /// Reply to a request with the filled directory buffer
     pub fn ok(self) {
         let response: ll::ResponseData = self.buf.into();

@@ -521,6 +521,9 @@ pub(crate) struct DirEntryPlus<T: AsRef<Path>> {
     entry_valid: Duration,
     attr: Attr,
     attr_valid: Duration,
+    /// winefs: whether the kernel links the entry (takes a lookup count of it and its
+    /// attributes); if not, its node ID goes as 0 and the kernel only lists the name.
+    link: bool,
 }
 
 impl<T: AsRef<Path>> DirEntryPlus<T> {
@@ -541,6 +544,22 @@ impl<T: AsRef<Path>> DirEntryPlus<T> {
             entry_valid,
             attr,
             attr_valid,
+            link: true,
+        }
+    }
+
+    /// winefs: an entry the kernel lists without linking (node ID 0: no lookup count, and
+    /// whatever the kernel holds for the name stays as it is).
+    pub(crate) fn name_only(offset: DirEntOffset, name: T, attr: Attr) -> Self {
+        Self {
+            ino: INodeNo(0),
+            generation: Generation(0),
+            offset,
+            name,
+            entry_valid: Duration::ZERO,
+            attr,
+            attr_valid: Duration::ZERO,
+            link: false,
         }
     }
 }
@@ -567,7 +586,7 @@ impl DirEntPlusList {
         let name = x.name.as_ref().as_os_str().as_bytes();
         let header = abi::fuse_direntplus {
             entry_out: abi::fuse_entry_out {
-                nodeid: x.attr.attr.ino,
+                nodeid: if x.link { x.attr.attr.ino } else { 0 },
                 generation: x.generation.into(),
                 entry_valid: x.entry_valid.as_secs(),
                 attr_valid: x.attr_valid.as_secs(),
