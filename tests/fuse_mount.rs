@@ -2044,6 +2044,12 @@ fn hugepage_hint_stays_in_the_pool_and_hinted_directories_align_copies() {
     require("getfattr", "attr");
     require("setfattr", "attr");
     let mut m = Mounted::new();
+    // One CPU, so one allocator partition: the plain copy below lands in the holes the
+    // earlier allocations left there. Served from a CPU whose partition had none, its two
+    // 1 MiB writes would carve the start of a fresh aligned extent and look aligned.
+    m.stop();
+    m.cpus = Some("0");
+    m.start();
     let data = pseudo_random(77, 2 << 20);
     // An aligned original: fallocate gives it an aligned extent (and so the hint), then the
     // data is written in place.
