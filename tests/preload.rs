@@ -76,10 +76,16 @@ struct Mount {
     huge: PathBuf,
     daemon: Option<Child>,
     args: Vec<&'static str>,
+    /// `RUST_LOG` for the daemon, if any (its log is `daemon.log` in `dir`).
+    log: Option<&'static str>,
 }
 
 impl Mount {
     fn new(args: &[&'static str]) -> Mount {
+        Mount::new_logging(args, None)
+    }
+
+    fn new_logging(args: &[&'static str], log: Option<&'static str>) -> Mount {
         assert_eq!(winefs::sys::euid(), 0, "the preload tests need root (FUSE, tmpfs)");
         let dir = tempfile::Builder::new().prefix("winefs-preload").tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
@@ -99,6 +105,7 @@ impl Mount {
             huge,
             daemon: None,
             args: args.to_vec(),
+            log,
         };
         m.start();
         m
@@ -116,6 +123,7 @@ impl Mount {
             .arg(&self.mnt)
             .arg("-f")
             .args(&self.args)
+            .envs(self.log.map(|l| ("RUST_LOG", l)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -264,6 +272,35 @@ fn pmd_mapped_kb(pid: u32) -> u64 {
         .filter(|l| l.starts_with("ShmemPmdMapped:") || l.starts_with("FilePmdMapped:"))
         .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
         .sum()
+}
+
+/// A process started with the library makes itself known to every winefs mount's daemon
+/// without touching the mounts: the channel's name comes from the mount table and a stat of the
+/// pool file. Before, each process opened every mount's root to ask it, and an unmount that
+/// met such an open was refused as busy (mount(8)'s tests saw "target is busy" while other
+/// tests started programs with the library).
+#[test]
+fn starting_a_process_with_the_library_sends_the_mounts_no_request() {
+    let mut m = Mount::new_logging(&[], Some("fuser::request=debug,winefs::fuse::channel=debug"));
+    let log = m.dir.path().join("daemon.log");
+    let before = fs::read_to_string(&log).unwrap().len();
+    for _ in 0..3 {
+        ok(Command::new("true").env("LD_PRELOAD", preload_lib()));
+    }
+    // The daemon notes a process it learns of on the channel's thread: wait for the third.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let since = loop {
+        let all = fs::read_to_string(&log).unwrap();
+        let since = all[before..].to_string();
+        if since.matches("is known").count() >= 3 || Instant::now() > deadline {
+            break since;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(since.matches("is known").count(), 3, "three processes announced:\n{since}");
+    let requests: Vec<&str> = since.lines().filter(|l| l.contains("fuser::request")).collect();
+    assert!(requests.is_empty(), "requests reached the mount: {requests:?}");
+    m.stop_and_fsck();
 }
 
 #[test]

@@ -77,9 +77,15 @@ impl Client {
     /// Tell the daemon of the channel named `name` that this process is a client (see
     /// `direct::announce_to_mounts`). The connection is kept open, unused, for the life of the
     /// process (it is closed on exec): the daemon forgets the process when it closes. Best
-    /// effort: a daemon that refuses, or knows no such request, is left alone.
-    pub fn announce(name: &[u8]) {
+    /// effort: a daemon that refuses, or knows no such request, is left alone, and so is a
+    /// listener that runs as neither root nor `owner` (the pool's owner, who alone besides
+    /// root may serve it): the name is made from the pool, so anyone could take it.
+    pub fn announce(name: &[u8], owner: u32) {
         let Ok(sock) = sys::connect_abstract(name) else { return };
+        if !sys::peer_uid(sock).is_ok_and(|uid| uid == 0 || uid == owner) {
+            sys::next_close(sock);
+            return;
+        }
         let mut head = [0u8; 8];
         let mut fds = Vec::new();
         let told = sys::send_all(sock, &proto::frame(proto::OP_ANNOUNCE, &proto::VERSION.to_le_bytes()))

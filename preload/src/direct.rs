@@ -14,6 +14,7 @@ use crate::stats::{self, Counter};
 use crate::sys::{self, Errno};
 use libc::c_int;
 use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -247,18 +248,25 @@ fn client_for(fd: c_int, dev: u64) -> Option<Arc<Client>> {
 /// be refused a lease (docs/DESIGN.md §7b, "Page cache or direct path"). The announcing
 /// connection stays open, unused, until the process exits (the daemon forgets it then); it
 /// takes no descriptor of the pool and starts no thread (a thread would break programs that
-/// change their credentials, such as setpriv). A mount that appears later is connected to at
-/// first use, as before.
+/// change their credentials, such as setpriv). The mounts are not touched: each channel's name
+/// comes from the mount table (the mount's source is its pool) and a stat of the pool file,
+/// since any open of a mount, however short, makes an unmount that meets it fail with EBUSY,
+/// and every process started with the library would do it. A mount that appears later is
+/// connected to at first use, as before.
 pub fn announce_to_mounts() {
+    let mut told: Vec<String> = Vec::new();
     for m in crate::mountinfo::mounts() {
         if m.fstype != "fuse.winefs" {
             continue;
         }
-        let Ok(dir) = std::fs::File::open(&m.point) else {
+        let Ok(pool) = std::fs::metadata(&m.source) else {
             continue;
         };
-        if let Ok(name) = sys::fgetxattr(std::os::fd::AsRawFd::as_raw_fd(&dir), crate::proto::CHANNEL_XATTR) {
-            Client::announce(&name);
+        let name = crate::proto::channel_name(pool.dev(), pool.ino());
+        // A pool mounted on two points (a bind mount) has one daemon.
+        if !told.contains(&name) {
+            Client::announce(name.as_bytes(), pool.uid());
+            told.push(name);
         }
     }
 }

@@ -246,6 +246,20 @@ pub fn fgetxattr(fd: c_int, name: &str) -> Result<Vec<u8>, Errno> {
 }
 
 /// A connected stream socket to the abstract Unix address `name`, closed on exec.
+/// The user id of the process at the other end of the connected Unix socket `fd`.
+pub fn peer_uid(fd: c_int) -> Result<u32, Errno> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes of the sizes given; the kernel fills them.
+    let r = unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
+    };
+    if r < 0 {
+        return Err(errno());
+    }
+    Ok(cred.uid)
+}
+
 pub fn connect_abstract(name: &[u8]) -> Result<c_int, Errno> {
     // SAFETY: socket only creates a descriptor.
     let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };

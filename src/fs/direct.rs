@@ -77,9 +77,18 @@ impl Fs {
 
     /// The user that owns the pool file (who, with root, may use the direct path).
     pub fn pool_owner(&self) -> Result<u32> {
-        let m = std::fs::metadata(self.state.pool.path())
-            .map_err(|e| crate::Error::io("stat the pool", e))?;
-        Ok(m.uid())
+        Ok(self.pool_file()?.uid())
+    }
+
+    /// The pool file's device and inode numbers (`st_dev`, `st_ino`), which name the
+    /// direct-path channel (`fuse::proto::channel_name`).
+    pub fn pool_file_id(&self) -> Result<(u64, u64)> {
+        let m = self.pool_file()?;
+        Ok((m.dev(), m.ino()))
+    }
+
+    fn pool_file(&self) -> Result<std::fs::Metadata> {
+        std::fs::metadata(self.state.pool.path()).map_err(|e| crate::Error::io("stat the pool", e))
     }
 
     /// The size board (a memory file of one `u64` per inode number holding the size of every

@@ -17,14 +17,32 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use crate::fuse::{invalidate_attributes, invalidate_data};
 use fuser::Notifier;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
-/// Names of channels made by this process (several mounts in one test process).
-static NEXT_CHANNEL: AtomicU64 = AtomicU64::new(0);
+/// How long a new channel waits for its name, which the last daemon of the same pool may
+/// still hold for a moment after it let the pool go.
+const NAME_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Listen on the abstract socket `name`, waiting up to [`NAME_WAIT`] while it is taken.
+fn bind_waiting(name: &str) -> io::Result<UnixListener> {
+    let addr = SocketAddr::from_abstract_name(name)?;
+    let deadline = std::time::Instant::now() + NAME_WAIT;
+    loop {
+        match UnixListener::bind_addr(&addr) {
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                return Err(io::Error::other(format!("the channel name {name} is taken by another process")));
+            }
+            r => return r,
+        }
+    }
+}
 
 /// A running channel.
 pub struct Channel {
@@ -44,12 +62,9 @@ impl Channel {
         notifier: Arc<OnceLock<Notifier>>,
         gate: Arc<CacheGate>,
     ) -> io::Result<Arc<Channel>> {
-        let name = format!(
-            "winefs.{}.{}",
-            std::process::id(),
-            NEXT_CHANNEL.fetch_add(1, Ordering::Relaxed)
-        );
-        let listener = UnixListener::bind_addr(&SocketAddr::from_abstract_name(&name)?)?;
+        let (dev, ino) = fs.pool_file_id().map_err(io::Error::other)?;
+        let name = proto::channel_name(dev, ino);
+        let listener = bind_waiting(&name)?;
         let ch = Arc::new(Channel {
             name,
             listener,
@@ -231,6 +246,7 @@ impl Session<'_> {
     /// Make the client's process known to the gate (once per connection).
     fn greet(&mut self) {
         if !self.greeted {
+            log::debug!("direct-path client: process {} is known", self.pid);
             self.gate.client_connected(self.pid);
             self.greeted = true;
         }

@@ -4,7 +4,7 @@
 //!
 //! A connection is a Unix stream socket in the abstract namespace; its name is the value of the
 //! virtual extended attribute [`CHANNEL_XATTR`] of every regular file of the mount and of its
-//! root. The client
+//! root, and is made from the pool file's identity ([`channel_name`]). The client
 //! sends requests and reads one reply to each, in order. Every number is little-endian.
 //!
 //! Request: `op: u32`, `len: u32`, then `len` bytes of payload. Reply: `status: i32` (0 or an
@@ -27,6 +27,14 @@
 
 /// The extended attribute that names a mount's channel (answered by the daemon, not stored).
 pub const CHANNEL_XATTR: &str = "user.winefs.channel";
+
+/// The abstract name of the channel of the daemon that serves the pool file with `st_dev`
+/// `pool_dev` and `st_ino` `pool_ino`. A process finds it from the mount table (a mount's
+/// source is its pool file) and a stat of the pool, without touching the mount: an open of
+/// the mount, however short, makes an unmount that meets it fail with EBUSY.
+pub fn channel_name(pool_dev: u64, pool_ino: u64) -> String {
+    format!("winefs.pool.{pool_dev:x}.{pool_ino:x}")
+}
 /// The virtual extended attribute of a mount's root that answers its write accounting as
 /// JSON (`state::accounting::WriteStats`; `winefs stat` reads it).
 pub const STATS_XATTR: &str = "user.winefs.stats";
