@@ -24,7 +24,7 @@ pub(crate) const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(100);
 
 /// Most pauses between two tries of a contended lock. Measured on 16 CPUs (docs/EVALUATION.md,
 /// "Waiters that back off"): trying back to back, the scale loop fell from 2.2M operations per
-/// second at 11 threads to 1.6M at 16; with 32 it held 2.1M-2.4M. 8 did less, 128 no better.
+/// second at 11 threads to 1.6M at 16; with 32 it held 1.9M-2.4M. 8 did less, 128 no better.
 const MAX_BACKOFF: u32 = 32;
 
 /// Take a lock with `try_take` until it succeeds or [`SPIN_BEFORE_SLEEP`] has passed, then
