@@ -22,22 +22,23 @@ use crate::fuse::{invalidate_attributes, invalidate_data};
 use fuser::Notifier;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// How long a new channel waits for its name, which the last daemon of the same pool may
 /// still hold for a moment after it let the pool go.
-const NAME_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+const NAME_WAIT: Duration = Duration::from_secs(2);
 
 /// Listen on the abstract socket `name`, waiting up to [`NAME_WAIT`] while it is taken.
 fn bind_waiting(name: &str) -> io::Result<UnixListener> {
     let addr = SocketAddr::from_abstract_name(name)?;
-    let deadline = std::time::Instant::now() + NAME_WAIT;
+    let deadline = Instant::now() + NAME_WAIT;
     loop {
         match UnixListener::bind_addr(&addr) {
-            Err(e) if e.kind() == io::ErrorKind::AddrInUse && std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
             Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
-                return Err(io::Error::other(format!("the channel name {name} is taken by another process")));
+                if Instant::now() >= deadline {
+                    return Err(io::Error::other(format!("the channel name {name} is taken by another process")));
+                }
+                std::thread::sleep(Duration::from_millis(20));
             }
             r => return r,
         }
@@ -128,7 +129,7 @@ impl Channel {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     log::warn!("direct-path channel: accept: {e}");
-                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    std::thread::sleep(Duration::from_millis(10));
                     continue;
                 }
             };
@@ -354,5 +355,28 @@ impl Session<'_> {
         if self.greeted {
             self.gate.client_gone(self.pid);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_channel_name_is_waited_for_while_its_last_holder_lets_go_and_refused_if_it_does_not() {
+        let name = format!("winefs.test.{}.name", std::process::id());
+        let holder = bind_waiting(&name).unwrap();
+        let start = Instant::now();
+        let err = bind_waiting(&name).unwrap_err();
+        assert!(err.to_string().contains("is taken by another process"), "{err}");
+        assert!(start.elapsed() >= NAME_WAIT, "refused before the wait was up");
+        // Let go while another waits: the waiter gets the name.
+        let letting_go = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(holder);
+        });
+        let listener = bind_waiting(&name).unwrap();
+        letting_go.join().unwrap();
+        drop(listener);
     }
 }
