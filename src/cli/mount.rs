@@ -298,6 +298,11 @@ pub fn run(a: MountArgs) -> Result<u8, Fail> {
     };
     let quiet = a.quiet;
     let cache = if a.writeback_cache { ", writeback cache" } else { "" };
+    let cache = if fs.disk_syncs().is_some() {
+        format!("{cache}, a disk file: fdatasync at every commit, no direct path")
+    } else {
+        cache.to_string()
+    };
     // Closed by the transport, which the daemon decides once the kernel has answered INIT.
     let summary = format!(
         "mounted {p} on {} ({mode} mode{cache}, {threads} threads",

@@ -177,6 +177,14 @@ impl Fs {
         self.state.consistency
     }
 
+    /// Writes of the pool file to the disk since mount, for a pool that is a file on a disk file
+    /// system without DAX (there every fence after new stores is an `fdatasync`); `None` for a
+    /// pool in memory or on DAX, whose cache-line write-backs reach the media.
+    pub fn disk_syncs(&self) -> Option<u64> {
+        let pool = &self.state.pool;
+        pool.syncs_to_disk().then(|| pool.disk_syncs())
+    }
+
     /// Persistence counters of the pool (bytes written and lines flushed per category).
     pub fn persist_stats(&self) -> PersistStats {
         self.state.pool.stats()

@@ -80,6 +80,20 @@ impl Fs {
         Ok(self.pool_file()?.uid())
     }
 
+    /// Whether processes may store into this pool themselves: not into a file on a disk file
+    /// system without DAX, where their stores and write-backs would reach only the page cache
+    /// (this process's fences write the pool to the disk).
+    pub fn check_direct_path(&self) -> Result<()> {
+        if self.state.pool.syncs_to_disk() {
+            return Err(crate::Error::Invalid(format!(
+                "{} is a file on a disk file system without DAX: a process's own stores would \
+                 not reach the disk",
+                self.state.pool.path().display()
+            )));
+        }
+        Ok(())
+    }
+
     /// The pool file's device and inode numbers (`st_dev`, `st_ino`), which name the
     /// direct-path channel (`fuse::proto::channel_name`).
     pub fn pool_file_id(&self) -> Result<(u64, u64)> {

@@ -63,6 +63,7 @@ impl Channel {
         notifier: Arc<OnceLock<Notifier>>,
         gate: Arc<CacheGate>,
     ) -> io::Result<Arc<Channel>> {
+        fs.check_direct_path().map_err(io::Error::other)?;
         let (dev, ino) = fs.pool_file_id().map_err(io::Error::other)?;
         let name = proto::channel_name(dev, ino);
         let listener = bind_waiting(&name)?;

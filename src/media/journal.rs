@@ -445,7 +445,7 @@ impl Journals {
         )?;
         pool.fence();
         st.head += u32::from(count);
-        Ok(())
+        pool.check_durable()
     }
 }
 

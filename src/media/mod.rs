@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod checksum;
+pub(crate) mod disk_sync;
 pub(crate) mod free_space;
 pub mod journal;
 pub mod geometry;

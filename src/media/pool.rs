@@ -7,6 +7,7 @@
 #![allow(unsafe_code)] // one of the few modules allowed `unsafe` (Cargo.toml [lints])
 #![deny(clippy::cast_possible_truncation)]
 
+use crate::media::disk_sync::DiskSync;
 use crate::media::persist_stats::Counters;
 pub use crate::media::persist_stats::{CATEGORIES, Category, PersistStats, thread_stats};
 use crate::media::wear::WearCounters;
@@ -115,6 +116,9 @@ pub struct Pool {
     observer: RwLock<Option<Arc<dyn PersistObserver>>>,
     /// Per-block write counters of a pool made with `--wear-stats`, once mount attached them.
     wear: std::sync::OnceLock<Arc<WearCounters>>,
+    /// Set for a file on a disk file system without DAX (its mapping is the page cache): fences
+    /// write the file to the disk instead of trusting cache-line write-backs.
+    disk: Option<DiskSync>,
 }
 
 // SAFETY: the mapping is process-wide shared memory that lives as long as `Pool`; all access goes
@@ -368,6 +372,7 @@ impl Pool {
             }
         }
         let memory_backed = !private && crate::sys::in_memory(path, &file);
+        let page_cache = !private && !memory_backed && !crate::sys::is_dax_file(&file);
         Ok(Pool {
             base: base as *mut u8,
             len,
@@ -380,6 +385,7 @@ impl Pool {
             observed: AtomicBool::new(false),
             observer: RwLock::new(None),
             wear: std::sync::OnceLock::new(),
+            disk: page_cache.then(DiskSync::default),
         })
     }
 
@@ -571,6 +577,10 @@ impl Pool {
         if self.private {
             return; // nothing reaches media in a private mapping
         }
+        if let Some(disk) = &self.disk {
+            disk.note(); // the next fence writes it to the disk; a write-back would reach DRAM
+            return;
+        }
         match self.flush_kind {
             #[cfg(target_arch = "x86_64")]
             FlushKind::Clwb | FlushKind::ClflushOpt | FlushKind::Clflush => {
@@ -618,6 +628,37 @@ impl Pool {
         };
         #[cfg(not(target_arch = "x86_64"))]
         std::sync::atomic::fence(Ordering::SeqCst);
+        if let Some(disk) = &self.disk {
+            disk.fence(&self.file);
+        }
+    }
+
+    /// Whether fences write the pool file to the disk (`fdatasync`): a file on a disk file
+    /// system without DAX, whose mapping is the page cache.
+    pub fn syncs_to_disk(&self) -> bool {
+        self.disk.is_some()
+    }
+
+    /// Writes of the pool file to the disk since open (0 unless [`Pool::syncs_to_disk`]).
+    pub fn disk_syncs(&self) -> u64 {
+        self.disk.as_ref().map_or(0, DiskSync::syncs)
+    }
+
+    /// The error of the first write of the pool to the disk that failed: nothing stored since
+    /// is known to be durable.
+    pub fn disk_failure(&self) -> Option<std::io::Error> {
+        self.disk.as_ref().and_then(DiskSync::failure)
+    }
+
+    /// Refuse to report success once a write of the pool to the disk has failed.
+    pub(crate) fn check_durable(&self) -> Result<()> {
+        match self.disk_failure() {
+            Some(e) => Err(Error::io(
+                format!("write the pool {} to the disk", self.path.display()),
+                e,
+            )),
+            None => Ok(()),
+        }
     }
 
     /// Store the 8-byte word `v` at `off` (a multiple of 8) with one atomic store, so a crash
@@ -715,7 +756,12 @@ impl Pool {
         let end = off + len;
         let a = off.next_multiple_of(CACHE_LINE).min(end);
         let b = (end & !(CACHE_LINE - 1)).max(a);
-        let nt = cfg!(target_arch = "x86_64") && !self.private && b > a && len >= 256;
+        // Non-temporal stores bypass `flush`, which a disk-backed pool's fences count on.
+        let nt = cfg!(target_arch = "x86_64")
+            && !self.private
+            && self.disk.is_none()
+            && b > a
+            && len >= 256;
         if !nt {
             src.copy_to(self.base, off, 0, len);
             self.flush_uncounted(off, len, cat);

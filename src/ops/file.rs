@@ -643,5 +643,5 @@ pub(crate) fn fsync(state: &MountState, ino: u64) -> Result<()> {
     appends::settle(state, &n)?;
     map_hooks::flush_mapped(state, &rlock(&n));
     state.pool.fence();
-    Ok(())
+    state.pool.check_durable()
 }

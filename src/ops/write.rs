@@ -167,6 +167,7 @@ fn overwrite_in_place(state: &MountState, g: &mut InodeState, off: u64, data: &[
         .write_flush(phys * BLOCK_SIZE + off % BLOCK_SIZE, data, Category::Data)?;
     state.store_write_times(g)?;
     state.pool.fence();
+    state.pool.check_durable()?;
     Ok(true)
 }
 

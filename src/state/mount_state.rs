@@ -154,7 +154,7 @@ impl MountState {
                 "an internal failure left DRAM and media out of step; operations are refused until remount (recovery will restore a consistent state)".into(),
             ));
         }
-        Ok(())
+        self.pool.check_durable()
     }
 
     /// Mark the mount unusable until remount (DRAM may have moved ahead of media).
@@ -526,7 +526,7 @@ impl MountState {
         g.hdr.size = size;
         self.store_write_times(g)?;
         self.pool.fence();
-        Ok(())
+        self.pool.check_durable()
     }
 
     /// A data write's times: the modification and change times become now, stored in the inode

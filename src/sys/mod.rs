@@ -413,6 +413,69 @@ pub fn in_memory(path: &Path, file: &std::fs::File) -> bool {
     }
 }
 
+/// Whether `file` is in DAX mode (`STATX_ATTR_DAX`): its mapping reaches the media directly, with
+/// no page cache between. False where the kernel cannot say.
+pub fn is_dax_file(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    let empty = c"";
+    // SAFETY: an all-zero statx is a valid value of this plain C struct.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `file` is an open descriptor, `empty` a valid NUL-terminated string (AT_EMPTY_PATH
+    // makes statx describe the descriptor itself) and `st` a properly sized out-parameter.
+    let rc = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_BASIC_STATS,
+            &mut st,
+        )
+    };
+    rc == 0
+        && st.stx_attributes_mask & libc::STATX_ATTR_DAX as u64 != 0
+        && st.stx_attributes & libc::STATX_ATTR_DAX as u64 != 0
+}
+
+/// Pages of `file` in the page cache that are dirty or under write-back (`cachestat(2)`, Linux
+/// 6.5+): what the kernel has not yet written to the disk.
+pub fn unwritten_pages(file: &std::fs::File) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    /// `cachestat(2)`'s number on every Linux architecture that has it.
+    const SYS_CACHESTAT: libc::c_long = 451;
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    // A length of 0 covers the whole file.
+    let range = Range { off: 0, len: 0 };
+    let mut st = Stat::default();
+    // SAFETY: `range` and `st` are the kernel's `struct cachestat_range` and `struct cachestat`
+    // (five u64), live for the call; the flags argument must be 0.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            file.as_raw_fd(),
+            &range as *const Range,
+            &mut st as *mut Stat,
+            0u32,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.nr_dirty + st.nr_writeback)
+}
+
 /// The `f_type` magic number of the file system holding `path`.
 pub fn fs_magic(path: &Path) -> Option<i64> {
     let c = CString::new(path.as_os_str().as_bytes()).ok()?;
