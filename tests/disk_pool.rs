@@ -80,6 +80,7 @@ fn every_operation_is_on_the_disk_when_it_returns() {
     assert_eq!(unwritten(&pool), 0, "unlink");
     fs.unmount().unwrap();
     assert_eq!(unwritten(&pool), 0, "unmount");
+    assert!(info(&pool).contains("durability    every commit waits for fdatasync"));
 
     // Relaxed: data is written in place and durable at fsync.
     let fs = common::mount_with(&pool, Consistency::Relaxed);
@@ -115,4 +116,16 @@ fn a_pool_in_memory_writes_to_no_disk() {
     assert!(fs.check_direct_path().is_ok());
     fs.create(fs.root(), b"a", 0o644, 0, 0).unwrap();
     fs.unmount().unwrap();
+    assert!(info(&pool).contains("durability    cache-line write-backs and fences; the pool is in memory"));
+}
+
+/// `winefs info POOL`'s output.
+fn info(pool: &Path) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_winefs"))
+        .arg("info")
+        .arg(pool)
+        .output()
+        .expect("run winefs info");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

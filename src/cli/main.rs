@@ -828,6 +828,23 @@ fn rewrite(pool: &Path, path: &str) -> Result<u8, Fail> {
     Ok(0)
 }
 
+/// How a mount of the pool at `path` makes its stores durable (docs/DESIGN.md §1).
+fn durability(path: &Path) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(file) = std::fs::File::open(path) else {
+        return "unknown (the pool cannot be opened)";
+    };
+    if file.metadata().is_ok_and(|m| m.file_type().is_char_device()) {
+        "cache-line write-backs and fences (device DAX)"
+    } else if winefs::sys::in_memory(path, &file) {
+        "cache-line write-backs and fences; the pool is in memory (tmpfs, hugetlbfs or ramfs) and gone at a reboot"
+    } else if winefs::sys::is_dax_file(&file) {
+        "cache-line write-backs and fences (a DAX file)"
+    } else {
+        "every commit waits for fdatasync (a file on a disk file system without DAX)"
+    }
+}
+
 fn info(pool: &Path) -> Result<u8, Fail> {
     let p = pool.display();
     let (sb, state) =
@@ -866,6 +883,7 @@ fn info(pool: &Path) -> Result<u8, Fail> {
     );
     let wear = if g.wear_blocks > 0 { "kept (`winefs wear`)" } else { "not kept" };
     println!("wear counters {wear}");
+    println!("durability    {}", durability(pool));
     println!(
         "state         {} unmount, mounted {} time(s)",
         if state.clean { "clean" } else { "NOT clean" },

@@ -324,7 +324,7 @@ pub(crate) fn mount_checked(
     for note in &notes {
         log::warn!("{}: {note}", pool.path().display());
     }
-    if pool.syncs_to_disk() && !pool.is_private() {
+    if pool.syncs_to_disk() {
         log::info!(
             "{}: a file on a disk file system without DAX: every commit waits for the disk \
              (fdatasync); a DAX file system, device DAX or a tmpfs avoids that",
