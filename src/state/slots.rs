@@ -136,7 +136,8 @@ fn store(
         g.slots.insert(lb, SlotRef { lines, ..sref });
         lock(&state.zones.zones[sref.part as usize]).touch(sref.slot);
     }
-    Ok(())
+    // DRAM follows the pool's bytes either way; a pool whose sync failed reports it here.
+    pool.check_durable()
 }
 
 /// A free slot of this CPU's zone for block `lb` of `g` (home `home`). A zone short of free
