@@ -53,17 +53,19 @@ fn client(static_link: bool) -> &'static Path {
     let cell = if static_link { &STAT } else { &DYN };
     cell.get_or_init(|| {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/preload_client.c");
-        let out = std::env::temp_dir().join(format!(
-            "winefs-preload-client-{}{}",
-            std::process::id(),
-            if static_link { "-static" } else { "" }
-        ));
+        // In the build's own scratch directory, replaced by the next run rather than left in
+        // the temporary directory run after run; built under this process's name and renamed
+        // over the last one, which a process still running it keeps.
+        let name = format!("winefs-preload-client{}", if static_link { "-static" } else { "" });
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(&name);
+        let fresh = out.with_file_name(format!("{name}.{}", std::process::id()));
         let mut cc = Command::new("cc");
-        cc.arg("-O2").arg("-o").arg(&out).arg(&src);
+        cc.arg("-O2").arg("-o").arg(&fresh).arg(&src);
         if static_link {
             cc.arg("-static");
         }
         ok(&mut cc);
+        std::fs::rename(&fresh, &out).expect("put the test program in place");
         out
     })
 }
