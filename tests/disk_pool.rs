@@ -13,9 +13,11 @@ fn disk_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a directory in target/");
     let probe = dir.path().join("probe");
     let file = std::fs::File::create(&probe).expect("a file in target/");
-    assert!(
-        !winefs::sys::in_memory(&probe, &file),
-        "{} is in memory; these tests need the build on a disk file system",
+    let backing = winefs::sys::backing(&probe, &file);
+    assert_eq!(
+        backing,
+        winefs::sys::Backing::PageCache,
+        "{}: these tests need the build on a disk file system without DAX",
         dir.path().display()
     );
     dir

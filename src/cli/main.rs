@@ -830,18 +830,15 @@ fn rewrite(pool: &Path, path: &str) -> Result<u8, Fail> {
 
 /// How a mount of the pool at `path` makes its stores durable (docs/DESIGN.md §1).
 fn durability(path: &Path) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
+    use winefs::sys::Backing;
     let Ok(file) = std::fs::File::open(path) else {
         return "unknown (the pool cannot be opened)";
     };
-    if file.metadata().is_ok_and(|m| m.file_type().is_char_device()) {
-        "cache-line write-backs and fences (device DAX)"
-    } else if winefs::sys::in_memory(path, &file) {
-        "cache-line write-backs and fences; the pool is in memory (tmpfs, hugetlbfs or ramfs) and gone at a reboot"
-    } else if winefs::sys::is_dax_file(&file) {
-        "cache-line write-backs and fences (a DAX file)"
-    } else {
-        "every commit waits for fdatasync (a file on a disk file system without DAX)"
+    match winefs::sys::backing(path, &file) {
+        Backing::DeviceDax => "cache-line write-backs and fences (device DAX)",
+        Backing::Memory => "cache-line write-backs and fences; the pool is in memory (tmpfs, hugetlbfs or ramfs) and gone at a reboot",
+        Backing::DaxFile => "cache-line write-backs and fences (a DAX file)",
+        Backing::PageCache => "every commit waits for fdatasync (a file on a disk file system without DAX)",
     }
 }
 

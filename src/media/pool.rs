@@ -12,6 +12,7 @@ use crate::media::persist_stats::Counters;
 pub use crate::media::persist_stats::{CATEGORIES, Category, PersistStats, thread_stats};
 use crate::media::wear::WearCounters;
 use crate::error::{Error, Result};
+use crate::sys::Backing;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::io::AsRawFd;
@@ -371,8 +372,10 @@ impl Pool {
                 libc::munmap((aligned as usize + ulen) as *mut libc::c_void, tail);
             }
         }
-        let memory_backed = !private && crate::sys::in_memory(path, &file);
-        let page_cache = !private && !memory_backed && !crate::sys::is_dax_file(&file);
+        let backing = crate::sys::backing(path, &file);
+        let memory_backed =
+            !private && matches!(backing, Backing::DeviceDax | Backing::Memory);
+        let page_cache = !private && backing == Backing::PageCache;
         Ok(Pool {
             base: base as *mut u8,
             len,

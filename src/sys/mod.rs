@@ -401,21 +401,37 @@ pub fn lower_thread_priority() {
     }
 }
 
-/// Whether `file` (at `path`) lives in memory: a character device (device DAX) or a file on
-/// tmpfs, hugetlbfs or ramfs.
-pub fn in_memory(path: &Path, file: &std::fs::File) -> bool {
+/// What a shared mapping of a pool file reaches (docs/DESIGN.md §1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backing {
+    /// A character device (device DAX): the media itself.
+    DeviceDax,
+    /// A file on tmpfs, hugetlbfs or ramfs: memory, gone at a reboot.
+    Memory,
+    /// A file in DAX mode (`STATX_ATTR_DAX`): the media itself.
+    DaxFile,
+    /// Anything else (a file on a disk file system, a block device): the page cache, which the
+    /// kernel writes to the disk when it pleases or when asked (`fdatasync`).
+    PageCache,
+}
+
+/// What `file` (at `path`) is backed by.
+pub fn backing(path: &Path, file: &std::fs::File) -> Backing {
     use std::os::unix::fs::FileTypeExt;
     const MEMORY_FS: [i64; 3] = [0x0102_1994, 0x9584_58f6, 0x8584_58f6];
     match file.metadata() {
-        Ok(m) if m.file_type().is_char_device() => true,
-        Ok(m) if m.is_file() => fs_magic(path).is_some_and(|t| MEMORY_FS.contains(&t)),
-        _ => false,
+        Ok(m) if m.file_type().is_char_device() => Backing::DeviceDax,
+        Ok(m) if m.is_file() && fs_magic(path).is_some_and(|t| MEMORY_FS.contains(&t)) => {
+            Backing::Memory
+        }
+        _ if is_dax_file(file) => Backing::DaxFile,
+        _ => Backing::PageCache,
     }
 }
 
 /// Whether `file` is in DAX mode (`STATX_ATTR_DAX`): its mapping reaches the media directly, with
 /// no page cache between. False where the kernel cannot say.
-pub fn is_dax_file(file: &std::fs::File) -> bool {
+fn is_dax_file(file: &std::fs::File) -> bool {
     use std::os::fd::AsRawFd;
     let empty = c"";
     // SAFETY: an all-zero statx is a valid value of this plain C struct.
