@@ -131,3 +131,132 @@ fn info(pool: &Path) -> String {
     assert!(out.status.success(), "{out:?}");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// A mount point of its own (a size-limited tmpfs or a loop-mounted ext4), lazily unmounted on
+/// drop so a failed assertion leaves nothing mounted.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Run a setup command; it must succeed (the test runs only as root, where all of them can).
+fn must(cmd: &mut std::process::Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?}: {out:?}");
+}
+
+fn mount_ext4(img: &Path, at: &Path) -> Mounted {
+    must(std::process::Command::new("mount").args(["-o", "loop"]).arg(img).arg(at));
+    Mounted(at.to_path_buf())
+}
+
+/// A disk that stops taking writes: ext4 on a loop device whose image is a sparse file on a
+/// small tmpfs. Filling the tmpfs makes every write to a part of the image never written
+/// before fail (the loop device's write gets ENOSPC), as a thinly provisioned disk that runs
+/// out of space does; parts written before still take writes. A strict write of fresh blocks
+/// then fails at its fdatasync, and from there on the mount must store nothing: no later store
+/// may reach the disk without the ones that failed (the kernel may write pages dirtied after
+/// the failure back once the disk takes writes again, e.g. the size of a file whose data was
+/// lost), and the pool must not be marked clean. The next mount then finds what a crash at the
+/// failed sync leaves: everything that was durable, and no file whose bytes were lost.
+#[test]
+fn a_failed_disk_write_stops_the_mount_and_loses_nothing_durable() {
+    if winefs::sys::euid() != 0 {
+        eprintln!("skipping: a failing disk needs root (tmpfs and loop mounts)");
+        return;
+    }
+    let dir = tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm");
+    let (shelf, disk) = (dir.path().join("shelf"), dir.path().join("disk"));
+    std::fs::create_dir(&shelf).unwrap();
+    std::fs::create_dir(&disk).unwrap();
+    must(std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=48m", "winefs-test"])
+        .arg(&shelf));
+    let shelf_guard = Mounted(shelf.clone());
+    let img = shelf.join("ext4.img");
+    std::fs::File::create(&img).unwrap().set_len(256 << 20).unwrap();
+    // Inode tables and the journal written now (not lazily later, when the shelf is full).
+    must(std::process::Command::new("mkfs.ext4")
+        .args(["-q", "-b", "4096", "-N", "1024", "-J", "size=4"])
+        .args(["-E", "lazy_itable_init=0,lazy_journal_init=0,nodiscard"])
+        .arg(&img));
+    let ext4 = mount_ext4(&img, &disk);
+
+    let pool = disk.join("pool");
+    common::format(&pool, 64 << 20, None);
+    let fs = common::mount(&pool);
+    let root = fs.root();
+    let kept = fs.create(root, b"kept", 0o644, 0, 0).unwrap().ino;
+    fs.write(kept, 0, &common::pattern(1 << 20, 7)).unwrap();
+    fs.fsync(kept).unwrap();
+
+    // The disk fills up.
+    let filler = shelf.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![0xa5u8; 64 << 10];
+    while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
+    drop(f);
+    assert!(
+        std::fs::write(shelf.join("probe"), [1u8; 8192]).is_err(),
+        "the shelf is full"
+    );
+
+    // Fresh blocks: their write to the disk fails.
+    let failed = (|| {
+        let lost = fs.create(root, b"lost", 0o644, 0, 0)?.ino;
+        fs.write(lost, 0, &common::pattern(4 << 20, 9))?;
+        fs.fsync(lost)
+    })();
+    let e = failed.expect_err("a write whose blocks cannot reach the disk fails");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("to the disk") && msg.contains(&pool.display().to_string()),
+        "one line naming the pool and the disk: {msg}"
+    );
+    // Every later call fails the same way, and nothing more is left to write back.
+    let after = fs.create(root, b"after", 0o644, 0, 0).expect_err("a create after the failure");
+    assert!(after.to_string().contains("to the disk"), "{after}");
+    let mut buf = vec![0u8; 16];
+    assert!(fs.read(kept, 0, &mut buf).is_err(), "a read after the failure");
+    assert_eq!(unwritten(&pool), 0, "no store after the failed sync");
+    let un = fs.unmount().expect_err("an unmount after the failure does not mark it clean");
+    assert!(
+        un.to_string().contains("not marking") && un.to_string().contains("to the disk"),
+        "{un}"
+    );
+    assert_eq!(unwritten(&pool), 0, "the unmount stored nothing");
+
+    // The disk takes writes again; the page cache goes (as at a reboot).
+    std::fs::remove_file(&filler).unwrap();
+    drop(ext4);
+    let _ext4 = mount_ext4(&img, &disk);
+    let state = info(&pool);
+    assert!(
+        !state.contains("state         clean unmount"),
+        "the pool is not marked clean: {state}"
+    );
+    let fs = common::mount(&pool);
+    let kept = fs.lookup(root, b"kept").unwrap().ino;
+    let mut back = vec![0u8; 1 << 20];
+    assert_eq!(fs.read(kept, 0, &mut back).unwrap(), 1 << 20);
+    assert!(back == common::pattern(1 << 20, 7), "the durable file is intact");
+    // The failed file: absent, or there with none of the lost bytes claimed.
+    if let Ok(lost) = fs.lookup(root, b"lost") {
+        assert_eq!(
+            fs.getattr(lost.ino).unwrap().size,
+            0,
+            "no size for bytes that never reached the disk"
+        );
+    }
+    assert!(fs.lookup(root, b"after").is_err());
+    let report = fs.check();
+    assert!(report.is_clean(), "{report:?}");
+    fs.unmount().unwrap();
+    drop(shelf_guard);
+}

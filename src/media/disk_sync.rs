@@ -5,7 +5,11 @@
 //! these pools a fence writes the file's dirty pages to the disk (`fdatasync`) instead, after
 //! every write-back noted since the last one; a write-back that reached no fence yet costs
 //! nothing. An `fdatasync` that fails leaves the pool failed for the rest of the mount (Linux
-//! reports a write-back error once and may drop the pages, so a later success proves nothing).
+//! reports a write-back error once and may drop the pages, so a later success proves nothing),
+//! and the pool then takes no more stores: the kernel may still write pages dirtied after the
+//! failure back once the disk takes writes again, and a store that follows a lost one (a
+//! file's size after its data, a COMMIT after its changes) must never reach the disk without
+//! it. What the disk holds is then what a crash at the failed fence leaves.
 
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,7 +45,9 @@ impl DiskSync {
             return;
         }
         let _one = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        if self.synced.load(Ordering::SeqCst) >= mine {
+        // After a failure a later sync proves nothing (the error is reported once), and the
+        // pool takes no more stores.
+        if self.synced.load(Ordering::SeqCst) >= mine || self.failed.get().is_some() {
             return;
         }
         let upto = self.noted.load(Ordering::SeqCst);
@@ -60,6 +66,11 @@ impl DiskSync {
     /// Syncs issued since open.
     pub(crate) fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Whether a sync has failed (one atomic load: checked before every store to the pool).
+    pub(crate) fn has_failed(&self) -> bool {
+        self.failed.get().is_some()
     }
 
     /// The error of the first failed sync, if one failed.
@@ -104,8 +115,11 @@ mod tests {
         d.fence(&f);
         let e = d.failure().expect("the sync of a pipe fails");
         assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+        assert!(d.has_failed());
+        let syncs = d.syncs();
         d.note();
         d.fence(&f);
         assert!(d.failure().is_some(), "a failure is kept");
+        assert_eq!(d.syncs(), syncs, "no sync after a failed one: it would prove nothing");
     }
 }

@@ -500,6 +500,15 @@ impl Pool {
         }
     }
 
+    /// [`Pool::check`] for a store, which a pool whose write to the disk failed refuses (see
+    /// `disk_sync`: no store may reach the disk after one that was lost).
+    fn check_store(&self, off: u64, len: u64) -> Result<()> {
+        if self.disk.as_ref().is_some_and(DiskSync::has_failed) {
+            self.check_durable()?;
+        }
+        self.check(off, len)
+    }
+
     /// Copy `buf.len()` bytes at `off` out of the pool.
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         self.check(off, buf.len() as u64)?;
@@ -528,7 +537,7 @@ impl Pool {
 
     /// Store `data` at `off` (not yet durable: flush and fence make it so).
     pub fn write(&self, off: u64, data: &[u8], cat: Category) -> Result<()> {
-        self.check(off, data.len() as u64)?;
+        self.check_store(off, data.len() as u64)?;
         // SAFETY: bounds-checked range of our writable mapping; `data` is a separate allocation.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(ix(off)), data.len()) };
         self.counters.bytes(cat, data.len() as u64);
@@ -539,7 +548,7 @@ impl Pool {
 
     /// Fill `len` bytes at `off` with zeros (not yet durable).
     pub fn zero(&self, off: u64, len: u64, cat: Category) -> Result<()> {
-        self.check(off, len)?;
+        self.check_store(off, len)?;
         // SAFETY: bounds-checked range of our writable mapping.
         unsafe { std::ptr::write_bytes(self.base.add(ix(off)), 0, ix(len)) };
         self.counters.bytes(cat, len);
@@ -551,7 +560,7 @@ impl Pool {
     /// Copy `len` bytes inside the pool from `src` to `dst` (ranges must not overlap).
     pub fn copy_within(&self, src: u64, dst: u64, len: u64, cat: Category) -> Result<()> {
         self.check(src, len)?;
-        self.check(dst, len)?;
+        self.check_store(dst, len)?;
         if src < dst + len && dst < src + len {
             return Err(Error::Invalid(format!(
                 "overlapping pool copy {src}->{dst} of {len} bytes"
@@ -677,7 +686,7 @@ impl Pool {
     /// written back (stores to one line reach media in program order, so the later one is
     /// never durable without it).
     pub(crate) fn store_u64(&self, off: u64, v: u64, cat: Category) -> Result<()> {
-        self.check(off, 8)?;
+        self.check_store(off, 8)?;
         if !off.is_multiple_of(8) {
             return Err(Error::Invalid(format!("unaligned atomic store at pool offset {off}")));
         }
@@ -694,14 +703,14 @@ impl Pool {
 
     /// Store then flush (no fence). Large stores bypass the cache (see `persist_from`).
     pub(crate) fn write_flush(&self, off: u64, data: &[u8], cat: Category) -> Result<()> {
-        self.check(off, data.len() as u64)?;
+        self.check_store(off, data.len() as u64)?;
         self.persist_from(off, PersistSrc::Bytes(data), cat);
         Ok(())
     }
 
     /// [`Pool::write_flush`] without counting wear (the wear counters' own save).
     pub(crate) fn write_flush_uncounted(&self, off: u64, data: &[u8], cat: Category) -> Result<()> {
-        self.check(off, data.len() as u64)?;
+        self.check_store(off, data.len() as u64)?;
         if !data.is_empty() {
             self.persist_uncounted(off, PersistSrc::Bytes(data), cat);
         }
@@ -711,7 +720,7 @@ impl Pool {
     /// Copy inside the pool so that the destination is durable after the next fence.
     pub(crate) fn copy_flush(&self, src: u64, dst: u64, len: u64, cat: Category) -> Result<()> {
         self.check(src, len)?;
-        self.check(dst, len)?;
+        self.check_store(dst, len)?;
         if src < dst + len && dst < src + len {
             return Err(Error::Invalid(format!(
                 "overlapping pool copy {src}->{dst} of {len} bytes"
@@ -723,7 +732,7 @@ impl Pool {
 
     /// Zero a range so that it is durable after the next fence.
     pub(crate) fn zero_flush(&self, off: u64, len: u64, cat: Category) -> Result<()> {
-        self.check(off, len)?;
+        self.check_store(off, len)?;
         self.persist_from(off, PersistSrc::Zero(len), cat);
         Ok(())
     }

@@ -334,6 +334,7 @@ pub(crate) fn msync(state: &MountState, st: &MapState, at: usize, len: usize) ->
     if !st.atomic {
         let g = rlock(&n);
         flush_blocks(state, &g, a, b);
+        state.pool.check_durable()?;
         return Ok(g.map.segments(a, b).iter().map(|s| s.2 * BLOCK_SIZE).sum());
     }
     // The inode lock keeps the block map (and the pages' pool offsets) still.

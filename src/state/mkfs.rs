@@ -32,11 +32,12 @@ pub fn default_partitions(size: u64) -> u32 {
     p
 }
 
-/// Write the superblock's mutable state record and fence.
+/// Write the superblock's mutable state record and fence; an error if the pool did not reach
+/// its disk.
 pub(crate) fn write_state(pool: &Pool, st: SbState) -> Result<()> {
     pool.write_flush(sb::STATE as u64, &st.encode(), Category::Metadata)?;
     pool.fence();
-    Ok(())
+    pool.check_durable()
 }
 
 /// Zero and flush a region (mkfs only; nothing references it yet).

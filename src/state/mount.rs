@@ -461,11 +461,21 @@ pub(crate) fn mount_checked(
 }
 
 /// Clean unmount: clear the journals, save the allocator state and mark the superblock clean
-/// (not for a poisoned mount, which the next mount recovers). Runs once; later calls do
-/// nothing.
+/// (not for a poisoned mount, nor one whose write to the disk failed: the next mount recovers).
+/// Runs once; later calls do nothing.
 pub(crate) fn unmount(state: &MountState) -> Result<()> {
     if state.unmounted.swap(true, Ordering::SeqCst) {
         return Ok(());
+    }
+    // The pool takes no stores after a failed sync; the disk holds what a crash there leaves.
+    if let Some(e) = state.pool.disk_failure() {
+        return Err(Error::io(
+            format!(
+                "not marking {} clean: a write of it to the disk failed; the next mount recovers",
+                state.pool.path().display()
+            ),
+            e,
+        ));
     }
     if state.poisoned.load(Ordering::SeqCst) {
         return Err(corrupt!(

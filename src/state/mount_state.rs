@@ -149,12 +149,14 @@ impl MountState {
         if self.unmounted.load(Ordering::Relaxed) {
             return Err(Error::Invalid("the file system has been unmounted".into()));
         }
+        // First: a failed write to the disk poisons the mount too, and is its cause.
+        self.pool.check_durable()?;
         if self.poisoned.load(Ordering::Relaxed) {
             return Err(Error::Corrupted(
                 "an internal failure left DRAM and media out of step; operations are refused until remount (recovery will restore a consistent state)".into(),
             ));
         }
-        self.pool.check_durable()
+        Ok(())
     }
 
     /// Mark the mount unusable until remount (DRAM may have moved ahead of media).

@@ -227,7 +227,7 @@ pub(crate) fn commit_header(
     }
     if tx.is_empty() {
         state.pool.fence();
-        return Ok(());
+        return state.pool.check_durable();
     }
     state.commit(tx)
 }
