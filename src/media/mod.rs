@@ -10,6 +10,7 @@ pub mod geometry;
 pub mod layout;
 pub mod persist_stats;
 pub mod pool;
+pub(crate) mod pool_file;
 pub mod recovery;
 pub mod wear;
 pub mod zone;

@@ -8,13 +8,13 @@
 #![deny(clippy::cast_possible_truncation)]
 
 use crate::media::disk_sync::DiskSync;
+use crate::media::pool_file::{backing_size, settle_dax_file};
 use crate::media::persist_stats::Counters;
 pub use crate::media::persist_stats::{CATEGORIES, Category, PersistStats, thread_stats};
 use crate::media::wear::WearCounters;
 use crate::error::{Error, Result};
 use crate::sys::Backing;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileTypeExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -120,6 +120,8 @@ pub struct Pool {
     /// Set for a file on a disk file system without DAX (its mapping is the page cache): fences
     /// write the file to the disk instead of trusting cache-line write-backs.
     disk: Option<DiskSync>,
+    /// A file in DAX mode: its blocks are settled before the first store (`settle_backing`).
+    dax_file: bool,
 }
 
 // SAFETY: the mapping is process-wide shared memory that lives as long as `Pool`; all access goes
@@ -146,33 +148,6 @@ fn detect_flush() -> FlushKind {
     {
         FlushKind::Msync
     }
-}
-
-/// Size in bytes of a pool backing: a regular file's length, or a device-DAX character device's
-/// size from sysfs.
-fn backing_size(path: &Path, file: &File) -> Result<u64> {
-    let meta = file
-        .metadata()
-        .map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
-    if meta.file_type().is_char_device() {
-        use std::os::unix::fs::MetadataExt;
-        let rdev = meta.rdev();
-        let (major, minor) = (libc::major(rdev), libc::minor(rdev));
-        let sys = format!("/sys/dev/char/{major}:{minor}/size");
-        let text =
-            std::fs::read_to_string(&sys).map_err(|e| Error::io(format!("read {sys}"), e))?;
-        return text
-            .trim()
-            .parse::<u64>()
-            .map_err(|_| Error::Invalid(format!("{sys}: not a size: {text:?}")));
-    }
-    if meta.is_dir() {
-        return Err(Error::Invalid(format!(
-            "{} is a directory, not a pool file",
-            path.display()
-        )));
-    }
-    Ok(meta.len())
 }
 
 /// Allocate (without changing the size) every block of a regular file; devices need nothing.
@@ -389,7 +364,18 @@ impl Pool {
             observer: RwLock::new(None),
             wear: std::sync::OnceLock::new(),
             disk: page_cache.then(DiskSync::default),
+            dax_file: backing == Backing::DaxFile,
         })
+    }
+
+    /// Before the first store to a pool that is a DAX file: make its every block written and
+    /// its own (`pool_file::settle_dax_file`), so no store faults in a block whose allocation
+    /// is not durable yet. Nothing for other pools.
+    pub(crate) fn settle_backing(&self) -> Result<()> {
+        if self.dax_file && !self.private {
+            settle_dax_file(&self.path, &self.file, self.len)?;
+        }
+        Ok(())
     }
 
     /// Count every store from now on in `wear` (a pool's counters are attached once).

@@ -137,6 +137,7 @@ pub fn mkfs(path: &Path, opts: &MkfsOptions) -> Result<()> {
         plan_geometry(size, opts)?;
         Pool::create(path, size)?
     };
+    pool.settle_backing()?;
     let size = pool.len();
     let g = plan_geometry(size, opts)?;
     // Superblock block first (so a crashed mkfs leaves no mountable pool), then every region.

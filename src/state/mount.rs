@@ -296,6 +296,7 @@ pub(crate) fn mount_checked(
     alloc.set_wear_aware(opts.wear_aware);
 
     // Everything the mount trusts is validated: from here on the pool is written.
+    pool.settle_backing()?;
     if !plan.is_empty() && !pool.is_private() {
         plan.apply(&pool)?;
     }

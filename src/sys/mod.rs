@@ -1,7 +1,7 @@
 //! The system calls std does not offer, and the only `unsafe` code besides the pool mapping:
 //! process-level calls here (ids, the current CPU and running on one, the clock, forking a
-//! daemon, signal masks, lazy unmount, file-system statistics, file handles) and
-//! virtual-memory calls in `vm`.
+//! daemon, signal masks, lazy unmount, file-system statistics, file handles, a file's extents)
+//! and virtual-memory calls in `vm`.
 #![allow(unsafe_code)] // one of the few modules allowed `unsafe` (Cargo.toml [lints])
 
 pub mod mountinfo;
@@ -535,6 +535,99 @@ pub fn fallocate_mode(file: &std::fs::File, mode: i32, off: u64, len: u64) -> io
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// One extent of a file as FIEMAP reports it, in bytes of the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileExtent {
+    /// Where it starts in the file.
+    pub start: u64,
+    /// Its length.
+    pub len: u64,
+    /// `FIEMAP_EXTENT_*` flags.
+    pub flags: u32,
+}
+
+/// The last extent of the file.
+pub const FIEMAP_EXTENT_LAST: u32 = 0x1;
+/// Where the data lies is not known yet.
+pub const FIEMAP_EXTENT_UNKNOWN: u32 = 0x2;
+/// Delayed allocation: no blocks yet.
+pub const FIEMAP_EXTENT_DELALLOC: u32 = 0x4;
+/// Allocated, not written: reads as zeros until a write converts it.
+pub const FIEMAP_EXTENT_UNWRITTEN: u32 = 0x800;
+/// Shared with another file (a reflink): a write copies it first.
+pub const FIEMAP_EXTENT_SHARED: u32 = 0x2000;
+
+/// The extents of `file` in [0, len), after the kernel wrote its dirty pages
+/// (`FIEMAP_FLAG_SYNC`); the gaps between them are holes. The FIEMAP structures
+/// (`include/uapi/linux/fiemap.h`) are not in the `libc` crate, so they are declared here.
+pub fn file_extents(file: &std::fs::File, len: u64) -> io::Result<Vec<FileExtent>> {
+    use std::os::fd::AsRawFd;
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct RawExtent {
+        logical: u64,
+        physical: u64,
+        length: u64,
+        reserved64: [u64; 2],
+        flags: u32,
+        reserved: [u32; 3],
+    }
+    const BATCH: usize = 64;
+    #[repr(C)]
+    struct Request {
+        start: u64,
+        length: u64,
+        flags: u32,
+        mapped: u32,
+        count: u32,
+        reserved: u32,
+        extents: [RawExtent; BATCH],
+    }
+    const _: () = assert!(std::mem::size_of::<RawExtent>() == 56);
+    const _: () = assert!(std::mem::offset_of!(Request, extents) == 32);
+    // _IOWR('f', 11, struct fiemap): the header is 32 bytes, the extents follow it.
+    const FS_IOC_FIEMAP: u32 = (3 << 30) | (32 << 16) | ((b'f' as u32) << 8) | 11;
+    const FIEMAP_FLAG_SYNC: u32 = 0x1;
+    let empty = RawExtent {
+        logical: 0,
+        physical: 0,
+        length: 0,
+        reserved64: [0; 2],
+        flags: 0,
+        reserved: [0; 3],
+    };
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    while at < len {
+        let mut req = Request {
+            start: at,
+            length: len - at,
+            flags: FIEMAP_FLAG_SYNC,
+            mapped: 0,
+            count: BATCH as u32,
+            reserved: 0,
+            extents: [empty; BATCH],
+        };
+        // SAFETY: the descriptor is open for the call; the kernel reads the header and writes
+        // at most `count` extents after it, all inside `req`, which outlives the call.
+        let rc = unsafe { libc::ioctl(file.as_raw_fd(), FS_IOC_FIEMAP as _, &mut req) };
+        check(rc, "FIEMAP")?;
+        let got = &req.extents[..(req.mapped as usize).min(BATCH)];
+        out.extend(got.iter().map(|e| FileExtent {
+            start: e.logical,
+            len: e.length,
+            flags: e.flags,
+        }));
+        match got.last() {
+            Some(e) if e.flags & FIEMAP_EXTENT_LAST == 0 && e.logical + e.length > at => {
+                at = e.logical + e.length;
+            }
+            _ => break,
+        }
+    }
+    Ok(out)
 }
 
 /// A memory file (`memfd_create`) of `len` bytes, closed on exec.
