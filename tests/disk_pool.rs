@@ -151,6 +151,35 @@ fn must(cmd: &mut std::process::Command) {
     assert!(out.status.success(), "{cmd:?}: {out:?}");
 }
 
+/// A temporary directory holding `shelf`, a 48 MiB tmpfs of its own (a file system that can
+/// be filled up); None, with a message, unless run as root.
+fn shelf(needs: &str) -> Option<(tempfile::TempDir, std::path::PathBuf, Mounted)> {
+    if winefs::sys::euid() != 0 {
+        eprintln!("skipping: {needs} needs root");
+        return None;
+    }
+    let dir = tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm");
+    let shelf = dir.path().join("shelf");
+    std::fs::create_dir(&shelf).unwrap();
+    must(std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=48m", "winefs-test"])
+        .arg(&shelf));
+    Some((dir, shelf.clone(), Mounted(shelf)))
+}
+
+/// Fill the shelf with the file `filler` until no write fits; returns its path.
+fn fill(shelf: &Path) -> std::path::PathBuf {
+    let filler = shelf.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![0xa5u8; 64 << 10];
+    while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
+    assert!(
+        std::fs::write(shelf.join("probe"), [1u8; 8192]).is_err(),
+        "the shelf is full"
+    );
+    filler
+}
+
 fn mount_ext4(img: &Path, at: &Path) -> Mounted {
     must(std::process::Command::new("mount").args(["-o", "loop"]).arg(img).arg(at));
     Mounted(at.to_path_buf())
@@ -167,18 +196,11 @@ fn mount_ext4(img: &Path, at: &Path) -> Mounted {
 /// failed sync leaves: everything that was durable, and no file whose bytes were lost.
 #[test]
 fn a_failed_disk_write_stops_the_mount_and_loses_nothing_durable() {
-    if winefs::sys::euid() != 0 {
-        eprintln!("skipping: a failing disk needs root (tmpfs and loop mounts)");
+    let Some((dir, shelf, shelf_guard)) = shelf("a failing disk (tmpfs and loop mounts)") else {
         return;
-    }
-    let dir = tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm");
-    let (shelf, disk) = (dir.path().join("shelf"), dir.path().join("disk"));
-    std::fs::create_dir(&shelf).unwrap();
+    };
+    let disk = dir.path().join("disk");
     std::fs::create_dir(&disk).unwrap();
-    must(std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=48m", "winefs-test"])
-        .arg(&shelf));
-    let shelf_guard = Mounted(shelf.clone());
     let img = shelf.join("ext4.img");
     std::fs::File::create(&img).unwrap().set_len(256 << 20).unwrap();
     // Inode tables and the journal written now (not lazily later, when the shelf is full).
@@ -197,15 +219,7 @@ fn a_failed_disk_write_stops_the_mount_and_loses_nothing_durable() {
     fs.fsync(kept).unwrap();
 
     // The disk fills up.
-    let filler = shelf.join("filler");
-    let mut f = std::fs::File::create(&filler).unwrap();
-    let chunk = vec![0xa5u8; 64 << 10];
-    while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
-    drop(f);
-    assert!(
-        std::fs::write(shelf.join("probe"), [1u8; 8192]).is_err(),
-        "the shelf is full"
-    );
+    let filler = fill(&shelf);
 
     // Fresh blocks: their write to the disk fails.
     let failed = (|| {
@@ -259,4 +273,60 @@ fn a_failed_disk_write_stops_the_mount_and_loses_nothing_durable() {
     assert!(report.is_clean(), "{report:?}");
     fs.unmount().unwrap();
     drop(shelf_guard);
+}
+
+/// A sparse copy of a pool (`cp` leaves its runs of zeros as holes) on a file system without
+/// room for them: the mount refuses it in one line and stores nothing (it died of SIGBUS
+/// before, at its first read of a hole: on tmpfs that allocates a page), and mounts once there
+/// is room.
+#[test]
+fn a_sparse_pool_on_a_full_file_system_is_refused_in_one_line() {
+    use std::os::unix::fs::MetadataExt;
+    let Some((_dir, shelf, _shelf)) = shelf("a full file system of its own (a tmpfs mount)") else {
+        return;
+    };
+    let pool = shelf.join("pool");
+    common::format(&pool, 32 << 20, None);
+    let fs = common::mount(&pool);
+    let a = fs.create(fs.root(), b"a", 0o644, 0, 0).unwrap().ino;
+    fs.write(a, 0, &common::pattern(1 << 20, 3)).unwrap();
+    fs.unmount().unwrap();
+    let copy = shelf.join("copy");
+    must(std::process::Command::new("cp")
+        .arg("--sparse=always")
+        .arg(&pool)
+        .arg(&copy));
+    std::fs::remove_file(&pool).unwrap();
+    let held = std::fs::metadata(&copy).unwrap().blocks() * 512;
+    assert!(held < 16 << 20, "the copy is sparse: {held} bytes allocated");
+
+    let filler = fill(&shelf);
+    let before = std::fs::read(&copy).unwrap();
+    let Err(e) = Fs::mount(&copy, MountOptions::default()) else {
+        panic!("a sparse pool mounted on a file system without room for its holes");
+    };
+    let msg = e.to_string();
+    assert!(
+        e.errno() == libc::ENOSPC && msg.contains("allocate the holes") && !msg.contains('\n'),
+        "one line: {msg}"
+    );
+    assert!(
+        std::fs::read(&copy).unwrap() == before,
+        "the refused pool is unchanged"
+    );
+
+    std::fs::remove_file(&filler).unwrap();
+    let fs = common::mount(&copy);
+    assert_eq!(
+        std::fs::metadata(&copy).unwrap().blocks() * 512,
+        32 << 20,
+        "the mount gave the copy its blocks"
+    );
+    let a = fs.lookup(fs.root(), b"a").unwrap().ino;
+    let mut back = vec![0u8; 1 << 20];
+    fs.read(a, 0, &mut back).unwrap();
+    assert!(back == common::pattern(1 << 20, 3));
+    let b = fs.create(fs.root(), b"b", 0o644, 0, 0).unwrap().ino;
+    fs.write(b, 0, &common::pattern(4 << 20, 4)).unwrap();
+    fs.unmount().unwrap();
 }

@@ -8,7 +8,7 @@
 #![deny(clippy::cast_possible_truncation)]
 
 use crate::media::disk_sync::DiskSync;
-use crate::media::pool_file::{backing_size, settle_dax_file};
+use crate::media::pool_file::{backing_size, reserve_backing, reserve_if_sparse, settle_dax_file};
 use crate::media::persist_stats::Counters;
 pub use crate::media::persist_stats::{CATEGORIES, Category, PersistStats, thread_stats};
 use crate::media::wear::WearCounters;
@@ -150,31 +150,6 @@ fn detect_flush() -> FlushKind {
     }
 }
 
-/// Allocate (without changing the size) every block of a regular file; devices need nothing.
-fn reserve_backing(path: &Path, file: &File, len: u64) -> Result<()> {
-    let meta = file
-        .metadata()
-        .map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
-    if !meta.is_file() || len == 0 {
-        return Ok(());
-    }
-    let len = libc::off_t::try_from(len)
-        .map_err(|_| Error::Invalid(format!("pool size {len} is too large")))?;
-    // SAFETY: posix_fallocate only reads the descriptor, which `file` keeps open for the call.
-    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
-    match rc {
-        0 => Ok(()),
-        libc::ENOSPC => Err(Error::NoSpace(format!(
-            "the file system holding {} has no room for a {len}-byte pool",
-            path.display()
-        ))),
-        e => Err(Error::io(
-            format!("reserve {len} bytes for {}", path.display()),
-            std::io::Error::from_raw_os_error(e),
-        )),
-    }
-}
-
 /// Take the pool lock on `file`: exclusive for a writer, shared for a private (read-only)
 /// mapping, so fsck and info refuse a pool that is mounted and two writers never meet (two
 /// processes mounting one pool would corrupt it). A lock held only briefly is waited out
@@ -270,6 +245,10 @@ impl Pool {
 
     fn map(path: &Path, file: File, size: u64, private: bool) -> Result<Pool> {
         take_lock(path, &file, private)?;
+        if !private {
+            // Before anything is read: on tmpfs a read of a hole allocates a page too.
+            reserve_if_sparse(path, &file, size)?;
+        }
         Self::map_locked(path, file, size, private)
     }
 
@@ -368,11 +347,11 @@ impl Pool {
         })
     }
 
-    /// Before the first store to a pool that is a DAX file: make its every block written and
-    /// its own (`pool_file::settle_dax_file`), so no store faults in a block whose allocation
-    /// is not durable yet. Nothing for other pools.
+    /// Before the first store of a writer to a DAX file: make its every block written and its
+    /// own (`pool_file::settle_dax_file`), so no store faults in a block whose allocation is not
+    /// durable yet. Nothing for other pools.
     pub(crate) fn settle_backing(&self) -> Result<()> {
-        if self.dax_file && !self.private {
+        if !self.private && self.dax_file {
             settle_dax_file(&self.path, &self.file, self.len)?;
         }
         Ok(())

@@ -1,5 +1,6 @@
-//! The file a pool lives in, apart from its mapping: its size, and on a DAX file system the
-//! state of its blocks.
+//! The file a pool lives in, apart from its mapping: its size, its blocks reserved (at mkfs, and
+//! when a writer opens it if the file has holes), and on a DAX file system the state of its
+//! blocks.
 //!
 //! A store through a shared mapping of a DAX file reaches the media, but if the page it faults
 //! in needs the file system to change its own metadata first (a hole to allocate, an
@@ -14,9 +15,10 @@
 //! file's. Zeros over a hole or an unwritten extent change no byte the file reads.
 
 use crate::error::{Error, Result};
+use crate::media::layout::MAGIC;
 use crate::sys::{self, FileExtent};
 use std::fs::File;
-use std::os::unix::fs::{FileExt, FileTypeExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::Path;
 
 /// Size in bytes of a pool backing: a regular file's length, or a device-DAX character device's
@@ -26,7 +28,6 @@ pub(crate) fn backing_size(path: &Path, file: &File) -> Result<u64> {
         .metadata()
         .map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
     if meta.file_type().is_char_device() {
-        use std::os::unix::fs::MetadataExt;
         let rdev = meta.rdev();
         let (major, minor) = (libc::major(rdev), libc::minor(rdev));
         let sys = format!("/sys/dev/char/{major}:{minor}/size");
@@ -44,6 +45,51 @@ pub(crate) fn backing_size(path: &Path, file: &File) -> Result<u64> {
         )));
     }
     Ok(meta.len())
+}
+
+/// Allocate (without changing the size) every block of a regular file; devices need nothing.
+pub(crate) fn reserve_backing(path: &Path, file: &File, len: u64) -> Result<()> {
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
+    if !meta.is_file() || len == 0 {
+        return Ok(());
+    }
+    // ENOSPC reads "reserve N bytes for POOL: No space left on device": the host file system's
+    // space, not the pool's.
+    sys::posix_fallocate(file, len)
+        .map_err(|e| Error::io(format!("reserve {len} bytes for {}", path.display()), e))
+}
+
+/// When a writer opens a pool, before it reads it: a regular file with fewer blocks than bytes
+/// (a sparse copy: `cp` and `rsync -S` leave runs of zeros as holes) that starts like a pool
+/// gets its missing blocks now, so a file system without room for them is one error here,
+/// with nothing stored, rather than SIGBUS at a store into a hole (or, on tmpfs, at a read of
+/// one). A file that has them all costs one `fstat`; one that is no pool is left as it is for
+/// the superblock check to refuse.
+pub(crate) fn reserve_if_sparse(path: &Path, file: &File, len: u64) -> Result<()> {
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
+    let held = meta.blocks().saturating_mul(512);
+    if !meta.is_file() || held >= len {
+        return Ok(());
+    }
+    let mut magic = [0u8; MAGIC.len()];
+    if file.read_exact_at(&mut magic, 0).is_err() || magic != MAGIC {
+        return Ok(());
+    }
+    sys::posix_fallocate(file, len).map_err(|e| {
+        Error::io(
+            format!(
+                "allocate the holes of {} ({} of its {len} bytes are allocated: a sparse copy?) \
+                 before reading it; nothing was read or stored",
+                path.display(),
+                held.min(len)
+            ),
+            e,
+        )
+    })
 }
 
 /// Make every block of the DAX file `file` (`len` bytes of pool) written and the file's own,

@@ -516,6 +516,18 @@ pub fn space(path: &Path) -> io::Result<(u64, u64, u64)> {
     Ok((st.f_frsize as u64, st.f_blocks as u64, st.f_bfree as u64))
 }
 
+/// posix_fallocate(3) over the first `len` bytes of `file`: every block allocated (written by
+/// the C library where the file system has no fallocate).
+pub fn posix_fallocate(file: &std::fs::File, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = i64::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    // SAFETY: posix_fallocate only reads the descriptor, which `file` keeps open for the call.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
 /// fallocate(2) mode 0 on an open file: allocate [off, off+len) and grow the size to cover it.
 pub fn fallocate(file: &std::fs::File, off: u64, len: u64) -> io::Result<()> {
     fallocate_mode(file, 0, off, len)
