@@ -302,6 +302,22 @@ fn a_sparse_pool_on_a_full_file_system_is_refused_in_one_line() {
 
     let filler = fill(&shelf);
     let before = std::fs::read(&copy).unwrap();
+    // Readers that map it privately (they must not change it) refuse it too: on tmpfs a read
+    // of a hole takes a page.
+    for tool in ["info", "fsck"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_winefs"))
+            .arg(tool)
+            .arg(&copy)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.code().is_some_and(|c| c != 0)
+                && err.contains("it has holes")
+                && err.lines().count() == 1,
+            "winefs {tool}: one line, no SIGBUS: {out:?}"
+        );
+    }
     let Err(e) = Fs::mount(&copy, MountOptions::default()) else {
         panic!("a sparse pool mounted on a file system without room for its holes");
     };

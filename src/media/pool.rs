@@ -8,7 +8,9 @@
 #![deny(clippy::cast_possible_truncation)]
 
 use crate::media::disk_sync::DiskSync;
-use crate::media::pool_file::{backing_size, reserve_backing, reserve_if_sparse, settle_dax_file};
+use crate::media::pool_file::{
+    backing_size, check_holes_readable, reserve_backing, reserve_if_sparse, settle_dax_file,
+};
 use crate::media::persist_stats::Counters;
 pub use crate::media::persist_stats::{CATEGORIES, Category, PersistStats, thread_stats};
 use crate::media::wear::WearCounters;
@@ -245,8 +247,10 @@ impl Pool {
 
     fn map(path: &Path, file: File, size: u64, private: bool) -> Result<Pool> {
         take_lock(path, &file, private)?;
-        if !private {
-            // Before anything is read: on tmpfs a read of a hole allocates a page too.
+        // Before anything is read: on tmpfs a read of a hole allocates a page too.
+        if private {
+            check_holes_readable(path, &file, size)?;
+        } else {
             reserve_if_sparse(path, &file, size)?;
         }
         Self::map_locked(path, file, size, private)
