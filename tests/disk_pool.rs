@@ -313,7 +313,7 @@ fn a_sparse_pool_on_a_full_file_system_is_refused_in_one_line() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             out.status.code().is_some_and(|c| c != 0)
-                && err.contains("it has holes")
+                && err.contains("has holes")
                 && err.lines().count() == 1,
             "winefs {tool}: one line, no SIGBUS: {out:?}"
         );

@@ -121,9 +121,9 @@ pub(crate) fn check_holes_readable(path: &Path, file: &File, len: u64) -> Result
     }
     Err(Error::io(
         format!(
-            "read {}: it has holes ({} of its {len} bytes are allocated: a sparse copy?), and on \
-             this memory file system a read of a hole takes a page, but {free} bytes are free; \
-             make room, or give it its blocks (`fallocate -l {len}` on it)",
+            "{} has holes ({} of its {len} bytes are allocated: a sparse copy?), and on this \
+             memory file system reading a hole takes a page, but {free} bytes are free; make \
+             room, or give it its blocks (`fallocate -l {len}` on it)",
             path.display(),
             held
         ),
