@@ -2725,8 +2725,18 @@ fn file_handles_outlive_caches_remounts_and_kill_9_and_go_stale_on_reuse() {
     check(&m, "after kill -9 and mount");
     // Gone: ESTALE, from a fresh kernel view too.
     fs::remove_file(m.path("e/b")).unwrap();
+    // The daemon frees an unlinked inode when the kernel forgets it, and the kernel sends that
+    // after the unlink, in the background: until then the handle still opens the file (as on
+    // ext4 while the inode is in use), so ESTALE is waited for, up to a bound.
     let stale = |m: &Mounted, h: &winefs::sys::FileHandle, what: &str| {
-        let e = open_handle(m, h).expect_err(what);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let e = loop {
+            match open_handle(m, h) {
+                Err(e) => break e,
+                Ok(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
+                Ok(got) => panic!("{what}: still opens 10 s after the unlink: {got:?}"),
+            }
+        };
         assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{what}: {e}");
     };
     stale(&m, &hb, "an unlinked file");
