@@ -68,11 +68,6 @@ impl DiskSync {
         self.syncs.load(Ordering::Relaxed)
     }
 
-    /// Whether a sync has failed (one atomic load: checked before every store to the pool).
-    pub(crate) fn has_failed(&self) -> bool {
-        self.failed.get().is_some()
-    }
-
     /// The error of the first failed sync, if one failed.
     pub(crate) fn failure(&self) -> Option<std::io::Error> {
         self.failed
@@ -115,7 +110,6 @@ mod tests {
         d.fence(&f);
         let e = d.failure().expect("the sync of a pipe fails");
         assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
-        assert!(d.has_failed());
         let syncs = d.syncs();
         d.note();
         d.fence(&f);

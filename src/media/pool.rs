@@ -472,9 +472,7 @@ impl Pool {
     /// [`Pool::check`] for a store, which a pool whose write to the disk failed refuses (see
     /// `disk_sync`: no store may reach the disk after one that was lost).
     fn check_store(&self, off: u64, len: u64) -> Result<()> {
-        if self.disk.as_ref().is_some_and(DiskSync::has_failed) {
-            self.check_durable()?;
-        }
+        self.check_durable()?;
         self.check(off, len)
     }
 

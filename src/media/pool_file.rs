@@ -47,17 +47,19 @@ pub(crate) fn backing_size(path: &Path, file: &File) -> Result<u64> {
     Ok(meta.len())
 }
 
-/// Bytes of the regular file `file` that have blocks, or None where holes cannot run out of
-/// room: a device, or a file on ramfs, which has no limit (and reports no free blocks).
-fn allocated(path: &Path, file: &File) -> Result<Option<u64>> {
+/// The bytes of the regular file `file` that have blocks, if fewer than `len`: None for a file
+/// that has them all (one `fstat`), a device, or a file on ramfs, whose holes cannot run out of
+/// room (it has no limit, and reports no free blocks).
+fn sparse(path: &Path, file: &File, len: u64) -> Result<Option<u64>> {
     const RAMFS_MAGIC: i64 = 0x8584_58f6;
     let meta = file
         .metadata()
         .map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
-    if !meta.is_file() || sys::fs_magic(path) == Some(RAMFS_MAGIC) {
+    let held = meta.blocks().saturating_mul(512);
+    if !meta.is_file() || held >= len || sys::fs_magic(path) == Some(RAMFS_MAGIC) {
         return Ok(None);
     }
-    Ok(Some(meta.blocks().saturating_mul(512)))
+    Ok(Some(held))
 }
 
 /// Allocate (without changing the size) every block of a regular file; devices need nothing.
@@ -78,24 +80,22 @@ pub(crate) fn reserve_backing(path: &Path, file: &File, len: u64) -> Result<()> 
 /// (a sparse copy: `cp` and `rsync -S` leave runs of zeros as holes) that starts like a pool
 /// gets its missing blocks now, so a file system without room for them is one error here,
 /// with nothing stored, rather than SIGBUS at a store into a hole (or, on tmpfs, at a read of
-/// one). A file that has them all costs an `fstat` and a `statfs`; one that is no pool is
-/// left as it is for the superblock check to refuse, if it can be read. Not on ramfs.
+/// one). A file that has them all costs an `fstat`; one that is no pool is left as it is for
+/// the superblock check to refuse, if it can be read. Not on ramfs.
 pub(crate) fn reserve_if_sparse(path: &Path, file: &File, len: u64) -> Result<()> {
-    let held = match allocated(path, file)? {
-        Some(held) if held < len => held,
-        _ => return Ok(()),
+    let Some(held) = sparse(path, file, len)? else {
+        return Ok(());
     };
     let mut magic = [0u8; MAGIC.len()];
     if file.read_exact_at(&mut magic, 0).is_err() || magic != MAGIC {
-        return check_holes_readable(path, file, len);
+        return holes_readable(path, file, len, held);
     }
     sys::posix_fallocate(file, len).map_err(|e| {
         Error::io(
             format!(
-                "allocate the holes of {} ({} of its {len} bytes are allocated: a sparse copy?) \
-                 before reading it; nothing was read or stored",
-                path.display(),
-                held.min(len)
+                "allocate the holes of {} ({held} of its {len} bytes are allocated: a sparse \
+                 copy?) before reading it; nothing was read or stored",
+                path.display()
             ),
             e,
         )
@@ -106,13 +106,20 @@ pub(crate) fn reserve_if_sparse(path: &Path, file: &File, len: u64) -> Result<()
 /// not change the file: on tmpfs or hugetlbfs a read of a hole through a mapping takes a page
 /// of the file system, so a sparse file there whose holes do not fit in its free space
 /// would kill the reader with SIGBUS at the first hole it reads. Such a file is refused in one
-/// line instead; one that has all its blocks, or lies on a disk file system (where a read of a
-/// hole allocates no block), costs an `fstat` and a `statfs`.
+/// line instead; one that has all its blocks costs an `fstat`.
 pub(crate) fn check_holes_readable(path: &Path, file: &File, len: u64) -> Result<()> {
-    let held = match allocated(path, file)? {
-        Some(held) if held < len && sys::backing(path, file) == sys::Backing::Memory => held,
-        _ => return Ok(()),
-    };
+    match sparse(path, file, len)? {
+        Some(held) => holes_readable(path, file, len, held),
+        None => Ok(()),
+    }
+}
+
+/// [`check_holes_readable`] for a file known to hold `held` of its `len` bytes. On a disk file
+/// system a read of a hole allocates no block: nothing to check there.
+fn holes_readable(path: &Path, file: &File, len: u64, held: u64) -> Result<()> {
+    if sys::backing(path, file) != sys::Backing::Memory {
+        return Ok(());
+    }
     let (unit, _, free) =
         sys::space(path).map_err(|e| Error::io(format!("statvfs {}", path.display()), e))?;
     let free = unit.saturating_mul(free);
@@ -121,11 +128,10 @@ pub(crate) fn check_holes_readable(path: &Path, file: &File, len: u64) -> Result
     }
     Err(Error::io(
         format!(
-            "{} has holes ({} of its {len} bytes are allocated: a sparse copy?), and on this \
+            "{} has holes ({held} of its {len} bytes are allocated: a sparse copy?), and on this \
              memory file system reading a hole takes a page, but {free} bytes are free; make \
              room, or give it its blocks (`fallocate -l {len}` on it)",
-            path.display(),
-            held
+            path.display()
         ),
         std::io::Error::from_raw_os_error(libc::ENOSPC),
     ))
