@@ -420,3 +420,124 @@ fn a_cpu_whose_partition_has_no_holes_breaks_its_own_extent_on_a_young_pool() {
     assert!(kept_ext.iter().all(|e| partition_of(&fs, e.1) == 1), "{kept_ext:?}");
     assert_clean(&fs);
 }
+
+/// Bytes stored into the pool so far, all categories.
+fn pool_bytes_stored(fs: &Fs) -> u64 {
+    fs.write_stats().pool_bytes.iter().map(|c| c.1).sum()
+}
+
+/// The pool's bytes at pool block `pb`, read from its file (the mount's shared mapping and the
+/// file's page cache are the same pages).
+fn raw_block(pool: &std::path::Path, pb: u64) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let mut b = vec![0u8; BLOCK as usize];
+    std::fs::File::open(pool).unwrap().read_exact_at(&mut b, pb * BLOCK).unwrap();
+    b
+}
+
+/// Pool block holding file block `lb` of `ino`.
+fn pool_block_of(fs: &Fs, ino: u64, lb: u64) -> u64 {
+    let e = fs.extents(ino).unwrap();
+    let &(l, p, _) = e.iter().find(|&&(l, _, n)| l <= lb && lb < l + n).expect("block is mapped");
+    p + (lb - l)
+}
+
+/// An append that takes a fresh aligned unit stores its own bytes and no zeros over the rest
+/// of the unit (docs/DESIGN.md §4: `fill_unit_for_write`): what the blocks held before lies
+/// past the end, and nothing that shows bytes past the end — growing the file by truncate,
+/// fallocate or a write past a gap, a mapping (of the file, and of it as it grows), a lease of
+/// the last block or an append lease — shows any of it; after a crash too.
+#[test]
+fn an_append_into_a_fresh_unit_is_not_zeroed_first_and_old_bytes_never_show() {
+    let (_d, p) = common::fresh_pool(48 * MIB, Some(1));
+    let old_bytes = 0xA5u8;
+    let large_file = |fs: &Fs| {
+        // Every aligned unit left holds a deleted file's bytes.
+        let old = fs.create_file("/old").unwrap();
+        let chunk = vec![old_bytes; HUGE as usize];
+        let mut at = 0;
+        while old.write_at(at, &chunk).is_ok() {
+            at += HUGE;
+        }
+        drop(old);
+        fs.unlink_path("/old").unwrap();
+        let f = fs.create_file("/log").unwrap();
+        f.write_at(0, &vec![1u8; HUGE as usize]).unwrap(); // large: its next unit comes whole
+        f
+    };
+    let fresh_unit = |fs: &Fs| {
+        let f = large_file(fs);
+        let before = pool_bytes_stored(fs);
+        f.write_at(HUGE, &[2u8; 5000]).unwrap();
+        let stored = pool_bytes_stored(fs) - before;
+        assert!(stored < 64 * KIB, "the append stored {stored} bytes (zeroed its unit first?)");
+        assert!(unit_aligned(fs, f.ino(), 512), "{:?}", fs.extents(f.ino()));
+        f
+    };
+    let size = HUGE + 5000;
+    let last = size / BLOCK; // file block holding the end
+    let past = |fs: &Fs, ino: u64, lb: u64| raw_block(&p, pool_block_of(fs, ino, lb));
+    {
+        let fs = common::mount(&p);
+        let f = fresh_unit(&fs);
+        // The test means something: old bytes lie past the end, in the last block and after it.
+        assert!(past(&fs, f.ino(), last)[(size % BLOCK) as usize..].iter().all(|&b| b == old_bytes));
+        assert!(past(&fs, f.ino(), last + 8).iter().all(|&b| b == old_bytes));
+        // A lease of the last block: the client maps it whole.
+        let l = fs.lease(f.ino(), HUGE, 8 * KIB, false).unwrap();
+        assert!(l.extents.iter().any(|e| e.0 <= last && last < e.0 + e.2), "{:?}", l.extents);
+        assert!(past(&fs, f.ino(), last)[(size % BLOCK) as usize..].iter().all(|&b| b == 0));
+        fs.unlease(f.ino()).unwrap();
+        // An append lease maps the blocks past the end.
+        let l = fs.lease_append(f.ino(), size, 64 * KIB).unwrap();
+        for &(_, pb, n) in &l.extents {
+            for b in pb..pb + n {
+                assert!(raw_block(&p, b).iter().all(|&x| x != old_bytes), "pool block {b}");
+            }
+        }
+        fs.unlease_append(f.ino()).unwrap();
+        // A mapping of the file, then the file growing under it by a write past a gap.
+        let m = f.mmap(0, 4 * HUGE as usize).unwrap();
+        let grown = size + 100 * KIB;
+        f.write_at(grown, &[3u8; 10]).unwrap();
+        let mut page = vec![0u8; BLOCK as usize];
+        let end_page = (grown + 10) / BLOCK * BLOCK;
+        m.load(end_page as usize, &mut page).unwrap();
+        let inblk = ((grown + 10) % BLOCK) as usize;
+        assert!(page[inblk - 10..inblk].iter().all(|&b| b == 3));
+        assert!(page[inblk..].iter().all(|&b| b == 0), "old bytes past the end of a mapping");
+        drop(m);
+        let all = f.read_all().unwrap();
+        assert!(all[size as usize..grown as usize].iter().all(|&b| b == 0), "the gap");
+        // Truncate and fallocate growing it.
+        f.set_len(grown + 300 * KIB).unwrap();
+        fs.fallocate(f.ino(), grown + 300 * KIB, 200 * KIB, false).unwrap();
+        let all = f.read_all().unwrap();
+        assert_eq!(all.len() as u64, grown + 500 * KIB);
+        assert!(all[(grown + 10) as usize..].iter().all(|&b| b == 0), "grown by truncate, fallocate");
+        drop(f);
+        fs.unlink_path("/log").unwrap();
+        assert_clean(&fs);
+    }
+    // A crash after the unit joined the file and before the append committed: the mark is
+    // durable with the unit, so growing the file after the next mount shows zeros too.
+    {
+        let fs = common::mount(&p);
+        let f = large_file(&fs);
+        fs.inject_crash_before_commit(2); // the unit's transaction commits, the append's not
+        assert!(f.write_at(HUGE, &[2u8; 5000]).is_err(), "cut before its commit");
+        drop(f);
+        drop(fs); // the crash: no clean unmount
+    }
+    let fs = common::mount(&p);
+    let f = fs.open_file("/log").unwrap();
+    assert_eq!(f.metadata().unwrap().size, HUGE);
+    assert!(unit_aligned(&fs, f.ino(), 512), "the unit went: {:?}", fs.extents(f.ino()));
+    assert!(past(&fs, f.ino(), 520).iter().all(|&b| b == old_bytes), "nothing to show");
+    f.set_len(HUGE + MIB).unwrap();
+    let all = f.read_all().unwrap();
+    assert!(all[..HUGE as usize].iter().all(|&b| b == 1));
+    assert!(all[HUGE as usize..].iter().all(|&b| b == 0), "old bytes after the crash");
+    drop(f);
+    assert_clean(&fs);
+}

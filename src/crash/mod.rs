@@ -412,6 +412,9 @@ fn check_state(
         }
         return Err(what);
     }
+    // Nothing a crash left past the end of a file shows when the file grows.
+    got.check_nothing_past_the_end_shows(&fs)
+        .map_err(|e| format!("bytes past the end show after recovery: {e}"))?;
     // The recovered file system must also keep working: a new file, then fsck again.
     let probe = fs
         .create(ROOT_INO, b".crashprobe", 0o644, 0, 0)

@@ -104,6 +104,41 @@ impl Tree {
         Ok(Tree(out))
     }
 
+    /// The oracle of bytes past the end (DESIGN.md §2, `INODE_TAIL_UNSETTLED`): each regular
+    /// file of this snapshot of `fs` whose flags allow it grows by truncate to the end of the
+    /// blocks it maps (or of its last block) and must read zeros from its old end on — whatever
+    /// a crash left there (a cut append, a fresh unit not zeroed past a write) never shows.
+    /// Changes `fs`. Err: what showed.
+    pub fn check_nothing_past_the_end_shows(&self, fs: &Fs) -> std::result::Result<(), String> {
+        const KEEP: u32 = crate::media::layout::INODE_IMMUTABLE | crate::media::layout::INODE_APPEND_ONLY;
+        let block = crate::media::layout::BLOCK_SIZE;
+        for (path, o) in &self.0 {
+            if o.kind != FileKind::File || o.same_as != *path || o.flags & KEEP != 0 {
+                continue;
+            }
+            let err = |what: &str, e: crate::error::Error| format!("{path}: {what}: {e}");
+            let ino = fs.resolve(path, false).map_err(|e| err("resolve", e))?;
+            let mapped = fs.extents(ino).map_err(|e| err("extents", e))?;
+            let to = mapped.iter().map(|&(l, _, n)| (l + n) * block).max().unwrap_or(0);
+            let to = to.max(o.size.next_multiple_of(block));
+            if to <= o.size {
+                continue;
+            }
+            fs.truncate(ino, to).map_err(|e| err("grow", e))?;
+            let mut buf = vec![0u8; (to - o.size) as usize];
+            let n = fs.read(ino, o.size, &mut buf).map_err(|e| err("read", e))?;
+            if let Some(i) = buf[..n].iter().position(|&b| b != 0) {
+                return Err(format!(
+                    "{path}: grown from {} to {to} bytes, byte {} is {:#04x}, not zero",
+                    o.size,
+                    o.size + i as u64,
+                    buf[i]
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Differences from `other`, one line per path (at most `max` lines).
     pub fn diff(&self, other: &Tree, max: usize) -> String {
         let mut out = String::new();

@@ -562,6 +562,16 @@ impl Start {
                     len: HUGE_SIZE + 12288,
                     fill: 3,
                 },
+                // A deleted file's bytes in free aligned units: a fresh unit a write takes is
+                // not zeroed past the write, and they must never show.
+                Op::Create("/J".into()),
+                Op::Write {
+                    path: "/J".into(),
+                    off: 0,
+                    len: 4 * HUGE_SIZE,
+                    fill: 0x77,
+                },
+                Op::Unlink("/J".into()),
                 Op::Mkdir("/D".into()),
                 Op::Create("/D/C".into()),
                 Op::Write {
@@ -654,6 +664,7 @@ pub fn catalogue() -> Vec<Op> {
         w("/B", 4096, 8192, 41),             // in place in an aligned extent (strict: data journal)
         w("/B", HUGE_SIZE - 4096, 8192, 42), // across the 2 MiB unit boundary: two pieces
         w("/X", HUGE_SIZE / 2, HUGE_SIZE + 4096, 43), // large, two pieces, into holes
+        w("/B", 3 * HUGE_SIZE, 5000, 47), // past a gap, into a fresh unit of a large file
         Op::Append {
             path: s("/D/C"),
             len: HUGE_SIZE + 1000,

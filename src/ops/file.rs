@@ -6,7 +6,9 @@
 use crate::error::{Error, Result};
 use crate::media::alloc::BlockRun;
 use crate::media::journal::Tx;
-use crate::media::layout::{self, BLOCK_SIZE, FileKind, INODE_USER_FLAGS, InodeHeader, MAX_FILE_SIZE};
+use crate::media::layout::{
+    self, BLOCK_SIZE, FileKind, INODE_TAIL_UNSETTLED, INODE_USER_FLAGS, InodeHeader, MAX_FILE_SIZE,
+};
 use crate::media::pool::Category;
 use crate::meta::inode::MapUpdate;
 use crate::meta::inode_flags::{self, Change};
@@ -357,7 +359,7 @@ pub(crate) fn lay_out(runs: &[BlockRun], lens: impl Iterator<Item = u64>) -> Vec
 /// one transaction; a whole-unit gap gets an aligned 2 MiB extent when one is free. Returns
 /// whether anything was allocated. The file size does not change.
 pub(crate) fn fill_gaps(state: &MountState, g: &mut InodeState, a: u64, b: u64) -> Result<bool> {
-    fill(state, g, a, b, false)
+    fill(state, g, a, b, Fill::Gaps)
 }
 
 /// Give the empty 2 MiB unit starting at block `unit` a free aligned extent, zeroed, in one
@@ -365,8 +367,27 @@ pub(crate) fn fill_gaps(state: &MountState, g: &mut InodeState, a: u64, b: u64) 
 /// end of the file become speculative preallocation (`ops::prealloc`), unless the file already
 /// held blocks past its end that it asked for.
 pub(crate) fn fill_unit_aligned(state: &MountState, g: &mut InodeState, unit: u64) -> Result<bool> {
+    fill_unit(state, g, unit, None)
+}
+
+/// [`fill_unit_aligned`] for a write that stores from byte `from` of the file on (at or past
+/// its end): only the extent's bytes before `max(from, size)` are zeroed, and the file is marked
+/// `INODE_TAIL_UNSETTLED` in the same transaction. The rest lies past the end until the write
+/// (or a later one) stores there, and whatever exposes bytes past the end of such a file
+/// zeroes them first (`state::appends`), so nothing the blocks held before shows. An append
+/// into a fresh unit then stores its bytes once instead of zeroing 2 MiB first.
+pub(crate) fn fill_unit_for_write(
+    state: &MountState,
+    g: &mut InodeState,
+    unit: u64,
+    from: u64,
+) -> Result<bool> {
+    fill_unit(state, g, unit, Some(from.max(g.hdr.size)))
+}
+
+fn fill_unit(state: &MountState, g: &mut InodeState, unit: u64, keep_from: Option<u64>) -> Result<bool> {
     let clean_tail = g.spec_prealloc || g.blocks_past_eof() == 0;
-    if !fill(state, g, unit, unit + 512, true)? {
+    if !fill(state, g, unit, unit + 512, Fill::AlignedUnit { keep_from })? {
         return Ok(false);
     }
     if clean_tail && unit + 512 > g.eof_block() {
@@ -375,22 +396,25 @@ pub(crate) fn fill_unit_aligned(state: &MountState, g: &mut InodeState, unit: u6
     Ok(true)
 }
 
-/// [`fill_gaps`]; `aligned_only`: [a, b) is one empty unit, filled with a free aligned extent
-/// or not at all.
-fn fill(
-    state: &MountState,
-    g: &mut InodeState,
-    a: u64,
-    b: u64,
-    aligned_only: bool,
-) -> Result<bool> {
+/// What [`fill`] allocates and zeroes.
+#[derive(Clone, Copy)]
+enum Fill {
+    /// Free blocks for the gaps, zeroed.
+    Gaps,
+    /// One free aligned extent for the whole empty unit or nothing, zeroed before file byte
+    /// `keep_from` (all of it: None), see [`fill_unit_for_write`].
+    AlignedUnit { keep_from: Option<u64> },
+}
+
+/// Allocate and map blocks for the gaps of [a, b) in one transaction, as `how` says.
+fn fill(state: &MountState, g: &mut InodeState, a: u64, b: u64, how: Fill) -> Result<bool> {
     let gs = gaps(g, a, b);
     if gs.is_empty() {
         return Ok(false);
     }
     let need: u64 = gs.iter().map(|x| x.1).sum();
     let mut res = Reserved::new(state);
-    let runs = if aligned_only {
+    let runs = if matches!(how, Fill::AlignedUnit { .. }) {
         match res.alloc_aligned() {
             Some(r) if a.is_multiple_of(512) && gs == [(a, r.len)] => vec![r],
             _ => return Ok(false),
@@ -398,10 +422,18 @@ fn fill(
     } else {
         res.alloc(need)?
     };
-    for r in &runs {
+    // Bytes of the unit from `keep_from` on are left as they are (past the end of the file).
+    let zero_len = |r: &BlockRun| match how {
+        Fill::AlignedUnit { keep_from: Some(from) } => {
+            from.saturating_sub(a * BLOCK_SIZE).min(r.len * BLOCK_SIZE)
+        }
+        _ => r.len * BLOCK_SIZE,
+    };
+    let unsettled = runs.iter().any(|r| zero_len(r) < r.len * BLOCK_SIZE);
+    for r in runs.iter().filter(|r| zero_len(r) > 0) {
         state
             .pool
-            .zero_flush(r.start * BLOCK_SIZE, r.len * BLOCK_SIZE, Category::Data)?;
+            .zero_flush(r.start * BLOCK_SIZE, zero_len(r), Category::Data)?;
     }
     let mut upd = MapUpdate::default();
     state.reserve_slots(&mut res, &mut g.map, runs.len() + gs.len(), &mut upd)?;
@@ -410,7 +442,12 @@ fn fill(
         for ((gl, glen), pl) in gs.iter().zip(&placements) {
             g.map.remap(*gl, *glen, pl, &mut upd);
         }
-        commit_map_change(state, g, &upd, Tx::new(), |h| h.map_end = h.map_end.max(b))
+        commit_map_change(state, g, &upd, Tx::new(), |h| {
+            h.map_end = h.map_end.max(b);
+            if unsettled {
+                h.flags |= INODE_TAIL_UNSETTLED;
+            }
+        })
     })?;
     res.keep();
     mark_if_aligned(state, g, &runs)?;

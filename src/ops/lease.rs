@@ -80,6 +80,8 @@ pub(crate) fn grant(state: &MountState, ino: u64, off: u64, len: u64, purpose: P
         }
         unit += 1;
     }
+    // The client maps the last block whole: what lies past the end there must read as zeros.
+    appends::zero_past_end(state, &g, a * BLOCK_SIZE, b * BLOCK_SIZE)?;
     hold(state, &mut g);
     Ok(Grant {
         size: g.hdr.size,
@@ -103,6 +105,9 @@ fn hold(state: &MountState, g: &mut InodeState) {
 /// that grows the size itself.
 fn grant_append(state: &MountState, g: &mut FileLock<'_>, off: u64, end: u64) -> Result<Grant> {
     let (a, b) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
+    // Blocks the file has there already may hold anything past its end; the client maps them
+    // (blocks allocated below are zeroed).
+    appends::zero_past_end(state, g, a * BLOCK_SIZE, b * BLOCK_SIZE)?;
     let mut unit = a / UNIT_BLOCKS;
     while unit * UNIT_BLOCKS < b {
         let (u0, u1) = (unit * UNIT_BLOCKS, (unit + 1) * UNIT_BLOCKS);

@@ -264,7 +264,8 @@ pub(crate) fn map(
     // lives no write takes a slot.
     slots::fold_all(state, &mut g)?;
     // A file whose bytes past its end may not be zero (`INODE_TAIL_UNSETTLED`: an append cut
-    // by a crash before its size commit, a client's) has the rest of its last block zeroed
+    // by a crash before its size commit, a client's, a fresh unit a write took and zeroed only
+    // before its first byte) has the rest of its last block zeroed
     // first: a mapping must read zeros past the end, as a read does.
     if g.hdr.flags & INODE_TAIL_UNSETTLED != 0 {
         zero_last_block_tail(state, &g)?;

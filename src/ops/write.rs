@@ -26,7 +26,7 @@ use crate::media::pool::Category;
 use crate::meta::inode::MapUpdate;
 use crate::meta::inode_flags::{self, Change};
 use crate::ops::file::{
-    commit_header, commit_map_change, file_kind_check, fill_unit_aligned, guarded, lay_out,
+    commit_header, commit_map_change, file_kind_check, fill_unit_for_write, guarded, lay_out,
     mark_if_aligned, unit_fragmented,
 };
 use crate::ops::xattr;
@@ -417,9 +417,10 @@ fn plan<'a>(
         });
     }
     // The whole unit as an aligned extent when the file will use it; the write then lands in
-    // place. With no aligned extent free, the write takes only the blocks it needs.
+    // place, and the bytes from it on past the end are not zeroed first. With no aligned extent
+    // free, the write takes only the blocks it needs.
     if g.map.segments(unit, unit + 512).is_empty() && wants_unit(state, g, pos, end, write_end)? {
-        fill_unit_aligned(state, g, unit)?;
+        fill_unit_for_write(state, g, unit, pos)?;
     }
     // A mapped file is never copied on write: its mappings point at the blocks in place.
     let cow_all = state.overwrite_path == OverwritePath::CopyOnWrite;

@@ -7,9 +7,10 @@
 //! A client's bytes may lie past the end of the file (a write whose swap failed and went
 //! through FUSE, a client killed between its copy and its swap, a crash before the size was
 //! pulled in), and so may a write's that was stored in place past the end with no undo image
-//! and cut by a crash before its size committed (`ops::file`): such a file carries
-//! [`INODE_TAIL_UNSETTLED`] on media, and whatever extends it zeroes what it exposes first
-//! ([`zero_exposed`]).
+//! and cut by a crash before its size committed (`ops::file`), and so may whatever a fresh
+//! 2 MiB unit held before a write took it (`ops::file::fill_unit_for_write`): such a file
+//! carries [`INODE_TAIL_UNSETTLED`] on media, and whatever extends it zeroes what it exposes
+//! first ([`zero_exposed`]), as do leases that map bytes past its end ([`zero_past_end`]).
 
 use crate::error::Result;
 use crate::media::journal::Tx;
@@ -151,7 +152,18 @@ pub(crate) fn mark_unsettled(state: &MountState, g: &mut InodeState) -> Result<(
 /// mapped blocks between the end and `to` if clients may have left some there. No journal: the
 /// bytes lie past the end until the size change commits, and zeros there are always right.
 pub(crate) fn zero_exposed(state: &MountState, g: &InodeState, to: u64) -> Result<()> {
-    let from = g.hdr.size;
+    zero_past_end(state, g, g.hdr.size, to)
+}
+
+/// Zero the bytes of the file's mapped blocks in [from, to) that lie past its end, if it is
+/// marked as one whose bytes there may not be zero, then fence: before something shows them
+/// (a lease lets a client map them; a write stored from the end on into a fresh unit left what
+/// the blocks held before, `ops::file::fill_unit_for_write`). No journal, as for
+/// [`zero_exposed`]. Bytes a client appending to the file has stored there but not published
+/// may be zeroed: its size swap then fails (the file is locked, its word frozen) and the write
+/// goes through FUSE.
+pub(crate) fn zero_past_end(state: &MountState, g: &InodeState, from: u64, to: u64) -> Result<()> {
+    let from = from.max(g.hdr.size);
     if g.hdr.flags & INODE_TAIL_UNSETTLED == 0 || to <= from {
         return Ok(());
     }

@@ -4,7 +4,7 @@
 //! move. Each is a no-op for a file without mappings.
 
 use crate::error::Result;
-use crate::media::layout::BLOCK_SIZE;
+use crate::media::layout::{BLOCK_SIZE, INODE_TAIL_UNSETTLED};
 use crate::media::pool::Category;
 use crate::state::inode_state::InodeState;
 use crate::state::locks::lock;
@@ -72,8 +72,13 @@ pub(crate) fn zero_last_block_tail(state: &MountState, g: &InodeState) -> Result
 }
 
 /// After a file grew from `old_size`: the new pages stop being SIGBUS pages and become
-/// missing pages (installed on first touch).
+/// missing pages (installed on first touch). A mapping shows the new last block whole, so if
+/// the file's bytes past its end may not be zero (`INODE_TAIL_UNSETTLED`: a fresh unit a write
+/// took is not zeroed past what it stored) they are zeroed there first.
 pub(crate) fn after_grow(state: &MountState, g: &InodeState, old_size: u64) -> Result<()> {
+    if !g.maps.is_empty() && g.hdr.flags & INODE_TAIL_UNSETTLED != 0 {
+        zero_last_block_tail(state, g)?;
+    }
     let (a, b) = (
         old_size.div_ceil(BLOCK_SIZE),
         g.hdr.size.div_ceil(BLOCK_SIZE),
