@@ -11,7 +11,7 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 const H: u64 = BLOCKS_PER_HUGE;
 const ALIGNED: fn(&Part) -> &AtomicU64 = |p| &p.aligned_cnt;
@@ -92,14 +92,25 @@ struct Part {
 /// blocks it gave back to the allocator.
 pub type PressureHandler = Box<dyn Fn(u64) -> u64 + Send + Sync>;
 
+/// A holder's count of speculative blocks, shared with the allocator's registry
+/// ([`Allocator::hold_speculative`]): the holder changes it with a plain store.
+#[derive(Debug)]
+pub struct SpecHolding(Arc<AtomicU64>);
+
+impl SpecHolding {
+    /// The holder now holds `blocks` (more than 0; none: [`Allocator::set_speculative`]).
+    pub fn set(&self, blocks: u64) {
+        self.0.store(blocks, Relaxed);
+    }
+}
+
 /// Alignment-aware allocator over per-CPU partitions.
 pub struct Allocator {
     parts: Vec<Part>,
     total: u64,
-    /// Speculative holdings: holder id → blocks (allocated, but given back on demand).
-    spec: Mutex<BTreeMap<u64, u64>>,
-    /// Sum of `spec`, readable without the lock.
-    spec_total: AtomicU64,
+    /// Speculative holdings: holder id → blocks (allocated, but given back on demand). The
+    /// lock guards who holds; a holder recounts its own blocks through its [`SpecHolding`].
+    spec: Mutex<BTreeMap<u64, Arc<AtomicU64>>>,
     /// Named once by the layer that owns the holdings (the mounted file system).
     pressure: OnceLock<PressureHandler>,
 }
@@ -136,7 +147,6 @@ impl Allocator {
             parts,
             total,
             spec: Mutex::new(BTreeMap::new()),
-            spec_total: AtomicU64::new(0),
             pressure: OnceLock::new(),
         };
         let mut runs: Vec<BlockRun> = free.into_iter().filter(|r| r.len > 0).collect();
@@ -529,35 +539,52 @@ impl Allocator {
         self.total
     }
 
+    fn spec_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<AtomicU64>>> {
+        self.spec.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Record that `holder` (an inode) holds `blocks` allocated blocks speculatively, blocks it
     /// gives back when asked (0: it holds none). They count as available, not as free.
     pub fn set_speculative(&self, holder: u64, blocks: u64) {
-        let mut m = self.spec.lock().unwrap_or_else(|e| e.into_inner());
-        let old = if blocks == 0 {
-            m.remove(&holder)
+        let mut m = self.spec_lock();
+        if blocks == 0 {
+            m.remove(&holder);
         } else {
-            m.insert(holder, blocks)
-        };
-        // Under the lock, so the total always equals the sum of the map.
-        let t = self.spec_total.load(Relaxed) + blocks - old.unwrap_or(0);
-        self.spec_total.store(t, Relaxed);
+            m.entry(holder).or_default().store(blocks, Relaxed);
+        }
+    }
+
+    /// Register `holder` as holding `blocks` (more than 0) speculatively, and hand it the count
+    /// to keep up to date itself: a file recounts its blocks past the end at every append, and
+    /// the registry's lock there would be a locked instruction right after the append's fence,
+    /// which waits for the fence's write-backs. Holding nothing any more goes through
+    /// [`Allocator::set_speculative`] with 0.
+    pub fn hold_speculative(&self, holder: u64, blocks: u64) -> SpecHolding {
+        let mut m = self.spec_lock();
+        let cell = m.entry(holder).or_default();
+        cell.store(blocks, Relaxed);
+        SpecHolding(cell.clone())
     }
 
     /// Blocks `holder` holds speculatively (0 if none).
     pub fn speculative_of(&self, holder: u64) -> u64 {
-        let m = self.spec.lock().unwrap_or_else(|e| e.into_inner());
-        m.get(&holder).copied().unwrap_or(0)
+        self.spec_lock().get(&holder).map_or(0, |c| c.load(Relaxed))
     }
 
-    /// Blocks held speculatively, in all.
+    /// Blocks held speculatively, in all (summed over the holders: asked for by statfs and
+    /// when space runs short, not per allocation).
     pub fn speculative_blocks(&self) -> u64 {
-        self.spec_total.load(Relaxed)
+        self.spec_lock().values().map(|c| c.load(Relaxed)).sum()
     }
 
     /// The holders, largest holding first (ties: lower id first).
     pub fn speculative_holders(&self) -> Vec<(u64, u64)> {
-        let m = self.spec.lock().unwrap_or_else(|e| e.into_inner());
-        let mut v: Vec<(u64, u64)> = m.iter().map(|(&h, &n)| (h, n)).collect();
+        let m = self.spec_lock();
+        let mut v: Vec<(u64, u64)> = m
+            .iter()
+            .map(|(&h, c)| (h, c.load(Relaxed)))
+            .filter(|&(_, n)| n > 0)
+            .collect();
         v.sort_by_key(|&(h, n)| (Reverse(n), h));
         v
     }

@@ -454,6 +454,28 @@ fn speculative_holdings_count_as_available() {
 }
 
 #[test]
+fn a_holding_recounted_by_its_holder_shows_in_every_total() {
+    let a = fresh(&[(0, 4 * H)]);
+    let free = a.free_blocks();
+    let h = a.hold_speculative(7, 100);
+    a.set_speculative(9, 30);
+    assert_eq!((a.speculative_blocks(), a.speculative_of(7)), (130, 100));
+    h.set(12);
+    assert_eq!(a.speculative_blocks(), 42);
+    assert_eq!(a.available_blocks(), free + 42);
+    assert_eq!(a.speculative_holders(), vec![(9, 30), (7, 12)]);
+    // Registering again hands out the same count.
+    let again = a.hold_speculative(7, 5);
+    assert_eq!(a.speculative_of(7), 5);
+    again.set(6);
+    h.set(8);
+    assert_eq!(a.speculative_of(7), 8);
+    a.set_speculative(7, 0);
+    assert_eq!((a.speculative_blocks(), a.speculative_of(7)), (30, 0));
+    assert_eq!(a.speculative_holders(), vec![(9, 30)]);
+}
+
+#[test]
 fn double_free_rejected_without_change() {
     let ranges = [(0, 4 * H), (4 * H, 8 * H)];
     let a = fresh(&ranges);

@@ -253,21 +253,28 @@ impl FileMap {
 
     /// Extents overlapping logical blocks [a, b), clipped, as (logical, phys, len).
     pub fn segments(&self, a: u64, b: u64) -> Vec<(u64, u64, u64)> {
-        let mut out = Vec::new();
+        self.clipped(a, b).collect()
+    }
+
+    /// Blocks mapped in logical blocks [a, b), counted without building the segments (every
+    /// append recounts the blocks past the end).
+    pub fn mapped_blocks_in(&self, a: u64, b: u64) -> u64 {
+        self.clipped(a, b).map(|s| s.2).sum()
+    }
+
+    /// [`FileMap::segments`] as an iterator.
+    fn clipped(&self, a: u64, b: u64) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
         let start = self
             .extents
             .range(..=a)
             .next_back()
             .map(|(&l, _)| l)
             .unwrap_or(a);
-        for (&l, e) in self.extents.range(start..b) {
+        self.extents.range(start..b).filter_map(move |(&l, e)| {
             let s = l.max(a);
             let t = (l + e.len).min(b);
-            if s < t {
-                out.push((s, e.phys + (s - l), t - s));
-            }
-        }
-        out
+            (s < t).then(|| (s, e.phys + (s - l), t - s))
+        })
     }
 
     /// Whether logical block `lb` lies in a 2 MiB logical unit that is mapped onto one 2 MiB
@@ -282,7 +289,7 @@ impl FileMap {
 
     /// Extents overlapping [a, b) in count.
     pub fn extents_in(&self, a: u64, b: u64) -> usize {
-        self.segments(a, b).len()
+        self.clipped(a, b).count()
     }
 
     /// Slots an update of `new_runs` pieces may need beyond what is free (each piece can take a
@@ -761,6 +768,25 @@ mod tests {
         assert_eq!(m.mapped_blocks(), 10);
         // Three slots written: the shortened head, the tail, the new extent.
         assert_eq!(u.slot_writes.len(), 3);
+    }
+
+    /// The count agrees with the segments it does not build, for ranges starting before,
+    /// inside and past extents and holes.
+    #[test]
+    fn mapped_blocks_in_counts_what_segments_list() {
+        let mut m = FileMap::new();
+        let mut u = MapUpdate::default();
+        m.remap(2, 5, &[run(100, 5)], &mut u);
+        m.remap(10, 3, &[run(300, 3)], &mut u);
+        m.remap(20, 600, &[run(1024, 600)], &mut u);
+        for a in 0..40 {
+            for b in [a, a + 1, a + 3, a + 9, 25, 619, 620, 700, u64::MAX] {
+                let want: u64 = m.segments(a, b).iter().map(|s| s.2).sum();
+                assert_eq!(m.mapped_blocks_in(a, b), want, "[{a}, {b})");
+            }
+        }
+        assert_eq!(m.mapped_blocks_in(0, u64::MAX), 608);
+        assert_eq!(m.mapped_blocks_in(4, 11), 4);
     }
 
     #[test]

@@ -386,7 +386,7 @@ pub(crate) fn fill_unit_for_write(
 }
 
 fn fill_unit(state: &MountState, g: &mut InodeState, unit: u64, keep_from: Option<u64>) -> Result<bool> {
-    let clean_tail = g.spec_prealloc || g.blocks_past_eof() == 0;
+    let clean_tail = g.spec.is_some() || g.blocks_past_eof() == 0;
     if !fill(state, g, unit, unit + 512, Fill::AlignedUnit { keep_from })? {
         return Ok(false);
     }

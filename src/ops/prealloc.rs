@@ -20,7 +20,7 @@ use std::sync::{Arc, Weak};
 /// Give back the file's speculative blocks past its end; returns how many went back.
 pub(crate) fn trim(state: &MountState, g: &mut InodeState) -> Result<u64> {
     // Blocks a client appends into are never speculative.
-    if !g.spec_prealloc || g.appenders > 0 {
+    if g.spec.is_none() || g.appenders > 0 {
         return Ok(0);
     }
     let keep = g.eof_block();
@@ -40,7 +40,7 @@ pub(crate) fn trim(state: &MountState, g: &mut InodeState) -> Result<u64> {
 /// blocks back (a large file keeps them for its next append, until space runs short).
 pub(crate) fn on_last_close(state: &MountState, g: &mut InodeState) -> Result<()> {
     // A read-only mount changes nothing; the blocks stay with the file.
-    if g.spec_prealloc && g.hdr.size < HUGE_SIZE && !state.is_read_only() {
+    if g.spec.is_some() && g.hdr.size < HUGE_SIZE && !state.is_read_only() {
         trim(state, g)?;
     }
     Ok(())

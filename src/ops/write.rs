@@ -21,7 +21,9 @@
 use crate::error::{Error, Result};
 use crate::media::alloc::BlockRun;
 use crate::media::journal::Tx;
-use crate::media::layout::{BLOCK_SIZE, HUGE_SIZE, INODE_SIZE_CHECKED, MAX_FILE_SIZE};
+use crate::media::layout::{
+    BLOCK_SIZE, HUGE_SIZE, INODE_SIZE_CHECKED, MAX_FILE_SIZE, checked_size_word,
+};
 use crate::media::pool::Category;
 use crate::meta::inode::MapUpdate;
 use crate::meta::inode_flags::{self, Change};
@@ -140,6 +142,8 @@ fn append_in_place(state: &MountState, g: &mut InodeState, off: u64, data: &[u8]
     state
         .pool
         .write_flush(phys * BLOCK_SIZE + off % BLOCK_SIZE, data, Category::Data)?;
+    // Made before the fence, while the data drains to media.
+    let word = checked_size_word(g.hdr.generation, end);
     if !state.broken_skip_append_fence.load(Ordering::Relaxed) {
         state.pool.fence();
     }
@@ -147,7 +151,7 @@ fn append_in_place(state: &MountState, g: &mut InodeState, off: u64, data: &[u8]
         state.poison();
         return Err(Error::Corrupted("injected crash before an append's size store".into()));
     }
-    state.commit_size(g, end)?;
+    state.commit_size_word(g, word)?;
     Ok(true)
 }
 

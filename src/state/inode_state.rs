@@ -1,7 +1,7 @@
 //! The DRAM state of one inode: its header as on media, its extent map, its directory index,
 //! its open count and its live memory mappings; and the lock that guards it.
 
-use crate::media::alloc::BlockRun;
+use crate::media::alloc::{BlockRun, SpecHolding};
 use crate::media::layout::{BLOCK_SIZE, FileKind, InodeHeader};
 use crate::error::{Error, Result};
 use crate::media::pool::Pool;
@@ -33,8 +33,9 @@ pub(crate) struct InodeState {
     /// Cached presence of the alignment hint xattr (None: not looked up yet).
     pub hugepage_hint: Option<bool>,
     /// The blocks mapped past the end of the file are speculative preallocation, registered
-    /// with the allocator (`ops::prealloc`); DRAM only, false after a remount.
-    pub spec_prealloc: bool,
+    /// with the allocator (`ops::prealloc`), and their count there; DRAM only, None after a
+    /// remount.
+    pub spec: Option<SpecHolding>,
     /// Made without a name and without `O_EXCL` (`ops::namespace::make_unnamed`), and not
     /// linked yet: a link may give it its first name. DRAM only (after a crash it is an orphan).
     pub linkable: bool,
@@ -84,7 +85,7 @@ impl InodeState {
             open: 0,
             maps: Vec::new(),
             hugepage_hint: None,
-            spec_prealloc: false,
+            spec: None,
             linkable: false,
             leases: 0,
             appenders: 0,
@@ -127,11 +128,7 @@ impl InodeState {
     /// Blocks mapped at or past [`InodeState::eof_block`].
     pub fn blocks_past_eof(&self) -> u64 {
         let e = self.eof_block();
-        self.map
-            .segments(e, self.hdr.map_end.max(e))
-            .iter()
-            .map(|s| s.2)
-            .sum()
+        self.map.mapped_blocks_in(e, self.hdr.map_end.max(e))
     }
     /// Every block the inode owns: mapped blocks, extent-index blocks, its xattr block.
     pub fn owned_runs(&self) -> Vec<BlockRun> {

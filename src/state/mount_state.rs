@@ -140,7 +140,7 @@ fn idle(n: &InodeRef) -> bool {
         && g.appenders == 0
         && g.quarantine.is_empty()
         && g.slots.is_empty()
-        && !g.spec_prealloc
+        && g.spec.is_none()
 }
 
 impl MountState {
@@ -518,8 +518,15 @@ impl MountState {
     /// beside it, then a fence. The caller has made everything the new size exposes durable
     /// first.
     pub(crate) fn commit_size(&self, g: &mut InodeState, size: u64) -> Result<()> {
+        self.commit_size_word(g, layout::checked_size_word(g.hdr.generation, size))
+    }
+
+    /// [`MountState::commit_size`] with the word already made by `layout::checked_size_word`
+    /// for `g`'s generation: an append makes it before its data's fence, while the data drains.
+    pub(crate) fn commit_size_word(&self, g: &mut InodeState, word: u64) -> Result<()> {
         debug_assert!(g.hdr.flags & layout::INODE_SIZE_CHECKED != 0);
-        let word = layout::checked_size_word(g.hdr.generation, size);
+        let size = word & layout::CHECKED_SIZE_MASK;
+        debug_assert_eq!(word, layout::checked_size_word(g.hdr.generation, size));
         self.pool.store_u64_flush(
             self.inode_off(g.ino) + layout::ino::SIZE as u64,
             word,

@@ -11,26 +11,31 @@ use crate::state::mount_state::MountState;
 impl MountState {
     /// The file just took blocks past its end speculatively: register it (if it holds any).
     pub fn mark_prealloc(&self, g: &mut InodeState) {
-        g.spec_prealloc = true;
+        if g.spec.is_none() {
+            let n = g.blocks_past_eof();
+            if n > 0 {
+                g.spec = Some(self.alloc.hold_speculative(g.ino, n));
+            }
+        }
         self.note_prealloc(g);
     }
 
     /// After a change of the file's size or block map: recount its speculative blocks (a
     /// write or truncate that grew the file over them turned them into file data).
     pub fn note_prealloc(&self, g: &mut InodeState) {
-        if !g.spec_prealloc {
+        let Some(holding) = &g.spec else {
             return;
+        };
+        match g.blocks_past_eof() {
+            0 => self.forget_prealloc(g),
+            n => holding.set(n),
         }
-        let n = g.blocks_past_eof();
-        self.alloc.set_speculative(g.ino, n);
-        g.spec_prealloc = n > 0;
     }
 
     /// The file's blocks past EOF stop being speculative: they were given back, the inode was
     /// freed, or the user asked for them (fallocate with KEEP_SIZE).
     pub fn forget_prealloc(&self, g: &mut InodeState) {
-        if g.spec_prealloc {
-            g.spec_prealloc = false;
+        if g.spec.take().is_some() {
             self.alloc.set_speculative(g.ino, 0);
         }
     }
