@@ -11,13 +11,13 @@ use crate::state::mount_state::MountState;
 impl MountState {
     /// The file just took blocks past its end speculatively: register it (if it holds any).
     pub fn mark_prealloc(&self, g: &mut InodeState) {
-        if g.spec.is_none() {
-            let n = g.blocks_past_eof();
-            if n > 0 {
-                g.spec = Some(self.alloc.hold_speculative(g.ino, n));
-            }
+        if g.spec.is_some() {
+            return self.note_prealloc(g);
         }
-        self.note_prealloc(g);
+        let n = g.blocks_past_eof();
+        if n > 0 {
+            g.spec = Some(self.alloc.hold_speculative(g.ino, n));
+        }
     }
 
     /// After a change of the file's size or block map: recount its speculative blocks (a
