@@ -1,7 +1,8 @@
 //! Direct-path leases in the core (docs/DESIGN.md §7b), through the library API the mount's
 //! channel uses: a lease fills holes (aligned units for large ranges), pins the file's blocks
-//! (no rewrite, no scatter, strict writes in place, no collapse), quarantines what the file
-//! gives up until the last lease goes, and keeps an unlinked file alive.
+//! (no rewrite, no scatter, strict writes in place, no collapse), keeps them through truncate,
+//! punch hole and zero range (zeroing in place what the client sees), and keeps an unlinked
+//! file alive.
 
 mod common;
 
@@ -73,32 +74,73 @@ fn a_large_lease_moves_a_few_scattered_blocks_onto_an_aligned_unit_unless_anothe
     fs.unmount().unwrap();
 }
 
-#[test]
-fn blocks_a_leased_file_gives_up_wait_in_quarantine_until_the_last_lease_goes() {
-    let (_d, p) = fresh_pool(64 * MIB, Some(1));
+/// Bytes [off, off+len) of the file as the leased blocks `extents` hold them: what a client's
+/// mapping loads.
+fn load(pool: &std::fs::File, extents: &[(u64, u64, u64)], off: u64, len: u64) -> Vec<u8> {
+    let mut out = vec![0u8; len as usize];
+    for (i, b) in out.iter_mut().enumerate() {
+        pool.read_exact_at(std::slice::from_mut(b), pool_offset(extents, off + i as u64)).unwrap();
+    }
+    out
+}
+
+/// A fresh 64 MiB pool mounted, the pool file open as a client holds it, and an empty file.
+fn pool_and_file() -> (tempfile::TempDir, Fs, std::fs::File, winefs::File, u64) {
+    let (d, p) = fresh_pool(64 * MIB, Some(1));
     let fs = mount(&p);
+    let pool = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
     let f = fs.create_file("/q").unwrap();
+    let ino = f.ino();
+    (d, fs, pool, f, ino)
+}
+
+#[test]
+fn a_leased_file_keeps_its_blocks_through_punch_zero_range_and_truncate_and_its_client_sees_zeros() {
+    let (_d, fs, pool, f, ino) = pool_and_file();
     f.write_at(0, &vec![7u8; 4 * MIB as usize]).unwrap();
     let before = free(&fs);
-    let l = fs.lease(f.ino(), 0, 4 * MIB, true).unwrap();
-    fs.lease(f.ino(), 0, MIB, true).unwrap();
-    f.set_len(0).unwrap();
-    assert_eq!(free(&fs), before, "truncated blocks of a leased file went back to the allocator");
-    assert!(fs.quarantined_blocks() >= 1024);
-    // No new file gets them.
-    let g2 = fs.create_file("/other").unwrap();
-    g2.write_at(0, &vec![1u8; 4 * MIB as usize]).unwrap();
-    let theirs = fs.extents(g2.ino()).unwrap();
-    for &(_, p, n) in &theirs {
-        for &(_, lp, ln) in &l.extents {
-            assert!(p + n <= lp || lp + ln <= p, "a quarantined block went to another file");
-        }
-    }
-    fs.unlease(f.ino()).unwrap();
-    assert!(fs.quarantined_blocks() >= 1024, "the first of two leases let the blocks go");
-    fs.unlease(f.ino()).unwrap();
-    assert_eq!(fs.quarantined_blocks(), 0);
-    drop((f, g2));
+    let l = fs.lease(ino, 0, 4 * MIB, true).unwrap();
+    fs.lease(ino, 0, MIB, true).unwrap();
+    let zeros = |off: u64, len: u64| load(&pool, &l.extents, off, len).iter().all(|&b| b == 0);
+    // A punched hole and a zeroed range read zeros where the client's mapping reaches (as a
+    // kernel mapping would show), and the bytes around them are the file's.
+    fs.punch_hole(ino, MIB, MIB).unwrap();
+    fs.zero_range(ino, 3 * MIB + 100, 5000, false).unwrap();
+    assert!(zeros(MIB, MIB), "the client's mapping shows a punched range's old bytes");
+    assert!(zeros(3 * MIB + 100, 5000), "the client's mapping shows a zeroed range's old bytes");
+    assert_eq!(load(&pool, &l.extents, MIB - 1, 1), [7]);
+    assert_eq!(load(&pool, &l.extents, 3 * MIB + 99, 1), [7]);
+    assert_eq!(load(&pool, &l.extents, 3 * MIB + 5100, 1), [7]);
+    assert_eq!(fs.extents(ino).unwrap(), l.extents, "a leased file's blocks moved");
+    assert_eq!(free(&fs), before, "blocks a client maps were freed");
+    // Truncated and grown back: the grown part reads zeros through the client's blocks, which
+    // are still the file's, so what the client stores there afterwards is in the file.
+    f.set_len(100).unwrap();
+    assert_eq!((free(&fs), fs.quarantined_blocks()), (before, 0), "a truncate under a lease gave blocks up");
+    f.set_len(4 * MIB).unwrap();
+    assert_eq!(load(&pool, &l.extents, 0, 100), vec![7u8; 100]);
+    assert!(zeros(100, 4 * MIB - 100), "the grown part shows the bytes the file had before");
+    store(&pool, &l.extents, 2 * MIB + 5, b"client");
+    let mut buf = [0u8; 6];
+    f.read_at(2 * MIB + 5, &mut buf).unwrap();
+    assert_eq!(&buf, b"client", "a store through the mapping after the truncate is not the file's");
+    f.write_at(3 * MIB, b"daemon").unwrap();
+    assert_eq!(load(&pool, &l.extents, 3 * MIB, 6), b"daemon");
+    // Ranges past the end: nothing inside the file to zero; zero range allocates (KEEP_SIZE).
+    fs.zero_range(ino, 5 * MIB, 4096, true).unwrap();
+    fs.punch_hole(ino, 6 * MIB, 4096).unwrap();
+    assert_eq!(fs.getattr(ino).unwrap().size, 4 * MIB);
+    let before = before - 1;
+    assert_eq!(free(&fs), before);
+    // Shrunk again: when the last lease goes, what the truncate kept past the end is speculative
+    // preallocation (free space), given back at the last close of the now small file.
+    f.set_len(100).unwrap();
+    fs.unlease(ino).unwrap();
+    assert_eq!(free(&fs), before, "the first of two leases let the blocks go");
+    fs.unlease(ino).unwrap();
+    assert!(free(&fs) >= before + 1023, "kept blocks not counted free after the last lease: {}", free(&fs));
+    drop(f);
+    assert_eq!(fs.extents(ino).unwrap().iter().map(|e| e.2).sum::<u64>(), 1, "the kept blocks stayed");
     let r = fs.check();
     assert!(r.is_clean(), "{r:?}");
     fs.unmount().unwrap();
@@ -216,14 +258,18 @@ impl Board {
 /// Store `data` at file offset `off` into the leased blocks `extents`, as a client does.
 fn store(pool: &std::fs::File, extents: &[(u64, u64, u64)], off: u64, data: &[u8]) {
     for (i, &b) in data.iter().enumerate() {
-        let at = off + i as u64;
-        let blk = at / 4096;
-        let &(fb, pb, _) = extents
-            .iter()
-            .find(|e| e.0 <= blk && blk < e.0 + e.2)
-            .unwrap_or_else(|| panic!("offset {at} is not leased: {extents:?}"));
-        pool.write_all_at(&[b], (pb + blk - fb) * 4096 + at % 4096).unwrap();
+        pool.write_all_at(&[b], pool_offset(extents, off + i as u64)).unwrap();
     }
+}
+
+/// Where byte `at` of the file lies in the pool, by the leased blocks `extents`.
+fn pool_offset(extents: &[(u64, u64, u64)], at: u64) -> u64 {
+    let blk = at / 4096;
+    let &(fb, pb, _) = extents
+        .iter()
+        .find(|e| e.0 <= blk && blk < e.0 + e.2)
+        .unwrap_or_else(|| panic!("offset {at} is not leased: {extents:?}"));
+    (pb + blk - fb) * 4096 + at % 4096
 }
 
 #[test]
@@ -298,12 +344,13 @@ fn a_change_by_the_daemon_freezes_out_appenders_and_a_given_back_append_lease_ca
     let l = fs.lease_append(ino, 0, 4 * MIB).unwrap();
     let w = board.word(ino);
     // Another process truncates: the word moves on (an appender's swap from `w` fails) and the
-    // blocks the file gave up wait in quarantine, since the client may still store into them.
+    // blocks past the new end stay with the file, since the client may still store into them.
+    let held = owned(&fs);
     fs.truncate(ino, 100).unwrap();
     let w2 = board.word(ino);
     assert_eq!(size_word::size(w2), 100);
     assert!(!size_word::same_epoch(w, w2));
-    assert!(fs.quarantined_blocks() > 0);
+    assert_eq!((owned(&fs), fs.quarantined_blocks()), (held, 0), "a truncate under a lease gave blocks up");
     assert!(fs.collapse_range(ino, 0, 4096).is_err(), "collapse under a lease");
     // A write through the daemon by another process (O_APPEND) lands at the true end.
     board.set(ino, size_word::grown(w2, 300).unwrap());
@@ -321,6 +368,31 @@ fn a_change_by_the_daemon_freezes_out_appenders_and_a_given_back_append_lease_ca
     drop(f);
     assert_eq!(fs.extents(ino).unwrap().iter().map(|e| e.2).sum::<u64>(), 1, "the reservation stayed");
     assert_eq!(free(&fs) + owned(&fs), before, "blocks leaked");
+    let r = fs.check();
+    assert!(r.is_clean(), "{r:?}");
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn a_leased_file_truncated_in_steps_then_written_past_its_end_shows_its_client_the_zeros() {
+    // Truncates to a smaller and then a larger size, both under the lease, keep the blocks the
+    // client maps; a write past the end fills the gap with zeros in those same blocks.
+    let (_d, fs, pool, f, ino) = pool_and_file();
+    f.set_len(3 * MIB).unwrap();
+    let l = fs.lease(ino, 0, 3 * MIB, true).unwrap();
+    store(&pool, &l.extents, 0, &vec![0xaa; 3 * MIB as usize]);
+    f.set_len(139_677).unwrap();
+    f.set_len(146_391).unwrap();
+    f.write_at(1_023_303, &[0x11; 16_418]).unwrap();
+    let end = 1_023_303 + 16_418;
+    let seen = load(&pool, &l.extents, 0, end);
+    let mut file = vec![0u8; end as usize];
+    f.read_at(0, &mut file).unwrap();
+    let first = seen.iter().zip(&file).position(|(a, b)| a != b);
+    assert_eq!(first, None, "the client's blocks and the file differ from this offset on");
+    assert!(file[139_677..1_023_303].iter().all(|&b| b == 0));
+    fs.unlease(ino).unwrap();
+    drop(f);
     let r = fs.check();
     assert!(r.is_clean(), "{r:?}");
     fs.unmount().unwrap();

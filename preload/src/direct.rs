@@ -455,7 +455,9 @@ fn place(c: &Client, base: usize, off: u64, end: u64, extents: &[crate::proto::E
 /// Drop the bookkeeping of [addr, addr+len) (the caller unmaps or replaces the memory):
 /// mappings wholly inside go, mappings cut keep their other parts.
 fn forget_range(m: &mut BTreeMap<usize, DirectMap>, addr: usize, len: usize) {
-    let end = addr.saturating_add(len);
+    // The kernel unmaps whole pages: `munmap(addr, 100)` takes the page, so nothing of it may
+    // stay listed (a listed remainder would be written back by msync/fsync and fault).
+    let end = addr.saturating_add(len.checked_next_multiple_of(PAGE as usize).unwrap_or(usize::MAX));
     let hit: Vec<usize> = m
         .range(..end)
         .filter(|(b, d)| **b + d.len > addr)

@@ -64,6 +64,7 @@ impl Model {
             | Op::InsertRange { path, .. } => self.is_file(path) && path != "/S",
             Op::Msync { path, .. }
             | Op::DirectAppend { path, .. }
+            | Op::LeasedShrink { path, .. }
             | Op::Alternate { path, .. }
             | Op::AlternateMany { path, .. } => self.is_file(path) && path != "/S",
             Op::Compact => true,
@@ -161,6 +162,7 @@ impl Model {
             | Op::Compact
             | Op::Msync { .. }
             | Op::DirectAppend { .. }
+            | Op::LeasedShrink { .. }
             | Op::Alternate { .. }
             | Op::AlternateMany { .. } => {}
         }

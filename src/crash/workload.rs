@@ -141,6 +141,17 @@ pub enum Op {
         len: u64,
         fill: u8,
     },
+    /// What a program mapping the file through the preload library sees the daemon do
+    /// (docs/DESIGN.md §7b, "Leases"): lease the whole file, truncate it to `shrink_to`, zero
+    /// range `zero` (offset, length; KEEP_SIZE), punch hole `punch`, truncate it back to its
+    /// size, give the lease back. Under the lease the blocks stay with the file and bytes are
+    /// zeroed in place (each range here lies within one transaction's piece).
+    LeasedShrink {
+        path: String,
+        shrink_to: u64,
+        zero: (u64, u64),
+        punch: (u64, u64),
+    },
     /// Write `len` bytes at `off` three times (fills `fill`, `fill + 1`, `fill + 2`), then
     /// truncate the file to its size, which changes nothing but writes alternate slots back
     /// home: in strict mode the writes alternate (slot, home, slot; docs/DESIGN.md §5), so the
@@ -246,6 +257,11 @@ impl fmt::Display for Op {
             Op::DirectAppend { path, len, fill } => {
                 write!(f, "direct append {path} +{len} fill {fill}")
             }
+            Op::LeasedShrink { path, shrink_to, zero, punch } => write!(
+                f,
+                "leased {path}: truncate {shrink_to}, zero {}+{}, punch {}+{}, truncate back",
+                zero.0, zero.1, punch.0, punch.1
+            ),
             Op::Alternate {
                 path,
                 off,
@@ -393,6 +409,19 @@ impl Op {
                 m.msync(0, map_len as usize).map(drop)
             }
             Op::DirectAppend { path, len, fill } => direct_append(fs, path, *len, *fill),
+            Op::LeasedShrink { path, shrink_to, zero, punch } => {
+                let ino = fs.resolve(path, false)?;
+                let size = fs.getattr(ino)?.size;
+                fs.lease(ino, 0, size.max(1), true)?;
+                let r = (|| {
+                    fs.truncate(ino, *shrink_to)?;
+                    fs.zero_range(ino, zero.0, zero.1, true)?;
+                    fs.punch_hole(ino, punch.0, punch.1)?;
+                    fs.truncate(ino, size)
+                })();
+                fs.unlease(ino)?;
+                r
+            }
             Op::Alternate {
                 path,
                 off,
@@ -450,6 +479,18 @@ impl Op {
             Op::AlternateMany { path, blocks, fill } => {
                 let write = |(off, len)| Op::Write { path: path.clone(), off, len, fill: *fill };
                 return Ok(many_lines(*blocks).map(write).collect());
+            }
+            // Each change is one step; a punch inside the file reads as a zeroed range (the
+            // steps run on a copy nobody leases, where the blocks go).
+            Op::LeasedShrink { path, shrink_to, zero, punch } => {
+                let size = fs.getattr(fs.resolve(path, false)?)?.size;
+                let (p, keep_size) = (path.clone(), true);
+                return Ok(vec![
+                    Op::Truncate { path: p.clone(), size: *shrink_to },
+                    Op::ZeroRange { path: p.clone(), off: zero.0, len: zero.1, keep_size },
+                    Op::ZeroRange { path: p.clone(), off: punch.0, len: punch.1, keep_size },
+                    Op::Truncate { path: p, size },
+                ]);
             }
             _ => return Ok(vec![self.clone()]),
         };
@@ -855,6 +896,14 @@ pub fn catalogue() -> Vec<Op> {
     ops.extend([
         Op::DirectAppend { path: s("/A"), len: 5000, fill: 63 },
         Op::DirectAppend { path: s("/X"), len: 700, fill: 64 },
+        // A small file, and /B's aligned unit kept past the shrunk end and grown back over.
+        Op::LeasedShrink { path: s("/A"), shrink_to: 3000, zero: (100, 200), punch: (1500, 700) },
+        Op::LeasedShrink {
+            path: s("/B"),
+            shrink_to: (1 << 20) + 100,
+            zero: (300_000, 200_000),
+            punch: (600_000, 100_000),
+        },
     ]);
     // Alternate writing: partial lines of a small file's block, a whole block and one line in
     // /B's aligned unit.

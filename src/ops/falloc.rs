@@ -11,7 +11,9 @@
 //!   (undo-journaled; at most [`IN_PLACE_MAX`] blocks per unit), or, for a larger part, the
 //!   unit is copied onto a fresh 2 MiB allocation with the range zeroed, so it stays one aligned
 //!   extent when one is free. Whole units get whole (aligned) units. The old blocks are freed
-//!   after the commit.
+//!   after the commit. On a file a direct-path client leases, the blocks stay where its mapping
+//!   reaches them: the bytes are zeroed in place (atomic per 1 MiB piece), then the holes are
+//!   allocated as fallocate does.
 //! * **Collapse and insert range** move no data: the extents past the offset keep their
 //!   physical blocks and only the logical block of their records changes (an extent straddling
 //!   the offset is split first). Moving by whole 2 MiB units keeps aligned extents aligned.
@@ -23,7 +25,7 @@ use crate::media::layout::{BLOCK_SIZE, BLOCKS_PER_HUGE, InodeHeader, MAX_FILE_SI
 use crate::media::pool::Category;
 use crate::meta::inode::{FileMap, MapUpdate};
 use crate::meta::inode_flags;
-use crate::ops::file::{commit_header, file_kind_check, mark_if_aligned};
+use crate::ops::file::{commit_header, fallocate_locked, file_kind_check, mark_if_aligned, zero_leased_in_place};
 use crate::state::appends;
 use crate::state::inode_state::InodeState;
 use crate::state::map_hooks;
@@ -105,8 +107,8 @@ fn check_aligned(off: u64, len: u64, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// A shift would discard the private, not yet msynced pages of an atomic mapping, and would
-/// move the bytes under a client's direct mapping (which this process cannot remap).
+/// A change that replaces or moves blocks would discard the private, not yet msynced pages of
+/// an atomic mapping.
 fn check_no_atomic_mapping(g: &InodeState, what: &str) -> Result<()> {
     if map_hooks::has_atomic(g) {
         return Err(Error::Busy(format!(
@@ -114,6 +116,13 @@ fn check_no_atomic_mapping(g: &InodeState, what: &str) -> Result<()> {
             g.ino
         )));
     }
+    Ok(())
+}
+
+/// A shift would also move the bytes under a client's direct mapping (which this process
+/// cannot remap).
+fn check_no_mapping_to_shift(g: &InodeState, what: &str) -> Result<()> {
+    check_no_atomic_mapping(g, what)?;
     if g.leases > 0 {
         return Err(Error::Busy(format!(
             "{what}: inode {} is mapped by a direct-path client (unmap it first)",
@@ -199,6 +208,15 @@ pub(crate) fn zero_range(
     file_kind_check(&g)?;
     inode_flags::allow(g.hdr.flags, inode_flags::Change::Contents)?;
     check_no_atomic_mapping(&g, "zero range")?;
+    if g.leases > 0 {
+        // A client maps the file: its blocks stay where the mapping reaches them. The mapped
+        // bytes inside the file are zeroed in place, then the holes of the range are
+        // allocated and the size grows as for fallocate (bytes past the end are zero, or
+        // zeroed before the size grows over them).
+        let inside = end.min(g.hdr.size);
+        zero_leased_in_place(state, &mut g, off, inside)?;
+        return fallocate_locked(state, &mut g, off, end, keep_size);
+    }
     let (lb0, lb1) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
     let mut res = Reserved::new(state);
     // Plan and allocate unit by unit; nothing is written yet, so running out of space here
@@ -310,7 +328,7 @@ pub(crate) fn collapse_range(state: &MountState, ino: u64, off: u64, len: u64) -
             "collapse range {off}+{len} must end before the end of the file ({size} bytes); use truncate"
         )));
     }
-    check_no_atomic_mapping(&g, "collapse range")?;
+    check_no_mapping_to_shift(&g, "collapse range")?;
     let (a, nb) = (off / BLOCK_SIZE, len / BLOCK_SIZE);
     let new_size = size - len;
     let mut res = Reserved::new(state);
@@ -359,7 +377,7 @@ pub(crate) fn insert_range(state: &MountState, ino: u64, off: u64, len: u64) -> 
             "insert range offset {off} must lie inside the file ({size} bytes); use truncate to extend it"
         )));
     }
-    check_no_atomic_mapping(&g, "insert range")?;
+    check_no_mapping_to_shift(&g, "insert range")?;
     let mut res = Reserved::new(state);
     let mut map = g.map.clone();
     let mut upd = MapUpdate::default();

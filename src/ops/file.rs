@@ -218,10 +218,22 @@ fn truncate_locked(state: &MountState, g: &mut InodeState, size: u64) -> Result<
         }
     }
     let keep = size.div_ceil(BLOCK_SIZE);
+    // A client maps the file: the blocks past the new end stay with it (a shrunk file's marked
+    // first as blocks whose bytes past the end may not be zero), so whatever grows the file
+    // again zeroes them in place, where the client's mapping sees the zeros and its later
+    // stores stay in the file. (Freed, they would wait in quarantine while the mapping kept
+    // showing the old bytes after the file grew back onto fresh blocks.)
+    let keep_blocks = g.leases > 0;
+    if keep_blocks && size < old_size {
+        appends::mark_unsettled(state, g)?;
+    }
+    if keep_blocks && keep < g.hdr.map_end {
+        g.kept_under_lease = true;
+    }
     guarded(state, || {
         // A truncate killing records in more index blocks than one transaction can seal is
         // done from the end in steps, each a truncate to a smaller size (atomic per step).
-        while let Some(step) = g.map.truncate_step(keep, MAX_SEALED_INDEX_BLOCKS) {
+        while !keep_blocks && let Some(step) = g.map.truncate_step(keep, MAX_SEALED_INDEX_BLOCKS) {
             let mut upd = MapUpdate::default();
             g.map.truncate(step, &mut upd);
             commit_map_change(state, g, &upd, Tx::new(), |h| {
@@ -231,7 +243,7 @@ fn truncate_locked(state: &MountState, g: &mut InodeState, size: u64) -> Result<
                 h.ctime = now;
             })?;
         }
-        let shrinks_map = keep < g.hdr.map_end;
+        let shrinks_map = !keep_blocks && keep < g.hdr.map_end;
         if shrinks_map {
             g.map.truncate(keep, &mut upd);
         }
@@ -284,14 +296,26 @@ pub(crate) fn fallocate(
     file_kind_check(&g)?;
     // Allocating leaves what the file holds as it was: an append-only file may.
     inode_flags::allow(g.hdr.flags, Change::Append)?;
+    fallocate_locked(state, &mut g, off, end, keep_size)
+}
+
+/// [`fallocate`] of bytes [off, end) of the locked file `g`, its arguments checked.
+pub(crate) fn fallocate_locked(
+    state: &MountState,
+    g: &mut InodeState,
+    off: u64,
+    end: u64,
+    keep_size: bool,
+) -> Result<()> {
+    let ino = g.ino;
     let (lb0, lb1) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
     let grows = !keep_size && end > g.hdr.size;
     if grows {
-        appends::zero_exposed(state, &g, end)?;
-        map_hooks::before_grow(state, &g)?;
+        appends::zero_exposed(state, g, end)?;
+        map_hooks::before_grow(state, g)?;
     }
     let old_size = g.hdr.size;
-    let missing: u64 = gaps(&g, lb0, lb1).iter().map(|x| x.1).sum();
+    let missing: u64 = gaps(g, lb0, lb1).iter().map(|x| x.1).sum();
     if missing > state.alloc.available_blocks() {
         return Err(Error::NoSpace(format!(
             "fallocate needs {missing} blocks, {} free",
@@ -302,7 +326,7 @@ pub(crate) fn fallocate(
     let mut a = lb0;
     while a < lb1 {
         let b = lb1.min((a / 512 + 1) * 512);
-        fill_gaps(state, &mut g, a, b)?;
+        fill_gaps(state, g, a, b)?;
         a = b;
     }
     let mut hdr = g.hdr.clone();
@@ -315,12 +339,12 @@ pub(crate) fn fallocate(
     commit_header(state, ino, &g.hdr, &hdr, Tx::new())?;
     g.hdr = hdr;
     if keep_size && end > old_size {
-        state.forget_prealloc(&mut g); // blocks past EOF the caller asked for are not speculative
+        state.forget_prealloc(g); // blocks past EOF the caller asked for are not speculative
     } else {
-        state.note_prealloc(&mut g);
+        state.note_prealloc(g);
     }
     if grows {
-        map_hooks::after_grow(state, &g, old_size)?;
+        map_hooks::after_grow(state, g, old_size)?;
     }
     Ok(())
 }
@@ -465,6 +489,37 @@ pub(crate) fn unit_fragmented(g: &InodeState, unit: u64) -> bool {
         && !g.map.segments(u0, u0 + 512).is_empty()
 }
 
+/// Blocks of a leased file that one transaction of [`zero_leased_in_place`] zeroes: their undo
+/// images (1 MiB) and records (one per extent piece, at most 256) fit one transaction well.
+const LEASED_ZERO_PIECE: u64 = 256;
+
+/// Punch hole and zero range of a file a client leases: the mapped bytes of [from, to) are
+/// zeroed in place, journaled, with mtime and ctime, in transactions of at most
+/// [`LEASED_ZERO_PIECE`] blocks (a crash leaves each piece zeroed or as it was). The blocks
+/// stay where the client's mappings reach them, so loads there read zeros at once and stores
+/// made afterwards stay in the file, as through a kernel mapping; nothing is freed (holes stay
+/// holes). With `from >= to` only the times change.
+pub(crate) fn zero_leased_in_place(state: &MountState, g: &mut InodeState, from: u64, to: u64) -> Result<()> {
+    let zeros = vec![0u8; (LEASED_ZERO_PIECE * BLOCK_SIZE) as usize];
+    let now = state.now_fine();
+    let mut pos = from;
+    loop {
+        let piece_end = to.min((pos / BLOCK_SIZE + LEASED_ZERO_PIECE) * BLOCK_SIZE).max(pos);
+        let mut tx = Tx::new();
+        for (at, len) in appends::pool_bytes(g, pos, piece_end) {
+            tx.write_ref(at, &zeros[..len as usize], Category::Data);
+        }
+        commit_map_change(state, g, &MapUpdate::default(), tx, |h| {
+            h.mtime = now;
+            h.ctime = now;
+        })?;
+        if piece_end >= to {
+            return Ok(());
+        }
+        pos = piece_end;
+    }
+}
+
 pub(crate) fn punch_hole(state: &MountState, ino: u64, off: u64, len: u64) -> Result<()> {
     state.check_alive()?;
     if len == 0 {
@@ -474,6 +529,12 @@ pub(crate) fn punch_hole(state: &MountState, ino: u64, off: u64, len: u64) -> Re
     let mut g = appends::lock(state, &n)?;
     file_kind_check(&g)?;
     inode_flags::allow(g.hdr.flags, Change::Contents)?;
+    if g.leases > 0 {
+        // Bytes past the end are zero already, or marked as maybe not (and zeroed before the
+        // file grows over them).
+        let end = off.saturating_add(len).min(g.hdr.size);
+        return zero_leased_in_place(state, &mut g, off, end);
+    }
     let end = off.saturating_add(len).min(g.hdr.map_end * BLOCK_SIZE);
     if off >= end {
         return Ok(());

@@ -2,9 +2,10 @@
 //! blocks into its own address space, so the blocks must exist (holes inside the file are
 //! filled first, whole aligned 2 MiB units for ranges of 2 MiB or more), must not move while it
 //! maps them, and must not go to another file before it lets go. A lease holds the file open
-//! (an unlinked file lives until its last lease goes), pins its blocks (`map_hooks::pinned`:
-//! rewrite and compaction skip it; strict writes go in place) and quarantines what the file
-//! frees meanwhile (`MountState::finish_map_update`).
+//! (an unlinked file lives until its last lease goes) and pins its blocks (`map_hooks::pinned`:
+//! rewrite and compaction skip it; strict writes go in place; truncate, punch hole and zero
+//! range keep them and zero bytes in place, `ops::file::zero_leased_in_place`). Whatever the
+//! file would still free meanwhile is quarantined (`MountState::finish_map_update`).
 
 use crate::error::{Error, Result};
 use crate::media::layout::{BLOCK_SIZE, FileKind, MAX_FILE_SIZE};
@@ -163,6 +164,11 @@ pub(crate) fn release(state: &MountState, ino: u64, append: bool) -> Result<()> 
         if g.leases == 0 {
             let q = std::mem::take(&mut g.quarantine);
             state.free_runs(&q);
+            // What a truncate kept past the end for the client's mapping is given back as
+            // speculative preallocation is.
+            if std::mem::take(&mut g.kept_under_lease) {
+                state.mark_prealloc(&mut g);
+            }
         }
     }
     open::release(state, ino)

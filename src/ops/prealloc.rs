@@ -19,8 +19,8 @@ use std::sync::{Arc, Weak};
 
 /// Give back the file's speculative blocks past its end; returns how many went back.
 pub(crate) fn trim(state: &MountState, g: &mut InodeState) -> Result<u64> {
-    // Blocks a client appends into are never speculative.
-    if g.spec.is_none() || g.appenders > 0 {
+    // Blocks a client maps or appends into stay with the file while it does.
+    if g.spec.is_none() || g.leases > 0 {
         return Ok(0);
     }
     let keep = g.eof_block();

@@ -176,7 +176,7 @@ pub(crate) fn zero_past_end(state: &MountState, g: &InodeState, from: u64, to: u
 
 /// Where the mapped bytes of file range [from, to) lie in the pool: (pool offset, length) per
 /// extent, holes skipped.
-fn pool_bytes(g: &InodeState, from: u64, to: u64) -> impl Iterator<Item = (u64, u64)> {
+pub(crate) fn pool_bytes(g: &InodeState, from: u64, to: u64) -> impl Iterator<Item = (u64, u64)> {
     g.map
         .segments(from / BLOCK_SIZE, to.div_ceil(BLOCK_SIZE))
         .into_iter()

@@ -39,13 +39,20 @@ pub(crate) struct InodeState {
     /// Made without a name and without `O_EXCL` (`ops::namespace::make_unnamed`), and not
     /// linked yet: a link may give it its first name. DRAM only (after a crash it is an orphan).
     pub linkable: bool,
+    /// A truncate while the file was leased kept the blocks past its new end (`ops::file`):
+    /// when the last lease goes they (and any other blocks then past the end) become
+    /// speculative preallocation, given back as any is.
+    pub kept_under_lease: bool,
     /// Direct-path leases held on this file by clients of the mount's channel (`ops::lease`):
-    /// while any is held its blocks never move and blocks it frees wait in `quarantine`.
+    /// while any is held its blocks never move: truncate, punch hole and zero range keep them
+    /// and zero bytes in place (`ops::file`), and blocks it frees otherwise (an unlinked
+    /// file's) wait in `quarantine`.
     pub leases: u32,
     /// Of those, append leases (`state::appends`): clients that grow the file themselves.
     pub appenders: u32,
-    /// Blocks the file stopped using while leased: free on media, kept from the allocator
-    /// until the last lease goes, so a client's stale mapping never reaches another file.
+    /// Blocks the file stopped using while leased (a safety net: the operations that free
+    /// blocks keep a leased file's instead): free on media, kept from the allocator until the
+    /// last lease goes, so a client's stale mapping never reaches another file.
     pub quarantine: Vec<BlockRun>,
     /// Alternate slots holding the newest copy of lines of this file's blocks, by logical
     /// block (`state::slots`).
@@ -87,6 +94,7 @@ impl InodeState {
             hugepage_hint: None,
             spec: None,
             linkable: false,
+            kept_under_lease: false,
             leases: 0,
             appenders: 0,
             quarantine: Vec::new(),

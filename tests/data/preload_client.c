@@ -25,10 +25,19 @@
  *                           descriptor (each write claims its own range of the offset) while
  *                           a fifth reads at its offset; the file must hold every record
  *                           exactly once; prints "records N"
+ *   shrink FILE             map 8 MiB shared and fill it, then through the same descriptor
+ *                           punch a hole, zero a range (FALLOC_FL_ZERO_RANGE), punch a few
+ *                           bytes, truncate to 6 MiB and back to 8: after each the mapping
+ *                           must read zeros there (as a kernel mapping does); a store
+ *                           through the mapping after that must reach read(2); munmap with
+ *                           a length that is not a multiple of the page, then fsync; prints
+ *                           each failure and exits 1 if any
  *   hold FILE MIB           map shared (read-write) and serve stdin: "r OFF" prints the byte,
  *                           "w OFF BYTE" stores it, "s OFF LEN" prints the sum of a range,
  *                           "q" exits; prints "ready" once mapped
  */
+#define _GNU_SOURCE /* fallocate and its modes */
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -359,6 +368,60 @@ static int hold(const char *path, size_t mib) {
     return 0;
 }
 
+static int any_nonzero(const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i]) return 1;
+    return 0;
+}
+
+static int shrink(const char *path) {
+    const size_t mib = 1 << 20, sz = 8 * mib;
+    int bad = 0;
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ftruncate(fd, sz)) { perror("open/ftruncate"); return 1; }
+    unsigned char *m = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) { perror("mmap"); return 1; }
+    memset(m, 0xab, sz);
+    if (msync(m, sz, MS_SYNC)) { perror("msync"); return 1; }
+    struct { const char *what; int mode; off_t off, len; } cuts[] = {
+        {"punch hole", FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, mib, mib},
+        {"zero range", FALLOC_FL_ZERO_RANGE, 3 * mib, mib},
+        {"small punch", FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 5 * mib + 100, 10000},
+    };
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        if (fallocate(fd, cuts[i].mode, cuts[i].off, cuts[i].len)) {
+            printf("%s: %s\n", cuts[i].what, strerror(errno));
+            bad++;
+        } else if (any_nonzero(m + cuts[i].off, cuts[i].len)) {
+            printf("%s: the mapping still shows the old bytes\n", cuts[i].what);
+            bad++;
+        }
+        if (m[cuts[i].off - 1] != 0xab || m[cuts[i].off + cuts[i].len] != 0xab) {
+            printf("%s: bytes around the range changed\n", cuts[i].what);
+            bad++;
+        }
+    }
+    if (ftruncate(fd, 6 * mib) || ftruncate(fd, sz)) {
+        printf("truncate: %s\n", strerror(errno));
+        bad++;
+    } else if (any_nonzero(m + 6 * mib, 2 * mib)) {
+        printf("truncate: the grown part shows the old bytes through the mapping\n");
+        bad++;
+    }
+    memcpy(m + 7 * mib + 3, "stored", 6);
+    char buf[6];
+    if (pread(fd, buf, 6, 7 * mib + 3) != 6 || memcmp(buf, "stored", 6)) {
+        printf("truncate: a store through the mapping after it did not reach the file\n");
+        bad++;
+    }
+    /* The kernel unmaps whole pages: nothing of the last page may stay behind to be written
+     * back by fsync. */
+    if (munmap(m + 4096, sz - 4096 - 333) || fsync(fd)) { perror("munmap/fsync"); bad++; }
+    munmap(m, 4096);
+    close(fd);
+    return bad != 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 5 && !strcmp(argv[1], "fill")) return fill(argv[2], strtoul(argv[3], 0, 10), strtoul(argv[4], 0, 10));
     if (argc >= 5 && !strcmp(argv[1], "check")) return check(argv[2], strtoul(argv[3], 0, 10), strtoul(argv[4], 0, 10));
@@ -369,6 +432,7 @@ int main(int argc, char **argv) {
     if (argc >= 5 && !strcmp(argv[1], "append")) return append(argv[2], strtol(argv[3], 0, 10), strtoul(argv[4], 0, 10), argc >= 6);
     if (argc >= 3 && !strcmp(argv[1], "tappend")) return tappend(argv[2]);
     if (argc >= 4 && !strcmp(argv[1], "hold")) return hold(argv[2], strtoul(argv[3], 0, 10));
+    if (argc >= 3 && !strcmp(argv[1], "shrink")) return shrink(argv[2]);
     fprintf(stderr, "usage: see the comment at the top of preload_client.c\n");
     return 2;
 }

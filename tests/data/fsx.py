@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Random file operations on one file, checked against a model of its bytes after each one.
+
+For tests/preload.rs, which runs it on a winefs mount with and without libwinefs_preload.so
+(in the spirit of the fsx tool: whatever path a call takes, the file must read as the model).
+
+    fsx.py FILE --seed N --ops N [--max-len BYTES] [--only write,read,...] [--mapping]
+
+Operations: pwrite and pread (up to 64 KiB), ftruncate, fallocate (plain, KEEP_SIZE,
+PUNCH_HOLE, ZERO_RANGE), stores and loads through short-lived shared mappings, fsync, close and
+reopen. After each one the size must match (fstat); every read, load and check compares bytes.
+With --mapping a shared mapping of the whole range stays open from the start (made while the
+file is that long, then the file is truncated to zero) and must read as the model after every
+operation, as a kernel mapping does: zeros where the file was punched, zeroed, or grown back.
+Exit status 1 and the last operations on the first difference.
+"""
+import argparse
+import ctypes
+import ctypes.util
+import mmap
+import os
+import random
+import sys
+
+LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+LIBC.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE = 0x1, 0x2, 0x10
+WEIGHTS = {"write": 20, "read": 15, "trunc": 6, "punch": 5, "zero": 5, "falloc": 4,
+           "mapwrite": 6, "mapread": 6, "fsync": 2, "reopen": 2, "check": 2}
+
+
+def fallocate(fd, mode, off, length):
+    if LIBC.fallocate(fd, mode, off, length) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+class Run:
+    def __init__(self, args):
+        self.path, self.max_len = args.file, args.max_len
+        self.rnd = random.Random(args.seed)
+        self.model = bytearray()
+        self.log = []
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.mapping = None
+        if args.mapping:
+            span = self.max_len + (2 << 20)
+            os.ftruncate(self.fd, span)
+            self.mapping = mmap.mmap(self.fd, span)
+            os.ftruncate(self.fd, 0)
+
+    def fail(self, what):
+        print(f"FAIL after {len(self.log)} operations: {what}")
+        for line in self.log[-20:]:
+            print("   ", line)
+        sys.exit(1)
+
+    def compare(self, got, off, what):
+        want = bytes(self.model[off:off + len(got)])
+        if got != want:
+            n = min(len(got), len(want))
+            k = next((j for j in range(n) if got[j] != want[j]), n)
+            self.fail(f"{what} at {off}: {len(got)} bytes, {len(want)} expected; first difference "
+                      f"at {off + k}: {got[k:k + 8].hex()} instead of {want[k:k + 8].hex()}")
+
+    def span(self, limit, most):
+        off = self.rnd.randrange(0, limit)
+        return off, max(1, min(self.rnd.randrange(1, most), self.max_len - off))
+
+    def grow_model(self, to):
+        if to > len(self.model):
+            self.model.extend(bytes(to - len(self.model)))
+
+    def step(self, op):
+        size, rnd = len(self.model), self.rnd
+        if op == "write":
+            off, n = self.span(self.max_len, 65536)
+            data = rnd.randbytes(n)
+            self.log.append(f"pwrite {off}+{n} (size {size})")
+            if os.pwrite(self.fd, data, off) != n:
+                self.fail("short write")
+            self.grow_model(off)
+            self.model[off:off + n] = data
+        elif op == "read":
+            off, n = rnd.randrange(0, size + 4096), rnd.randrange(1, 65536)
+            self.log.append(f"pread {off}+{n} (size {size})")
+            self.compare(os.pread(self.fd, n, off), off, "pread")
+        elif op == "trunc":
+            to = rnd.randrange(0, self.max_len)
+            self.log.append(f"ftruncate {to} (size {size})")
+            os.ftruncate(self.fd, to)
+            del self.model[to:]
+            self.grow_model(to)
+        elif op == "punch" and size:
+            off, n = rnd.randrange(0, size), rnd.randrange(1, 3 * 65536)
+            self.log.append(f"punch hole {off}+{n} (size {size})")
+            fallocate(self.fd, PUNCH_HOLE | KEEP_SIZE, off, n)
+            end = min(off + n, size)
+            self.model[off:end] = bytes(end - off)
+        elif op in ("zero", "falloc"):
+            off, n = self.span(self.max_len, 3 * 65536)
+            keep = rnd.random() < 0.4
+            self.log.append(f"{op} {off}+{n} keep_size={keep} (size {size})")
+            fallocate(self.fd, (ZERO_RANGE if op == "zero" else 0) | (KEEP_SIZE if keep else 0), off, n)
+            if not keep:
+                self.grow_model(off + n)
+            if op == "zero":
+                end = min(off + n, len(self.model))
+                if off < end:
+                    self.model[off:end] = bytes(end - off)
+        elif op == "mapwrite":
+            off, n = self.span(self.max_len, 65536)
+            self.log.append(f"store through a mapping {off}+{n} (size {size})")
+            if off + n > size:
+                os.ftruncate(self.fd, off + n)
+                self.grow_model(off + n)
+            page = off - off % mmap.PAGESIZE
+            m = mmap.mmap(self.fd, off + n - page, offset=page)
+            data = rnd.randbytes(n)
+            m[off - page:off - page + n] = data
+            if rnd.random() < 0.5:
+                m.flush()
+            m.close()
+            self.model[off:off + n] = data
+        elif op == "mapread" and size:
+            off = rnd.randrange(0, size)
+            n = rnd.randrange(1, min(65536, size - off) + 1)
+            self.log.append(f"load through a mapping {off}+{n} (size {size})")
+            page = off - off % mmap.PAGESIZE
+            m = mmap.mmap(self.fd, off + n - page, offset=page, prot=mmap.PROT_READ)
+            got = m[off - page:off - page + n]
+            m.close()
+            self.compare(got, off, "load through a mapping")
+        elif op == "fsync":
+            self.log.append("fsync")
+            os.fsync(self.fd)
+        elif op == "reopen":
+            self.log.append("close and reopen")
+            os.close(self.fd)
+            self.fd = os.open(self.path, os.O_RDWR)
+        elif op == "check":
+            self.log.append(f"read everything (size {size})")
+            self.compare(os.pread(self.fd, size + 10, 0), 0, "read of the whole file")
+
+    def after(self):
+        st = os.fstat(self.fd)
+        if st.st_size != len(self.model):
+            self.fail(f"size {st.st_size}, {len(self.model)} expected")
+        if self.mapping is not None and self.model:
+            self.compare(self.mapping[:len(self.model)], 0, "the long-lived mapping")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("file")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--ops", type=int, default=2000)
+    p.add_argument("--max-len", type=int, default=1 << 20)
+    p.add_argument("--only", help="comma-separated operation names")
+    p.add_argument("--mapping", action="store_true")
+    args = p.parse_args()
+    names = list(WEIGHTS)
+    weights = [WEIGHTS[n] if not args.only or n in args.only.split(",") else 0 for n in names]
+    run = Run(args)
+    for _ in range(args.ops):
+        op = run.rnd.choices(names, weights)[0]
+        try:
+            run.step(op)
+        except OSError as e:
+            run.fail(f"{run.log[-1] if run.log else op}: {e}")
+        run.after()
+    run.step("check")
+    os.close(run.fd)
+    print(f"ok: {args.ops} operations, final size {len(run.model)}")
+
+
+main()
