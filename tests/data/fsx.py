@@ -6,9 +6,10 @@ For tests/preload.rs, which runs it on a winefs mount with and without libwinefs
 
     fsx.py FILE --seed N --ops N [--max-len BYTES] [--only write,read,...] [--mapping]
 
-Operations: pwrite and pread (up to 64 KiB), ftruncate, fallocate (plain, KEEP_SIZE,
-PUNCH_HOLE, ZERO_RANGE), stores and loads through short-lived shared mappings, fsync, close and
-reopen. After each one the size must match (fstat); every read, load and check compares bytes.
+Operations: pwrite and pread (up to 64 KiB), write(2) and read(2) at the offset after an
+lseek, write(2) through a second descriptor opened with O_APPEND, copy_file_range from another
+file, ftruncate, fallocate (plain, KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE), stores and loads through
+short-lived shared mappings, fsync, close and reopen. After each one the size must match (fstat); every read, load and check compares bytes.
 With --mapping a shared mapping of the whole range stays open from the start (made while the
 file is that long, then the file is truncated to zero) and must read as the model after every
 operation, as a kernel mapping does: zeros where the file was punched, zeroed, or grown back.
@@ -26,7 +27,8 @@ LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 LIBC.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
 KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE = 0x1, 0x2, 0x10
 WEIGHTS = {"write": 20, "read": 15, "trunc": 6, "punch": 5, "zero": 5, "falloc": 4,
-           "mapwrite": 6, "mapread": 6, "fsync": 2, "reopen": 2, "check": 2}
+           "mapwrite": 6, "mapread": 6, "fsync": 2, "reopen": 2, "check": 2,
+           "append": 4, "seqio": 5, "copy": 3}
 
 
 def fallocate(fd, mode, off, length):
@@ -44,6 +46,13 @@ class Run:
         if os.path.exists(self.path):
             os.unlink(self.path)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.append_fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self.source = self.path + ".source"
+        with open(self.source, "wb") as f:
+            f.write(self.rnd.randbytes(256 << 10))
+        with open(self.source, "rb") as f:
+            self.source_bytes = f.read()
+        self.source_fd = os.open(self.source, os.O_RDONLY)
         self.mapping = None
         if args.mapping:
             span = self.max_len + (2 << 20)
@@ -133,6 +142,43 @@ class Run:
             got = m[off - page:off - page + n]
             m.close()
             self.compare(got, off, "load through a mapping")
+        elif op == "append":
+            n = rnd.randrange(1, 20000)
+            if size + n > self.max_len:
+                return
+            data = rnd.randbytes(n)
+            self.log.append(f"write {n} bytes with O_APPEND (size {size})")
+            if os.write(self.append_fd, data) != n:
+                self.fail("short append")
+            self.model.extend(data)
+        elif op == "seqio":
+            off, n = self.span(self.max_len, 65536)
+            os.lseek(self.fd, off, os.SEEK_SET)
+            if rnd.random() < 0.5:
+                data = rnd.randbytes(n)
+                self.log.append(f"lseek {off}, write {n} (size {size})")
+                if os.write(self.fd, data) != n:
+                    self.fail("short write")
+                self.grow_model(off)
+                self.model[off:off + n] = data
+                moved = n
+            else:
+                self.log.append(f"lseek {off}, read {n} (size {size})")
+                got = os.read(self.fd, n)
+                self.compare(got, off, "read at the offset")
+                moved = len(got)
+            at = os.lseek(self.fd, 0, os.SEEK_CUR)
+            if at != off + moved:
+                self.fail(f"the offset is {at} after the call, {off + moved} expected")
+        elif op == "copy":
+            off, n = self.span(self.max_len, 65536)
+            src = rnd.randrange(0, len(self.source_bytes) - n)
+            self.log.append(f"copy_file_range {n} bytes from {src} to {off} (size {size})")
+            done = os.copy_file_range(self.source_fd, self.fd, n, src, off)
+            self.grow_model(off)
+            self.model[off:off + done] = self.source_bytes[src:src + done]
+            if done != n:
+                self.fail(f"copy_file_range copied {done} of {n}")
         elif op == "fsync":
             self.log.append("fsync")
             os.fsync(self.fd)
@@ -172,7 +218,9 @@ def main():
             run.fail(f"{run.log[-1] if run.log else op}: {e}")
         run.after()
     run.step("check")
-    os.close(run.fd)
+    for fd in (run.fd, run.append_fd, run.source_fd):
+        os.close(fd)
+    os.unlink(run.source)
     print(f"ok: {args.ops} operations, final size {len(run.model)}")
 
 
