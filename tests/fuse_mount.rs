@@ -798,6 +798,33 @@ fn o_tmpfile_files_are_named_by_a_link_or_go_at_close_and_after_a_crash() {
 /// A directory removed while a process has it open (rmdir, or a rename over it; xfstests'
 /// generic/035) answers fstat with no links instead of ESTALE, takes no new entries, and its
 /// inode goes when the last descriptor closes.
+/// `tests/data/nsdiff.py`: random creates, links, symlinks, renames (plain, NOREPLACE,
+/// EXCHANGE), removals, chmods, rewrites, stats and listings, the same on a local directory and
+/// on the mount; every result and, every fifth operation, the whole trees must agree. The
+/// kernel's name, attribute and negative-entry caches of the mount are on the path.
+#[test]
+fn random_name_changes_agree_with_a_local_directory() {
+    require("python3", "python3");
+    let mut m = Mounted::new();
+    let reference = tempfile::tempdir().unwrap();
+    fs::create_dir(m.path("ns")).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/nsdiff.py");
+    for seed in ["1", "2", "3"] {
+        let out = run_timeout(
+            cmd("python3").arg(&script).arg(reference.path()).arg(m.path("ns")).args([seed, "800"]),
+            120,
+        );
+        assert!(
+            out.status.success(),
+            "nsdiff seed {seed}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    m.remount(); // fsck clean
+    m.stop();
+}
+
 #[test]
 fn an_open_directory_answers_fstat_after_its_removal() {
     use std::os::fd::AsRawFd;
