@@ -16,7 +16,7 @@ use libc::c_int;
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 const PAGE: u64 = 4096;
 const HUGE: usize = 2 << 20;
@@ -121,6 +121,29 @@ fn maps() -> MutexGuard<'static, BTreeMap<usize, DirectMap>> {
     state().maps.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Held shared by every copy to or from a direct mapping and every write-back of one (from
+/// finding the mapping to the last byte), and exclusively by whatever unmaps or replaces one:
+/// the application's `munmap`, `mremap` and `MAP_FIXED` `mmap`, the drop of hidden mappings,
+/// revocation. The data calls copy through any mapping of the file in the process, the
+/// application's too, so without it another thread's `munmap` (or an `mmap` of the same file,
+/// which drops the hidden mappings) could pull the memory from under a copy in flight: it
+/// faulted, and a copy into memory mapped again at that address would have written there.
+/// Taken before the other locks (clients, then mappings).
+static GATE: RwLock<()> = RwLock::new(());
+
+fn shared() -> RwLockReadGuard<'static, ()> {
+    GATE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    GATE.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The gate, held while the caller unmaps memory that may be a direct mapping (`munmap`).
+pub fn unmapping() -> RwLockWriteGuard<'static, ()> {
+    exclusive()
+}
+
 thread_local! {
     /// The locks the forking thread holds across `fork` (taken before, released after in
     /// parent and child), so the child never inherits them held by a thread it does not have.
@@ -128,18 +151,20 @@ thread_local! {
 }
 
 type ForkLocks = (
+    RwLockWriteGuard<'static, ()>,
     MutexGuard<'static, HashMap<u64, Option<Arc<Client>>>>,
     MutexGuard<'static, BTreeMap<usize, DirectMap>>,
 );
 
-/// Before `fork`: take the library's locks (in their order: clients, then mappings) and start
-/// a new fork epoch.
+/// Before `fork`: take the library's locks (in their order: the gate, clients, then mappings)
+/// and start a new fork epoch.
 pub fn before_fork() {
     FORK_EPOCH.fetch_add(1, Ordering::AcqRel);
     if let Some(st) = STATE.get() {
+        let g = exclusive();
         let c = st.clients.lock().unwrap_or_else(|e| e.into_inner());
         let m = st.maps.lock().unwrap_or_else(|e| e.into_inner());
-        FORK_LOCKS.with(|l| *l.borrow_mut() = Some((c, m)));
+        FORK_LOCKS.with(|l| *l.borrow_mut() = Some((g, c, m)));
     }
 }
 
@@ -275,6 +300,7 @@ pub fn announce_to_mounts() {
 /// faults, as one to a dead FUSE mount's mapping would) and the pool is let go.
 fn revoke(c: &Arc<Client>) {
     c.dead.store(true, Ordering::Release);
+    let gate = exclusive();
     let mut m = maps();
     for (&base, d) in m.iter_mut() {
         if Arc::ptr_eq(&d.leases.client, c) && !d.revoked {
@@ -283,7 +309,7 @@ fn revoke(c: &Arc<Client>) {
             d.revoked = true;
         }
     }
-    drop(m);
+    drop((m, gate));
     sys::next_close(c.pool_fd);
     stats::log(&format!("device {:#x}: the daemon went away; its direct mappings are revoked", c.dev));
 }
@@ -350,6 +376,7 @@ fn establish(
     if fill {
         // This process's own hidden leases would pin the file and keep the daemon from moving
         // a fragmented unit onto an aligned extent for the mapping; they come back on demand.
+        let _gate = exclusive();
         for owner in drop_hidden_where(|d| d.dev == dev && d.ino == ino) {
             reset_fallbacks(owner);
         }
@@ -379,6 +406,9 @@ fn establish(
         pid: sys::pid(),
     });
     let fixed = flags & libc::MAP_FIXED != 0;
+    // MAP_FIXED replaces what the application had there, which may be a direct mapping. (A
+    // hidden mapping, made while a data call holds the gate shared, is never MAP_FIXED.)
+    let _gate = fixed.then(exclusive);
     let base = if fixed { addr } else { reserve(len, (off % HUGE as u64) as usize)? };
     // The kernel's mapping of the FUSE file underneath: what lies past the end of the file
     // behaves as the kernel makes it (SIGBUS until the file grows). A hidden mapping is
@@ -487,6 +517,7 @@ pub fn unmapped(addr: usize, len: usize) {
 /// refused with ENOMEM (allowed by mremap's contract; the caller may map afresh). None: the
 /// range is not a direct mapping.
 pub fn mremap(old: usize, old_len: usize, new_len: usize, flags: c_int) -> Option<Result<usize, Errno>> {
+    let _gate = exclusive();
     let mut m = maps();
     let hit = m.range(..old.saturating_add(old_len.max(1))).any(|(b, d)| *b + d.len > old);
     if !hit {
@@ -509,6 +540,7 @@ pub fn mremap(old: usize, old_len: usize, new_len: usize, flags: c_int) -> Optio
 /// Before the application's `msync` of [addr, addr+len): write back the cache lines of the
 /// pool-backed parts (the kernel's msync does the rest).
 pub fn msync(addr: usize, len: usize) {
+    let _gate = shared();
     let m = maps();
     let end = addr.saturating_add(len);
     for (&b, d) in m.range(..end) {
@@ -571,11 +603,12 @@ pub fn drop_hidden(fd: c_int) {
     if !live() {
         return;
     }
+    let _gate = exclusive();
     drop_hidden_where(|d| d.hidden == Some(fd));
 }
 
 /// Unmap and forget the hidden mappings `which` picks (their leases go with the last part);
-/// returns the descriptors they were made for.
+/// returns the descriptors they were made for. The caller holds the gate exclusively.
 fn drop_hidden_where(which: impl Fn(&DirectMap) -> bool) -> Vec<c_int> {
     let mut m = maps();
     let gone: Vec<(usize, usize, c_int)> = m
@@ -599,6 +632,7 @@ pub fn sync_file(fd: c_int) {
     let Ok((dev, ino, _)) = sys::identity(fd) else {
         return;
     };
+    let _gate = shared();
     let m = maps();
     for (&b, d) in m.iter() {
         // A hidden mapping is stored into only by direct writes, written back as they return.
@@ -747,6 +781,7 @@ pub fn pread(fd: c_int, buf: *mut libc::c_void, n: usize, pos: i64) -> Option<Re
         }
         _ => return None,
     }
+    let _gate = shared();
     let r = (pos >= 0).then(|| locate(fd, class, pos as u64, n, false)).flatten();
     match r {
         Some(Ok(spot)) => {
@@ -780,6 +815,7 @@ pub fn pwrite(fd: c_int, buf: *const libc::c_void, n: usize, pos: i64) -> Option
     // this library's back (a raw system call) and reused read-only must not write directly.
     let writable = sys::status_flags(fd)
         .is_ok_and(|fl| fl & libc::O_ACCMODE != libc::O_RDONLY && fl & libc::O_APPEND == 0);
+    let _gate = shared();
     let r = (writable && pos >= 0 && n > 0).then(|| locate(fd, class, pos as u64, n, true)).flatten();
     match r {
         Some(Ok(spot)) => {

@@ -5,6 +5,7 @@ For tests/preload.rs, which runs it on a winefs mount with and without libwinefs
 (in the spirit of the fsx tool: whatever path a call takes, the file must read as the model).
 
     fsx.py FILE --seed N --ops N [--max-len BYTES] [--only write,read,...] [--mapping]
+    fsx.py FILE --seed N --ops N --threads N [--mapping]
 
 Operations: pwrite and pread (up to 64 KiB), write(2) and read(2) at the offset after an
 lseek, write(2) through a second descriptor opened with O_APPEND, copy_file_range from another
@@ -13,6 +14,11 @@ short-lived shared mappings, fsync, close and reopen. After each one the size mu
 With --mapping a shared mapping of the whole range stays open from the start (made while the
 file is that long, then the file is truncated to zero) and must read as the model after every
 operation, as a kernel mapping does: zeros where the file was punched, zeroed, or grown back.
+With --threads, that many threads share a file of a fixed size, each with a region of 512
+KiB of its own (a model each) and half of them through a descriptor of their own: pwrite,
+pread, punch hole, zero range, stores and loads through short-lived mappings, and with
+--mapping loads through one mapping of the whole file. One thread's munmap or mmap must never
+disturb another's call in flight.
 Exit status 1 and the last operations on the first difference.
 """
 import argparse
@@ -22,6 +28,7 @@ import mmap
 import os
 import random
 import sys
+import threading
 
 LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 LIBC.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
@@ -198,6 +205,70 @@ class Run:
             self.compare(self.mapping[:len(self.model)], 0, "the long-lived mapping")
 
 
+REGION = 512 << 10
+
+
+def threads(args):
+    """The --threads run; returns the first failure, or None."""
+    size = REGION * args.threads
+    fd = os.open(args.file, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.ftruncate(fd, size)
+    whole = mmap.mmap(fd, size) if args.mapping else None
+    failures = []
+
+    def worker(t):
+        rnd = random.Random(args.seed * 1000 + t)
+        base, model = t * REGION, bytearray(REGION)
+        own = os.open(args.file, os.O_RDWR) if t % 2 else fd
+        for i in range(args.ops):
+            op = rnd.choice(["write", "read", "punch", "zero", "mapwrite", "mapread", "whole"])
+            off = rnd.randrange(0, REGION - 1)
+            n = rnd.randrange(1, min(65536, REGION - off) + 1)
+            at = base + off
+            try:
+                if op == "write":
+                    data = rnd.randbytes(n)
+                    os.pwrite(own, data, at)
+                    model[off:off + n] = data
+                elif op in ("punch", "zero"):
+                    mode = PUNCH_HOLE | KEEP_SIZE if op == "punch" else ZERO_RANGE | KEEP_SIZE
+                    fallocate(own, mode, at, n)
+                    model[off:off + n] = bytes(n)
+                elif op in ("mapwrite", "mapread"):
+                    page = at - at % mmap.PAGESIZE
+                    m = mmap.mmap(own, at + n - page, offset=page)
+                    if op == "mapwrite":
+                        data = rnd.randbytes(n)
+                        m[at - page:at - page + n] = data
+                        model[off:off + n] = data
+                        got = None
+                    else:
+                        got = m[at - page:at - page + n]
+                    m.close()
+                else:
+                    got = os.pread(own, n, at) if op == "read" else whole[at:at + n] if whole else None
+                if op in ("read", "mapread", "whole") and got is not None and got != model[off:off + n]:
+                    failures.append(f"thread {t}, operation {i}: {op} {at}+{n} differs from the model")
+                    return
+            except OSError as e:
+                failures.append(f"thread {t}, operation {i}: {op} {at}+{n}: {e}")
+                return
+        if os.pread(own, REGION, base) != model:
+            failures.append(f"thread {t}: its region differs from the model at the end")
+        if own != fd:
+            os.close(own)
+
+    workers = [threading.Thread(target=worker, args=(t,)) for t in range(args.threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if whole is not None:
+        whole.close()
+    os.close(fd)
+    return failures[0] if failures else None
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("file")
@@ -206,7 +277,15 @@ def main():
     p.add_argument("--max-len", type=int, default=1 << 20)
     p.add_argument("--only", help="comma-separated operation names")
     p.add_argument("--mapping", action="store_true")
+    p.add_argument("--threads", type=int, default=0)
     args = p.parse_args()
+    if args.threads:
+        failure = threads(args)
+        if failure:
+            print(f"FAIL {failure}")
+            sys.exit(1)
+        print(f"ok: {args.threads} threads, {args.ops} operations each")
+        return
     names = list(WEIGHTS)
     weights = [WEIGHTS[n] if not args.only or n in args.only.split(",") else 0 for n in names]
     run = Run(args)
