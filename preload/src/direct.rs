@@ -135,13 +135,9 @@ fn shared() -> RwLockReadGuard<'static, ()> {
     GATE.read().unwrap_or_else(|e| e.into_inner())
 }
 
-fn exclusive() -> RwLockWriteGuard<'static, ()> {
+/// The gate, held exclusively (also by the `munmap` shim while it unmaps).
+pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
     GATE.write().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The gate, held while the caller unmaps memory that may be a direct mapping (`munmap`).
-pub fn unmapping() -> RwLockWriteGuard<'static, ()> {
-    exclusive()
 }
 
 thread_local! {

@@ -110,8 +110,8 @@ pub unsafe extern "C" fn mmap64(addr: *mut c_void, len: size_t, prot: c_int, fla
 /// As libc's `munmap`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
-    // No copy through a direct mapping may be in flight while one goes (`direct::unmapping`).
-    let _gate = direct::live().then(direct::unmapping);
+    // No copy through a direct mapping may be in flight while one goes (the gate).
+    let _gate = direct::live().then(direct::exclusive);
     match sys::sys_munmap(addr as usize, len) {
         Ok(()) => {
             if direct::live() {
