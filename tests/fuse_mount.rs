@@ -826,6 +826,56 @@ fn random_name_changes_agree_with_a_local_directory() {
 }
 
 #[test]
+fn random_name_changes_survive_kill_9_as_the_tree_before_or_with_the_change_in_flight() {
+    // Strict mode: a name change is durable and atomic when it returns. nsdiff.py runs until
+    // the daemon is killed under it and saves the local directory's tree (and the trees the
+    // change in flight may leave); after a new daemon the mount must hold one of them.
+    require("python3", "python3");
+    let mut m = Mounted::new();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/nsdiff.py");
+    for round in 1..=6u64 {
+        let reference = tempfile::tempdir().unwrap();
+        let state = reference.path().join("state");
+        let subject = m.path(&format!("ns{round}"));
+        let local = reference.path().join("tree");
+        fs::create_dir(&subject).unwrap();
+        fs::create_dir(&local).unwrap();
+        let mut child = cmd("python3")
+            .arg(&script)
+            .arg("--kill-state")
+            .arg(&state)
+            .arg(&local)
+            .arg(&subject)
+            .args([&round.to_string(), "100000000"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n", "round {round}: nsdiff did not start");
+        thread::sleep(Duration::from_millis(60 + round * 157 % 600));
+        m.crash();
+        let done = child.wait_with_output().unwrap();
+        // Status 3: it ran until the mount went away, with no difference before.
+        assert_eq!(
+            done.status.code(),
+            Some(3),
+            "round {round}: {line}{}{}",
+            String::from_utf8_lossy(&done.stdout),
+            String::from_utf8_lossy(&done.stderr)
+        );
+        m.start();
+        let out = run_timeout(cmd("python3").arg(&script).arg("--verify").arg(&state).arg(&subject), 60);
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && said.starts_with("ok"), "round {round}: {said}");
+    }
+    m.remount(); // fsck clean
+    m.stop();
+}
+
+#[test]
 fn an_open_directory_answers_fstat_after_its_removal() {
     use std::os::fd::AsRawFd;
     let mut m = Mounted::new();

@@ -571,6 +571,62 @@ fn random_operations_read_as_a_model_of_the_file_with_and_without_the_library() 
     m.stop_and_fsck();
 }
 
+/// `tests/data/fsx.py --kill-state` on the mount, the daemon killed with SIGKILL `kill_after`
+/// the operations start, then a new daemon: the file must read as the model of every call
+/// that returned, or as that model with the call in flight at the kill made whole
+/// (`fsx.py --verify`).
+fn fsx_killed(m: &mut Mount, name: &str, seed: u64, kill_after: Duration, preload: bool) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fsx.py");
+    let state = m.dir.path().join(format!("{name}.state"));
+    let max_len = ((seed % 3 + 1) << 20).to_string();
+    let mut c = Command::new("python3");
+    c.arg(&script)
+        .arg(m.path(name))
+        .args(["--seed", &seed.to_string(), "--ops", "100000000", "--max-len", &max_len])
+        .arg("--kill-state")
+        .arg(&state)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if preload {
+        c.env("LD_PRELOAD", preload_lib());
+    }
+    let mut child = c.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n", "fsx {name} did not start");
+    std::thread::sleep(kill_after);
+    let mut d = m.daemon.take().unwrap();
+    d.kill().unwrap();
+    d.wait().unwrap();
+    let fsx = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&fsx.stdout).into_owned() + &String::from_utf8_lossy(&fsx.stderr);
+    // Status 3: it ran until the mount went away (not to the end, not to a difference).
+    assert_eq!(fsx.status.code(), Some(3), "fsx {name} (library: {preload}): {line}{said}");
+    ok(Command::new("umount").arg("-l").arg(&m.mnt));
+    m.start();
+    let checked = ok(Command::new("python3").arg(&script).arg(m.path(name)).arg("--verify").arg(&state));
+    assert!(checked.starts_with("ok"), "fsx {name}: {checked}");
+}
+
+#[test]
+fn random_operations_keep_every_call_that_returned_through_kill_9_of_the_daemon() {
+    // Strict mode: a call through the mount is durable and atomic when it returns, so after
+    // a kill and a new daemon the file is the model of the calls that returned, and a call in
+    // flight is there whole or not at all. With the library, pwrites that go direct and
+    // appends whose size the daemon pulls in at each fstat (DESIGN §7b, "Crash semantics").
+    let mut m = Mount::new(&[]);
+    for seed in 1..=6u64 {
+        let after = Duration::from_millis(40 + seed * 113 % 500);
+        fsx_killed(&mut m, &format!("killed-{seed}"), seed, after, false);
+    }
+    for seed in 7..=10u64 {
+        let after = Duration::from_millis(40 + seed * 113 % 500);
+        fsx_killed(&mut m, &format!("killed-direct-{seed}"), seed, after, true);
+    }
+    m.stop_and_fsck();
+}
+
 #[test]
 fn a_read_only_map_past_the_end_sees_pwrites_into_pages_the_file_grew_into() {
     // liblmdb without MDB_WRITEMAP: pages are written with pwrite(v) and read through a

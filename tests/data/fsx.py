@@ -6,6 +6,8 @@ For tests/preload.rs, which runs it on a winefs mount with and without libwinefs
 
     fsx.py FILE --seed N --ops N [--max-len BYTES] [--only write,read,...] [--mapping]
     fsx.py FILE --seed N --ops N --threads N [--mapping]
+    fsx.py FILE --seed N --ops N --kill-state DIR     (then, after a remount:)
+    fsx.py FILE --verify DIR
 
 Operations: pwrite and pread (up to 64 KiB), write(2) and read(2) at the offset after an
 lseek, write(2) through a second descriptor opened with O_APPEND, copy_file_range from another
@@ -19,11 +21,21 @@ KiB of its own (a model each) and half of them through a descriptor of their own
 pread, punch hole, zero range, stores and loads through short-lived mappings, and with
 --mapping loads through one mapping of the whole file. One thread's munmap or mmap must never
 disturb another's call in flight.
+With --kill-state the run expects its file system's daemon to be killed under it (a strict
+mount, so every call that returned is durable and atomic): after printing "ready" it runs the
+operations that need no mapping until one fails as a dead daemon's mount answers (ENOTCONN,
+ECONNABORTED, ECANCELED over io_uring, EIO, ENODEV), then writes DIR/before (the model with
+every call that returned), for a call in flight DIR/after (the model had it completed), and
+DIR/how, and exits with status 3 (0 if the daemon outlived the run). --verify compares the
+file, once mounted again, with those: one model or the other whole, or for a punch each 2 MiB
+unit as one or the other (punch hole is atomic per unit), or for a plain fallocate the model's
+bytes at a size between the two.
 Exit status 1 and the last operations on the first difference.
 """
 import argparse
 import ctypes
 import ctypes.util
+import errno
 import mmap
 import os
 import random
@@ -36,6 +48,14 @@ KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE = 0x1, 0x2, 0x10
 WEIGHTS = {"write": 20, "read": 15, "trunc": 6, "punch": 5, "zero": 5, "falloc": 4,
            "mapwrite": 6, "mapread": 6, "fsync": 2, "reopen": 2, "check": 2,
            "append": 4, "seqio": 5, "copy": 3}
+# What a dead daemon's mount answers: calls in flight at the kill, and calls after it.
+GONE = (errno.ENOTCONN, errno.ECONNABORTED, errno.ECANCELED, errno.EIO, errno.ENODEV)
+UNIT = 2 << 20
+
+
+def grow(model, to):
+    if to > len(model):
+        model.extend(bytes(to - len(model)))
 
 
 def fallocate(fd, mode, off, length):
@@ -50,6 +70,9 @@ class Run:
         self.rnd = random.Random(args.seed)
         self.model = bytearray()
         self.log = []
+        self.pending = None
+        self.kill_state = args.kill_state
+        self.pull_at_fstat = "winefs_preload" in os.environ.get("LD_PRELOAD", "")
         if os.path.exists(self.path):
             os.unlink(self.path)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -86,8 +109,44 @@ class Run:
         return off, max(1, min(self.rnd.randrange(1, most), self.max_len - off))
 
     def grow_model(self, to):
-        if to > len(self.model):
-            self.model.extend(bytes(to - len(self.model)))
+        grow(self.model, to)
+
+    def change(self, effect, call, how="whole"):
+        """Make a call that changes the file: `effect` applies it to a model. Under
+        --kill-state the model it would leave is kept until the call returns, so that a call
+        in flight at the kill is known."""
+        before, after = self.model, bytearray(self.model)
+        effect(after)
+        self.pending = (how, before, after)
+        call()
+        self.model = after
+        if not self.pull_at_fstat:
+            self.pending = None
+
+    def written(self, off, data, call, what):
+        """A write of `data` at `off` made by `call`, which returns the count written."""
+        n = len(data)
+
+        def effect(m):
+            grow(m, off)
+            m[off:off + n] = data
+
+        def checked():
+            done = call()
+            if done == n:
+                return
+            # Through an open the kernel caches, a write that starts inside a page the kernel
+            # does not hold reaches the daemon as two requests: to that page's end, then the
+            # rest (DESIGN §7, "Atomicity holds per FUSE request"). A daemon killed between
+            # them leaves the first, and write(2) returns its length.
+            if self.kill_state and 0 < done < n and (off + done) % mmap.PAGESIZE == 0:
+                first = bytearray(self.model)
+                grow(first, off)
+                first[off:off + done] = data[:done]
+                self.pending = ("whole", first, self.pending[2])
+                raise OSError(errno.ECONNABORTED, f"{what} wrote {done} of {n} bytes")
+            self.fail(f"{what} wrote {done} of {n} bytes")
+        self.change(effect, checked)
 
     def step(self, op):
         size, rnd = len(self.model), self.rnd
@@ -95,10 +154,7 @@ class Run:
             off, n = self.span(self.max_len, 65536)
             data = rnd.randbytes(n)
             self.log.append(f"pwrite {off}+{n} (size {size})")
-            if os.pwrite(self.fd, data, off) != n:
-                self.fail("short write")
-            self.grow_model(off)
-            self.model[off:off + n] = data
+            self.written(off, data, lambda: os.pwrite(self.fd, data, off), "pwrite")
         elif op == "read":
             off, n = rnd.randrange(0, size + 4096), rnd.randrange(1, 65536)
             self.log.append(f"pread {off}+{n} (size {size})")
@@ -106,26 +162,34 @@ class Run:
         elif op == "trunc":
             to = rnd.randrange(0, self.max_len)
             self.log.append(f"ftruncate {to} (size {size})")
-            os.ftruncate(self.fd, to)
-            del self.model[to:]
-            self.grow_model(to)
+
+            def effect(m):
+                del m[to:]
+                grow(m, to)
+            self.change(effect, lambda: os.ftruncate(self.fd, to))
         elif op == "punch" and size:
             off, n = rnd.randrange(0, size), rnd.randrange(1, 3 * 65536)
             self.log.append(f"punch hole {off}+{n} (size {size})")
-            fallocate(self.fd, PUNCH_HOLE | KEEP_SIZE, off, n)
             end = min(off + n, size)
-            self.model[off:end] = bytes(end - off)
+
+            def effect(m):
+                m[off:end] = bytes(end - off)
+            self.change(effect, lambda: fallocate(self.fd, PUNCH_HOLE | KEEP_SIZE, off, n), "units")
         elif op in ("zero", "falloc"):
             off, n = self.span(self.max_len, 3 * 65536)
             keep = rnd.random() < 0.4
             self.log.append(f"{op} {off}+{n} keep_size={keep} (size {size})")
-            fallocate(self.fd, (ZERO_RANGE if op == "zero" else 0) | (KEEP_SIZE if keep else 0), off, n)
-            if not keep:
-                self.grow_model(off + n)
-            if op == "zero":
-                end = min(off + n, len(self.model))
-                if off < end:
-                    self.model[off:end] = bytes(end - off)
+
+            def effect(m):
+                if not keep:
+                    grow(m, off + n)
+                if op == "zero":
+                    end = min(off + n, len(m))
+                    if off < end:
+                        m[off:end] = bytes(end - off)
+            mode = (ZERO_RANGE if op == "zero" else 0) | (KEEP_SIZE if keep else 0)
+            self.change(effect, lambda: fallocate(self.fd, mode, off, n),
+                        "whole" if op == "zero" else "grown")
         elif op == "mapwrite":
             off, n = self.span(self.max_len, 65536)
             self.log.append(f"store through a mapping {off}+{n} (size {size})")
@@ -155,19 +219,14 @@ class Run:
                 return
             data = rnd.randbytes(n)
             self.log.append(f"write {n} bytes with O_APPEND (size {size})")
-            if os.write(self.append_fd, data) != n:
-                self.fail("short append")
-            self.model.extend(data)
+            self.written(size, data, lambda: os.write(self.append_fd, data), "write with O_APPEND")
         elif op == "seqio":
             off, n = self.span(self.max_len, 65536)
             os.lseek(self.fd, off, os.SEEK_SET)
             if rnd.random() < 0.5:
                 data = rnd.randbytes(n)
                 self.log.append(f"lseek {off}, write {n} (size {size})")
-                if os.write(self.fd, data) != n:
-                    self.fail("short write")
-                self.grow_model(off)
-                self.model[off:off + n] = data
+                self.written(off, data, lambda: os.write(self.fd, data), "write")
                 moved = n
             else:
                 self.log.append(f"lseek {off}, read {n} (size {size})")
@@ -181,11 +240,16 @@ class Run:
             off, n = self.span(self.max_len, 65536)
             src = rnd.randrange(0, len(self.source_bytes) - n)
             self.log.append(f"copy_file_range {n} bytes from {src} to {off} (size {size})")
-            done = os.copy_file_range(self.source_fd, self.fd, n, src, off)
-            self.grow_model(off)
-            self.model[off:off + done] = self.source_bytes[src:src + done]
-            if done != n:
-                self.fail(f"copy_file_range copied {done} of {n}")
+
+            def effect(m):
+                grow(m, off)
+                m[off:off + n] = self.source_bytes[src:src + n]
+
+            def call():
+                done = os.copy_file_range(self.source_fd, self.fd, n, src, off)
+                if done != n:
+                    self.fail(f"copy_file_range copied {done} of {n}")
+            self.change(effect, call)
         elif op == "fsync":
             self.log.append("fsync")
             os.fsync(self.fd)
@@ -197,12 +261,67 @@ class Run:
             self.log.append(f"read everything (size {size})")
             self.compare(os.pread(self.fd, size + 10, 0), 0, "read of the whole file")
 
+    def save(self, into):
+        """The --kill-state files: the model, and the one a call in flight would leave."""
+        os.makedirs(into, exist_ok=True)
+        how, before, after = self.pending or ("none", self.model, None)
+        with open(os.path.join(into, "before"), "wb") as f:
+            f.write(before)
+        if after is not None:
+            with open(os.path.join(into, "after"), "wb") as f:
+                f.write(after)
+        with open(os.path.join(into, "how"), "w") as f:
+            f.write(how + "\n" + "\n".join(self.log[-20:]) + "\n")
+
     def after(self):
         st = os.fstat(self.fd)
+        # With the preload library a direct append's size is durable once the daemon pulls
+        # it in, which this fstat does (DESIGN §7b, "Crash semantics").
+        self.pending = None
         if st.st_size != len(self.model):
             self.fail(f"size {st.st_size}, {len(self.model)} expected")
         if self.mapping is not None and self.model:
             self.compare(self.mapping[:len(self.model)], 0, "the long-lived mapping")
+
+
+def verify(path, state):
+    """The --verify check; exits with status 1 and the reason on a difference."""
+    with open(os.path.join(state, "how")) as f:
+        how, *last = f.read().splitlines()
+    with open(os.path.join(state, "before"), "rb") as f:
+        before = f.read()
+    after = None
+    if how != "none":
+        with open(os.path.join(state, "after"), "rb") as f:
+            after = f.read()
+    with open(path, "rb") as f:
+        got = f.read()
+
+    def first_difference(a, b):
+        n = min(len(a), len(b))
+        k = next((j for j in range(n) if a[j] != b[j]), n)
+        return f"{len(a)} bytes against {len(b)}, first difference at {k}"
+
+    if got == before or got == after:
+        why = None
+    elif how == "units" and len(got) == len(before):
+        # Punch hole: each 2 MiB unit is wholly before or wholly after.
+        why = next((f"the 2 MiB unit at {u} is neither the model's nor the punched one's"
+                    for u in range(0, len(got), UNIT)
+                    if got[u:u + UNIT] not in (before[u:u + UNIT], after[u:u + UNIT])), None)
+    elif how == "grown" and len(before) <= len(got) <= len(after):
+        # A plain fallocate grows the size unit by unit; the bytes stay the model's.
+        padded = before + bytes(len(got) - len(before))
+        why = None if got == padded else "fallocate changed bytes: " + first_difference(got, padded)
+    else:
+        why = "the file is neither the model nor the model with the call in flight: " + \
+            first_difference(got, before)
+    if why:
+        print(f"FAIL ({how}): {why}")
+        for line in last:
+            print("   ", line)
+        sys.exit(1)
+    print(f"ok: {len(got)} bytes, " + ("the model" if got == before else "the call in flight made"))
 
 
 REGION = 512 << 10
@@ -278,7 +397,12 @@ def main():
     p.add_argument("--only", help="comma-separated operation names")
     p.add_argument("--mapping", action="store_true")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--kill-state", metavar="DIR")
+    p.add_argument("--verify", metavar="DIR")
     args = p.parse_args()
+    if args.verify:
+        verify(args.file, args.verify)
+        return
     if args.threads:
         failure = threads(args)
         if failure:
@@ -287,16 +411,28 @@ def main():
         print(f"ok: {args.threads} threads, {args.ops} operations each")
         return
     names = list(WEIGHTS)
-    weights = [WEIGHTS[n] if not args.only or n in args.only.split(",") else 0 for n in names]
+    only = args.only.split(",") if args.only else names
+    if args.kill_state:
+        # A mapping of a file whose daemon died faults (SIGBUS): no mapped operations.
+        only = [n for n in only if n not in ("mapwrite", "mapread")]
+    weights = [WEIGHTS[n] if n in only else 0 for n in names]
     run = Run(args)
+    if args.kill_state:
+        print("ready", flush=True)
     for _ in range(args.ops):
         op = run.rnd.choices(names, weights)[0]
         try:
             run.step(op)
+            run.after()
         except OSError as e:
+            if args.kill_state and e.errno in GONE:
+                print(f"the mount went away after {len(run.log)} operations: {e}")
+                run.save(args.kill_state)
+                sys.exit(3)
             run.fail(f"{run.log[-1] if run.log else op}: {e}")
-        run.after()
     run.step("check")
+    if args.kill_state:
+        run.save(args.kill_state)
     for fd in (run.fd, run.append_fd, run.source_fd):
         os.close(fd)
     os.unlink(run.source)

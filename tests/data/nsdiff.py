@@ -7,16 +7,27 @@ renameat2 with RENAME_NOREPLACE or RENAME_EXCHANGE, unlink, rmdir, chmod, rewrit
 listdir) is made on paths up to three names deep from a small set of names, so most of them
 meet existing names, the wrong kind of file, symlink loops or missing parents. The result, a
 value or an errno, must be the same on both; every fifth operation the whole trees (kinds,
-permissions, link counts of non-directories, symlink targets, file bytes) must be too. The
-kernel's caches of the mount (names, attributes, missing names) are in the path.
+permissions, link counts of non-directories, symlink targets, file bytes) must be too (every
+25th under --kill-state). The kernel's caches of the mount (names, attributes, missing names)
+are in the path.
 
     nsdiff.py REFERENCE SUBJECT SEED OPERATIONS
+    nsdiff.py --kill-state FILE REFERENCE SUBJECT SEED OPERATIONS     (then, after a remount:)
+    nsdiff.py --verify FILE SUBJECT
 
+With --kill-state the subject's daemon is expected to be killed under the run (a strict mount:
+every name change is durable and atomic when it returns): after printing "ready" the run goes
+on until a call on the subject fails as a dead daemon's mount answers, then saves to FILE the
+reference tree and, for a change in flight, the trees it may have left, and exits with status
+3. --verify demands the subject, once mounted again, be one of those trees. A create (open,
+write, close) or a rewrite (open with O_TRUNC, write) is several calls, so in flight it may
+also have left the file empty.
 Exit status 1 and the last operations on the first difference.
 """
 import ctypes
 import errno
 import os
+import pickle
 import random
 import shutil
 import stat
@@ -24,6 +35,8 @@ import sys
 
 LIBC = ctypes.CDLL(None, use_errno=True)
 AT_FDCWD, RENAME_NOREPLACE, RENAME_EXCHANGE = -100, 1, 2
+# What a dead daemon's mount answers (ECANCELED: a request in flight over io_uring).
+GONE = (errno.ENOTCONN, errno.ECONNABORTED, errno.ECANCELED, errno.EIO, errno.ENODEV)
 NAMES = ["a", "b", "c", "d1", "d2", "x y", "é"]
 OPS = ["create", "mkdir", "symlink", "link", "rename", "rename_noreplace", "exchange", "unlink",
        "rmdir", "chmod", "rewrite", "stat", "listdir"]
@@ -73,9 +86,13 @@ def apply(root, op, a, b, data, mode):
     return None
 
 
+def raise_it(e):
+    raise e
+
+
 def tree(root):
     out = {}
-    for top, dirs, files in os.walk(root):
+    for top, dirs, files in os.walk(root, onerror=raise_it):
         for name in dirs + files:
             p = os.path.join(top, name)
             st = os.lstat(p)
@@ -98,28 +115,101 @@ def empty(root):
             os.unlink(p)
 
 
+class Gone(Exception):
+    pass
+
+
+def outcome(root, kill_state, op, a, b, data, mode):
+    try:
+        return ("ok", apply(root, op, a, b, data, mode))
+    except OSError as e:
+        if kill_state and e.errno in GONE:
+            raise Gone(e)
+        return ("error", errno.errorcode.get(e.errno, e.errno))
+
+
+def save(path, ref, change):
+    """The --kill-state file: the trees the subject may hold, given the change in flight."""
+    trees = [tree(ref)]
+    if change:
+        op, a, b, data, mode = change
+        try:
+            apply(ref, op, a, b, data, mode)
+        except OSError:
+            pass
+        trees.append(tree(ref))
+        pa = os.path.join(ref, a)
+        if op in ("create", "rewrite") and os.path.isfile(pa) and not os.path.islink(pa):
+            # Opened (created, or truncated) but not yet written: empty, under every link.
+            ino = os.lstat(pa).st_ino
+            empty_file = dict(trees[-1])
+            for k, v in trees[-1].items():
+                if os.lstat(os.path.join(ref, k)).st_ino == ino:
+                    empty_file[k] = v[:3] + (b"",)
+            trees.append(empty_file)
+    with open(path, "wb") as f:
+        pickle.dump(trees, f)
+
+
+def verify(path, sub):
+    with open(path, "rb") as f:
+        trees = pickle.load(f)
+    got = tree(sub)
+    if got in trees:
+        print(f"ok: {len(got)} names, the tree " + ("before the change in flight" if got == trees[0] else
+                                                   "with the change in flight"))
+        return
+    want = trees[0]
+    bad = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+    print("FAIL: the tree is none of the " + str(len(trees)) + " allowed; against the one before: " + ", ".join(
+        f"{k!r} ({str(want.get(k))[:60]} / {str(got.get(k))[:60]})" for k in bad[:5]))
+    sys.exit(1)
+
+
 def main():
-    ref, sub, seed, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    args = sys.argv[1:]
+    if args[0] == "--verify":
+        verify(args[1], args[2])
+        return
+    kill_state = None
+    if args[0] == "--kill-state":
+        kill_state, args = args[1], args[2:]
+    ref, sub, seed, count = args[0], args[1], int(args[2]), int(args[3])
     rnd = random.Random(seed)
     for root in (ref, sub):
         empty(root)
+    # Under --kill-state most of the run's time would go to walking trees: compare fewer.
+    every = 25 if kill_state else 5
+    if kill_state:
+        print("ready", flush=True)
     log = []
     for i in range(count):
         op = rnd.choice(OPS)
         a, b = ("/".join(rnd.choice(NAMES) for _ in range(rnd.choice([1, 1, 2, 2, 3]))) for _ in range(2))
         data, mode = rnd.randbytes(rnd.randrange(0, 100)), rnd.choice([0o644, 0o600, 0o755, 0o700])
-        results = []
-        for root in (ref, sub):
-            try:
-                results.append(("ok", apply(root, op, a, b, data, mode)))
-            except OSError as e:
-                results.append(("error", errno.errorcode.get(e.errno, e.errno)))
+        # The subject first: under --kill-state a change that fails there is in flight, and
+        # the reference must not have it yet.
+        try:
+            got = outcome(sub, kill_state, op, a, b, data, mode)
+        except Gone as e:
+            print(f"the mount went away after {i} operations: {e}")
+            save(kill_state, ref, (op, a, b, data, mode))
+            sys.exit(3)
+        results = [outcome(ref, None, op, a, b, data, mode), got]
         log.append(f"{op} {a!r} {b!r}: {results[0]} / {results[1]}")
         differs = None
         if results[0] != results[1]:
             differs = "the results differ"
-        elif i % 5 == 4 or i == count - 1:
-            want, got = tree(ref), tree(sub)
+        elif i % every == every - 1 or i == count - 1:
+            want = tree(ref)
+            try:
+                got = tree(sub)
+            except OSError as e:
+                if not (kill_state and e.errno in GONE):
+                    raise
+                print(f"the mount went away after {i + 1} operations: {e}")
+                save(kill_state, ref, None)
+                sys.exit(3)
             if want != got:
                 bad = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
                 differs = "the trees differ at " + ", ".join(
@@ -128,6 +218,8 @@ def main():
             print(f"FAIL seed {seed}, operation {i}: {differs}")
             print("\n".join(log[-15:]))
             sys.exit(1)
+    if kill_state:
+        save(kill_state, ref, None)
     print(f"ok: seed {seed}, {count} operations")
 
 
