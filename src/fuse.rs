@@ -980,13 +980,18 @@ impl Filesystem for WinefsFuse {
                 Ok(n) => n,
                 Err(e) => return reply.error(errno(&e)),
             };
-            if let Err(e) = self.fs.write(ino_out.0, offset_out + done, &buf[..n]) {
-                if done > 0 {
-                    break; // report the bytes copied so far, as write(2) does
+            match self.fs.write(ino_out.0, offset_out + done, &buf[..n]) {
+                Ok(written) => {
+                    done += written as u64;
+                    // Short of space a write stores what fits and says so: report that.
+                    if written < n {
+                        break;
+                    }
                 }
-                return reply.error(errno(&e));
+                // Report the bytes copied so far, as write(2) does.
+                Err(_) if done > 0 => break,
+                Err(e) => return reply.error(errno(&e)),
             }
-            done += n as u64;
         }
         reply.written(done as u32);
     }

@@ -821,6 +821,21 @@ fn random_name_changes_agree_with_a_local_directory() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // On a full pool: a change refused with ENOSPC must have changed nothing.
+    let room = free_inodes_and_blocks(&m.mnt).1.saturating_sub(6) * 4096;
+    fs::write(m.path("filler"), vec![0u8; room as usize]).unwrap();
+    let mut refused = 0;
+    for seed in ["4", "5", "6"] {
+        let out = run_timeout(
+            cmd("python3").arg(&script).arg("--enospc").arg(reference.path()).arg(m.path("ns")).args([seed, "800"]),
+            120,
+        );
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "nsdiff --enospc seed {seed}: {said}{}", String::from_utf8_lossy(&out.stderr));
+        refused += said.rsplit(", ").next().and_then(|t| t.split(' ').next()).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+    }
+    assert!(refused >= 10, "the full pool refused only {refused} changes");
+    fs::remove_file(m.path("filler")).unwrap();
     m.remount(); // fsck clean
     m.stop();
 }

@@ -232,6 +232,46 @@ fn a_lease_that_finds_no_space_to_fill_is_refused_whole_and_a_no_fill_lease_stil
     fs.unmount().unwrap();
 }
 
+#[test]
+fn a_zero_range_of_a_leased_file_refused_for_lack_of_space_leaves_every_byte_as_it_was() {
+    // Zero range of a leased file zeroes the mapped bytes in place and allocates the range's
+    // holes: the holes come first, so a pool too full for them refuses the call before a byte
+    // is zeroed (it zeroed in place first, then failed with ENOSPC, leaving the range zeroed).
+    let (_d, p) = fresh_pool(32 * MIB, Some(1));
+    let fs = mount(&p);
+    let f = fs.create_file("/leased").unwrap();
+    let data = pattern(MIB as usize, 3);
+    f.write_at(0, &data).unwrap();
+    // A hole of 2 MiB past the data, inside the file.
+    f.set_len(4 * MIB).unwrap();
+    fs.lease(f.ino(), 0, MIB, false).unwrap();
+    let big = fs.create_file("/big").unwrap();
+    let chunk = vec![1u8; 64 << 10];
+    let mut off = 0;
+    while big.write_at(off, &chunk).is_ok_and(|n| n == chunk.len()) {
+        off += chunk.len() as u64;
+    }
+    let err = fs.zero_range(f.ino(), 4096, 3 * MIB, false).unwrap_err();
+    assert!(matches!(err, Error::NoSpace(_)), "{err}");
+    let mut back = vec![0u8; MIB as usize];
+    f.read_at(0, &mut back).unwrap();
+    assert!(back == data, "a refused zero range changed the leased file's bytes");
+    assert_eq!(fs.getattr(f.ino()).unwrap().size, 4 * MIB);
+    // With space it zeroes, and the holes are allocated.
+    drop(big);
+    fs.unlink(fs.root(), b"big").unwrap();
+    fs.zero_range(f.ino(), 4096, 3 * MIB, false).unwrap();
+    f.read_at(0, &mut back).unwrap();
+    assert!(back[..4096] == data[..4096] && back[4096..].iter().all(|&b| b == 0));
+    let blocks: u64 = fs.extents(f.ino()).unwrap().iter().map(|e| e.2).sum();
+    assert!(blocks >= 769, "holes left in the zeroed range: {blocks} blocks");
+    fs.unlease(f.ino()).unwrap();
+    drop(f);
+    let r = fs.check();
+    assert!(r.is_clean(), "{r:?}");
+    fs.unmount().unwrap();
+}
+
 /// The size board through `/proc/self/fd` (as a client maps it): one word per inode.
 struct Board(std::fs::File);
 

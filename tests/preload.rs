@@ -88,6 +88,11 @@ impl Mount {
     }
 
     fn new_logging(args: &[&'static str], log: Option<&'static str>) -> Mount {
+        Mount::with_pool(args, log, "1G")
+    }
+
+    /// A mount of a pool of `size` (as `mkfs --size` takes it).
+    fn with_pool(args: &[&'static str], log: Option<&'static str>, size: &str) -> Mount {
         assert_eq!(winefs::sys::euid(), 0, "the preload tests need root (FUSE, tmpfs)");
         let dir = tempfile::Builder::new().prefix("winefs-preload").tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
@@ -99,7 +104,7 @@ impl Mount {
             .args(["-t", "tmpfs", "-o", "size=1200M,huge=always", "none"])
             .arg(&huge));
         let pool = huge.join("pool");
-        ok(Command::new(BIN).arg("mkfs").arg(&pool).args(["--size", "1G"]));
+        ok(Command::new(BIN).arg("mkfs").arg(&pool).args(["--size", size]));
         let mut m = Mount {
             dir,
             pool,
@@ -533,7 +538,7 @@ fn a_mapping_reads_zeros_after_its_own_punch_zero_range_and_truncate_and_an_odd_
 
 /// `tests/data/fsx.py` on the mount: random writes, reads, truncates, fallocate modes and
 /// mapped stores and loads of one file, each checked against a model of its bytes.
-fn fsx(m: &Mount, name: &str, args: &[&str], preload: bool) {
+fn fsx(m: &Mount, name: &str, args: &[&str], preload: bool) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fsx.py");
     let mut c = Command::new("python3");
     c.arg(script).arg(m.path(name)).args(args);
@@ -547,6 +552,7 @@ fn fsx(m: &Mount, name: &str, args: &[&str], preload: bool) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]
@@ -624,6 +630,33 @@ fn random_operations_keep_every_call_that_returned_through_kill_9_of_the_daemon(
         let after = Duration::from_millis(40 + seed * 113 % 500);
         fsx_killed(&mut m, &format!("killed-direct-{seed}"), seed, after, true);
     }
+    m.stop_and_fsck();
+}
+
+#[test]
+fn random_operations_on_a_full_pool_are_refused_whole_or_cut_short_and_lose_nothing() {
+    // fsx.py --enospc with about 1 MiB free and files up to 8 MiB: a call refused with ENOSPC
+    // must leave the file as it was, a write short of space must say how much it wrote, and
+    // the file must read as the model after every call. Found: copy_file_range reported
+    // every byte copied when the write under it was cut short (the rest read as zeros), and
+    // zero range of a leased file zeroed in place before finding no space for its holes.
+    let mut m = Mount::with_pool(&[], None, "64M");
+    let filler = m.path("filler");
+    let room = m.free_blocks().saturating_sub(256) * 4096;
+    fs::write(&filler, vec![0x5au8; room as usize]).unwrap();
+    for (seed, preload) in [("1", false), ("3", false), ("11", true), ("12", true)] {
+        let name = format!("full-{seed}");
+        let said = fsx(&m, &name, &["--seed", seed, "--ops", "1500", "--max-len", "8388608", "--enospc"], preload);
+        let refused: u64 = said
+            .rsplit(", ")
+            .next()
+            .and_then(|t| t.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(refused >= 50, "fsx seed {seed} hardly met a full pool: {said}");
+        fs::remove_file(m.path(&name)).unwrap();
+    }
+    assert!(fs::read(&filler).unwrap().iter().all(|&b| b == 0x5a), "the filler changed");
     m.stop_and_fsck();
 }
 

@@ -34,11 +34,12 @@ impl File {
     pub fn write_at(&self, off: u64, data: &[u8]) -> Result<usize> {
         self.fs.write(self.ino, off, data)
     }
-    /// Append atomically at the end of file; returns the offset written at.
-    pub fn append(&mut self, data: &[u8]) -> Result<u64> {
+    /// Append atomically at the end of file; returns the bytes written and the offset written
+    /// at. Short of space the count is short, as for [`File::write_at`] (`Fs::write`).
+    pub fn append(&mut self, data: &[u8]) -> Result<(usize, u64)> {
         let (n, at) = self.fs.append(self.ino, data)?;
         self.pos = at + n as u64;
-        Ok(at)
+        Ok((n, at))
     }
     /// Truncate or extend (with a hole) to `size` bytes.
     pub fn set_len(&self, size: u64) -> Result<()> {

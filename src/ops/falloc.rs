@@ -209,13 +209,19 @@ pub(crate) fn zero_range(
     inode_flags::allow(g.hdr.flags, inode_flags::Change::Contents)?;
     check_no_atomic_mapping(&g, "zero range")?;
     if g.leases > 0 {
-        // A client maps the file: its blocks stay where the mapping reaches them. The mapped
-        // bytes inside the file are zeroed in place, then the holes of the range are
-        // allocated and the size grows as for fallocate (bytes past the end are zero, or
-        // zeroed before the size grows over them).
+        // A client maps the file: its blocks stay where the mapping reaches them. The holes
+        // of the range are allocated first, zeroed, with the size kept: what the file reads
+        // does not change, so a lack of space there refuses the call with the file as it was.
+        // Then the mapped bytes inside the file are zeroed in place (no space needed), and
+        // the size grows as for fallocate (bytes past the end are zero, or zeroed before the
+        // size grows over them).
         let inside = end.min(g.hdr.size);
+        fallocate_locked(state, &mut g, off, end, true)?;
         zero_leased_in_place(state, &mut g, off, inside)?;
-        return fallocate_locked(state, &mut g, off, end, keep_size);
+        if keep_size || end <= g.hdr.size {
+            return Ok(());
+        }
+        return fallocate_locked(state, &mut g, off, end, false);
     }
     let (lb0, lb1) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
     let mut res = Reserved::new(state);

@@ -8,6 +8,7 @@ For tests/preload.rs, which runs it on a winefs mount with and without libwinefs
     fsx.py FILE --seed N --ops N --threads N [--mapping]
     fsx.py FILE --seed N --ops N --kill-state DIR     (then, after a remount:)
     fsx.py FILE --verify DIR
+    fsx.py FILE --seed N --ops N --enospc
 
 Operations: pwrite and pread (up to 64 KiB), write(2) and read(2) at the offset after an
 lseek, write(2) through a second descriptor opened with O_APPEND, copy_file_range from another
@@ -30,6 +31,9 @@ DIR/how, and exits with status 3 (0 if the daemon outlived the run). --verify co
 file, once mounted again, with those: one model or the other whole, or for a punch each 2 MiB
 unit as one or the other (punch hole is atomic per unit), or for a plain fallocate the model's
 bytes at a size between the two.
+With --enospc the file system is nearly full: a call refused with ENOSPC must leave the file as
+it was (a plain fallocate may have grown it by zeroed units), and a write cut short of space
+must return what it wrote; no mapped operations (a store into a hole would fault).
 Exit status 1 and the last operations on the first difference.
 """
 import argparse
@@ -72,6 +76,7 @@ class Run:
         self.log = []
         self.pending = None
         self.kill_state = args.kill_state
+        self.enospc, self.refused = args.enospc, 0
         self.pull_at_fstat = "winefs_preload" in os.environ.get("LD_PRELOAD", "")
         if os.path.exists(self.path):
             os.unlink(self.path)
@@ -118,8 +123,9 @@ class Run:
         before, after = self.model, bytearray(self.model)
         effect(after)
         self.pending = (how, before, after)
-        call()
-        self.model = after
+        # A call cut short (a short write) returns the model it left.
+        cut = call()
+        self.model = cut if isinstance(cut, bytearray) else after
         if not self.pull_at_fstat:
             self.pending = None
 
@@ -133,8 +139,16 @@ class Run:
 
         def checked():
             done = call()
+            self.moved = done
             if done == n:
-                return
+                return None
+            if self.enospc and 0 < done < n:
+                # Short of space a write is cut into pieces and returns what it wrote.
+                self.log.append(f"    wrote {done} of {n} bytes")
+                first = bytearray(self.model)
+                grow(first, off)
+                first[off:off + done] = data[:done]
+                return first
             # Through an open the kernel caches, a write that starts inside a page the kernel
             # does not hold reaches the daemon as two requests: to that page's end, then the
             # rest (DESIGN §7, "Atomicity holds per FUSE request"). A daemon killed between
@@ -227,7 +241,7 @@ class Run:
                 data = rnd.randbytes(n)
                 self.log.append(f"lseek {off}, write {n} (size {size})")
                 self.written(off, data, lambda: os.write(self.fd, data), "write")
-                moved = n
+                moved = self.moved
             else:
                 self.log.append(f"lseek {off}, read {n} (size {size})")
                 got = os.read(self.fd, n)
@@ -240,16 +254,8 @@ class Run:
             off, n = self.span(self.max_len, 65536)
             src = rnd.randrange(0, len(self.source_bytes) - n)
             self.log.append(f"copy_file_range {n} bytes from {src} to {off} (size {size})")
-
-            def effect(m):
-                grow(m, off)
-                m[off:off + n] = self.source_bytes[src:src + n]
-
-            def call():
-                done = os.copy_file_range(self.source_fd, self.fd, n, src, off)
-                if done != n:
-                    self.fail(f"copy_file_range copied {done} of {n}")
-            self.change(effect, call)
+            self.written(off, self.source_bytes[src:src + n],
+                         lambda: os.copy_file_range(self.source_fd, self.fd, n, src, off), "copy_file_range")
         elif op == "fsync":
             self.log.append("fsync")
             os.fsync(self.fd)
@@ -260,6 +266,27 @@ class Run:
         elif op == "check":
             self.log.append(f"read everything (size {size})")
             self.compare(os.pread(self.fd, size + 10, 0), 0, "read of the whole file")
+
+    def no_space(self, e):
+        """A call refused with ENOSPC must have left the file as it was (a plain fallocate
+        may have grown it by whole units, zeros)."""
+        if self.pending is None:
+            self.fail(f"ENOSPC from a call that changes nothing: {e}")
+        how, before, after = self.pending
+        self.pending = None
+        self.log.append("    refused: no space")
+        self.refused += 1
+        got = os.pread(self.fd, len(after) + len(before) + 10, 0)
+        if got == before:
+            self.model = before
+        elif how == "grown" and len(before) < len(got) <= len(after) and \
+                got == before + bytes(len(got) - len(before)):
+            self.model = bytearray(got)
+        else:
+            self.model = before
+            self.compare(got, 0, "the file after a call refused for lack of space")
+            self.fail(f"the file is {len(got)} bytes after a call refused for lack of space, "
+                      f"{len(before)} before")
 
     def save(self, into):
         """The --kill-state files: the model, and the one a call in flight would leave."""
@@ -399,6 +426,7 @@ def main():
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--kill-state", metavar="DIR")
     p.add_argument("--verify", metavar="DIR")
+    p.add_argument("--enospc", action="store_true")
     args = p.parse_args()
     if args.verify:
         verify(args.file, args.verify)
@@ -412,8 +440,9 @@ def main():
         return
     names = list(WEIGHTS)
     only = args.only.split(",") if args.only else names
-    if args.kill_state:
-        # A mapping of a file whose daemon died faults (SIGBUS): no mapped operations.
+    if args.kill_state or args.enospc:
+        # A mapping of a file whose daemon died, or a store into a hole of a full file
+        # system, faults (SIGBUS): no mapped operations.
         only = [n for n in only if n not in ("mapwrite", "mapread")]
     weights = [WEIGHTS[n] if n in only else 0 for n in names]
     run = Run(args)
@@ -429,6 +458,10 @@ def main():
                 print(f"the mount went away after {len(run.log)} operations: {e}")
                 run.save(args.kill_state)
                 sys.exit(3)
+            if args.enospc and e.errno == errno.ENOSPC:
+                run.no_space(e)
+                run.after()
+                continue
             run.fail(f"{run.log[-1] if run.log else op}: {e}")
     run.step("check")
     if args.kill_state:
@@ -436,7 +469,8 @@ def main():
     for fd in (run.fd, run.append_fd, run.source_fd):
         os.close(fd)
     os.unlink(run.source)
-    print(f"ok: {args.ops} operations, final size {len(run.model)}")
+    refused = f", {run.refused} refused for lack of space" if args.enospc else ""
+    print(f"ok: {args.ops} operations, final size {len(run.model)}{refused}")
 
 
 main()

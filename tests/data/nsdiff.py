@@ -14,6 +14,7 @@ are in the path.
     nsdiff.py REFERENCE SUBJECT SEED OPERATIONS
     nsdiff.py --kill-state FILE REFERENCE SUBJECT SEED OPERATIONS     (then, after a remount:)
     nsdiff.py --verify FILE SUBJECT
+    nsdiff.py --enospc REFERENCE SUBJECT SEED OPERATIONS
 
 With --kill-state the subject's daemon is expected to be killed under the run (a strict mount:
 every name change is durable and atomic when it returns): after printing "ready" the run goes
@@ -22,6 +23,10 @@ reference tree and, for a change in flight, the trees it may have left, and exit
 3. --verify demands the subject, once mounted again, be one of those trees. A create (open,
 write, close) or a rewrite (open with O_TRUNC, write) is several calls, so in flight it may
 also have left the file empty.
+With --enospc the subject's file system is nearly full: a change it refuses with ENOSPC is
+not made on the reference, and the trees are compared at once: a refused change must have
+changed nothing (a create or rewrite refused at its write keeps what its open did: an empty
+file), and nothing else may be refused.
 Exit status 1 and the last operations on the first difference.
 """
 import ctypes
@@ -171,9 +176,11 @@ def main():
     if args[0] == "--verify":
         verify(args[1], args[2])
         return
-    kill_state = None
+    kill_state, enospc, refused = None, False, 0
     if args[0] == "--kill-state":
         kill_state, args = args[1], args[2:]
+    elif args[0] == "--enospc":
+        enospc, args = True, args[1:]
     ref, sub, seed, count = args[0], args[1], int(args[2]), int(args[3])
     rnd = random.Random(seed)
     for root in (ref, sub):
@@ -195,12 +202,21 @@ def main():
             print(f"the mount went away after {i} operations: {e}")
             save(kill_state, ref, (op, a, b, data, mode))
             sys.exit(3)
-        results = [outcome(ref, None, op, a, b, data, mode), got]
+        no_space = enospc and got == ("error", "ENOSPC")
+        if no_space:
+            refused += 1
+            if op in ("create", "rewrite") and os.path.isfile(os.path.join(sub, a)) and \
+                    os.path.getsize(os.path.join(sub, a)) == 0:
+                # The open (create, truncate) was done; the write found no space.
+                outcome(ref, None, op, a, b, b"", mode)
+            results = [got, got]
+        else:
+            results = [outcome(ref, None, op, a, b, data, mode), got]
         log.append(f"{op} {a!r} {b!r}: {results[0]} / {results[1]}")
         differs = None
         if results[0] != results[1]:
             differs = "the results differ"
-        elif i % every == every - 1 or i == count - 1:
+        elif no_space or i % every == every - 1 or i == count - 1:
             want = tree(ref)
             try:
                 got = tree(sub)
@@ -220,7 +236,7 @@ def main():
             sys.exit(1)
     if kill_state:
         save(kill_state, ref, None)
-    print(f"ok: seed {seed}, {count} operations")
+    print(f"ok: seed {seed}, {count} operations" + (f", {refused} refused for lack of space" if enospc else ""))
 
 
 main()
