@@ -2300,6 +2300,20 @@ fn a_write_removes_file_capabilities_and_a_write_to_a_file_without_any_keeps_its
     fs::OpenOptions::new().append(true).open(&p).unwrap().write_all(b"y").unwrap();
     assert!(!shown("security.capability"), "a write left the file capability in place");
     assert!(shown("user.keep"), "a write removed an unrelated attribute");
+    // On a full pool as well (the attributes' block is rewritten in place: there is no block
+    // for a copy), and an attribute can still be removed by hand.
+    ok(cmd("setfattr").args(["-n", "security.capability", "-v", cap]).arg(&p));
+    let room = free_inodes_and_blocks(&m.mnt).1 * 4096;
+    let mut filler = File::create(m.path("filler")).unwrap();
+    let _ = filler.write_all(&vec![0u8; room as usize]); // as far as it goes
+    drop(filler);
+    assert_eq!(free_inodes_and_blocks(&m.mnt).1, 0, "the pool is not full");
+    fs::OpenOptions::new().append(true).open(&p).unwrap().write_all(b"z").unwrap();
+    assert!(!shown("security.capability"), "a write to a full pool left the file capability in place");
+    ok(cmd("setfattr").args(["-x", "user.keep"]).arg(&p));
+    assert!(!shown("user.keep"), "an attribute removed on a full pool is still there");
+    fs::remove_file(m.path("filler")).unwrap();
+    assert_eq!(fs::read(&p).unwrap(), b"xyz");
     // A file with no attributes at all is written as before.
     let q = m.path("plain");
     fs::write(&q, b"a").unwrap();

@@ -89,10 +89,14 @@ impl Model {
                     && path != "/S"
                     && (!default || self.is_dir(path))
             }
-            Op::RemoveXattr { path, name } => self
+            Op::RemoveXattr { path, name } | Op::XattrNoSpace { path, name, value: None } => self
                 .xattrs
                 .get(path)
                 .is_some_and(|v| v.iter().any(|n| n == name)),
+            // The file must have a block to rewrite.
+            Op::XattrNoSpace { path, value: Some(_), .. } => {
+                self.xattrs.get(path).is_some_and(|v| !v.is_empty()) && path != "/S"
+            }
         }
     }
 
@@ -137,13 +141,13 @@ impl Model {
                     self.whiteouts.insert(from.clone());
                 }
             }
-            Op::SetXattr { path, name, .. } => {
+            Op::SetXattr { path, name, .. } | Op::XattrNoSpace { path, name, value: Some(_) } => {
                 let v = self.xattrs.entry(path.clone()).or_default();
                 if !v.contains(name) {
                     v.push(name.clone());
                 }
             }
-            Op::RemoveXattr { path, name } => {
+            Op::RemoveXattr { path, name } | Op::XattrNoSpace { path, name, value: None } => {
                 if let Some(v) = self.xattrs.get_mut(path) {
                     v.retain(|n| n != name);
                 }

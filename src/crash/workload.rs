@@ -99,6 +99,14 @@ pub enum Op {
         path: String,
         name: String,
     },
+    /// Set (`value`: length and fill) or remove attribute `name` of a file that has
+    /// attributes, on a pool with no free block: the block is rewritten in place under the
+    /// journal instead of copied (docs/DESIGN.md §2, "Xattr block").
+    XattrNoSpace {
+        path: String,
+        name: String,
+        value: Option<(usize, u8)>,
+    },
     /// setfacl: give `path` an ACL with a named user (`default`: its default ACL, a
     /// directory's; else its access ACL, which sets the permission bits in the same
     /// transaction).
@@ -241,6 +249,12 @@ impl fmt::Display for Op {
                 fill,
             } => write!(f, "setxattr {path} {name} {len} bytes fill {fill}"),
             Op::RemoveXattr { path, name } => write!(f, "removexattr {path} {name}"),
+            Op::XattrNoSpace { path, name, value: Some((len, fill)) } => {
+                write!(f, "setxattr {path} {name} {len} bytes fill {fill}, no block free")
+            }
+            Op::XattrNoSpace { path, name, value: None } => {
+                write!(f, "removexattr {path} {name}, no block free")
+            }
             Op::SetFlags { path, flags } => write!(f, "chattr {path} flags {flags:#x}"),
             Op::SetAcl { path, default } => {
                 write!(f, "setfacl {path} {}", if *default { "default" } else { "access" })
@@ -362,6 +376,19 @@ impl Op {
             }
             Op::RemoveXattr { path, name } => {
                 fs.removexattr(fs.resolve(path, false)?, name.as_bytes())
+            }
+            Op::XattrNoSpace { path, name, value } => {
+                let ino = fs.resolve(path, false)?;
+                let full = fs.take_all_free_blocks();
+                let r = match value {
+                    Some((len, fill)) => {
+                        let v = pattern_bytes(*fill, 0, *len as u64);
+                        fs.setxattr(ino, name.as_bytes(), &v, XattrSet::Any)
+                    }
+                    None => fs.removexattr(ino, name.as_bytes()),
+                };
+                drop(full);
+                r
             }
             Op::SetFlags { path, flags } => {
                 fs.set_inode_flags(fs.resolve(path, false)?, *flags).map(drop)
@@ -866,6 +893,10 @@ pub fn catalogue() -> Vec<Op> {
             path: s("/A"),
             name: s("user.a"),
         },
+        // With no block free: a new attribute, and one removed (privilege dropping after a
+        // write removes `security.capability` so), each rewriting /A's block in place.
+        Op::XattrNoSpace { path: s("/A"), name: s("user.k"), value: Some((300, 54)) },
+        Op::XattrNoSpace { path: s("/A"), name: s("user.a"), value: None },
         // No-dump and no-atime on a file, no-dump on a directory (chattr +dA, +d).
         Op::SetFlags {
             path: s("/A"),

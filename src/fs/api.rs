@@ -669,6 +669,14 @@ impl Fs {
         acl::set(&self.state, ino, name, value, keep_set_gid)
     }
 
+    /// Every free block taken (in DRAM; given back when the guard drops), so that what runs
+    /// meanwhile finds the pool full: the crash explorer's `Op::XattrNoSpace`.
+    pub(crate) fn take_all_free_blocks(&self) -> crate::state::tx::Reserved<'_> {
+        let mut res = crate::state::tx::Reserved::new(&self.state);
+        while res.alloc(1).is_ok() {}
+        res
+    }
+
     /// Remove extended attribute `name` (ENODATA if absent; a POSIX ACL it lacks is no error,
     /// as on Linux).
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {

@@ -1,6 +1,7 @@
 //! Extended-attribute operations: get, list, set and remove through one copy-on-write step
-//! (a new block, one transaction pointing the inode at it, the old block freed after commit),
-//! and the alignment hint that keeps a file on aligned extents.
+//! (a new block, one transaction pointing the inode at it, the old block freed after commit;
+//! with no block free, the block rewritten in place under the journal), and the alignment hint
+//! that keeps a file on aligned extents.
 
 use crate::error::{Error, Result};
 use crate::media::alloc::BlockRun;
@@ -166,13 +167,35 @@ fn write_block(state: &MountState, res: &mut Reserved, bytes: &[u8]) -> Result<u
 }
 
 /// Give the inode the attributes `attrs` (none: no block) and a new ctime, with the permission
-/// bits of `mode` if given, by [`install`].
+/// bits of `mode` if given, by [`install`]; on a pool with no block free, an inode that has a
+/// block gets it rewritten in place ([`rewrite_in_place`]), so that removing an attribute (as
+/// privilege dropping does after a write) never fails for lack of space.
 pub(crate) fn install_attrs(state: &MountState, g: &mut InodeState, attrs: &Attrs, mode: Option<u32>) -> Result<()> {
     let bytes = match attrs.is_empty() {
         true => None,
         false => Some(xattr::encode(attrs)?),
     };
-    install(state, g, bytes.as_deref(), true, mode).map(drop)
+    match (install(state, g, bytes.as_deref(), true, mode), bytes) {
+        (Err(Error::NoSpace(_)), Some(b)) if g.hdr.xattr_block != 0 => rewrite_in_place(state, g, &b, mode),
+        (r, _) => r.map(drop),
+    }
+}
+
+/// Short of space: the inode's xattr block rewritten with `bytes` in the same transaction as
+/// its new ctime (and the permission bits of `mode`), journaled with undo images like any
+/// metadata changed in place, so a crash leaves the old block or the new one whole.
+fn rewrite_in_place(state: &MountState, g: &mut InodeState, bytes: &[u8], mode: Option<u32>) -> Result<()> {
+    let mut hdr = g.hdr.clone();
+    hdr.ctime = state.now_fine();
+    if let Some(m) = mode {
+        hdr.mode = (hdr.mode & libc::S_IFMT) | (m & 0o7777);
+    }
+    let mut tx = Tx::new();
+    tx.write_ref(g.hdr.xattr_block * BLOCK_SIZE, bytes, Category::Metadata);
+    state.header_tx(&mut tx, g.ino, &g.hdr, &hdr);
+    state.commit(tx)?;
+    g.hdr = hdr;
+    Ok(())
 }
 
 /// Free an xattr block (0: none) no inode points at any more, once the transaction that
@@ -239,15 +262,22 @@ mod tests {
     use crate::fs::Fs;
     use crate::state::inode_state::wlock;
     use crate::types::{MkfsOptions, MountOptions, XattrSet};
+    use std::path::PathBuf;
+
+    /// A fresh 32 MiB pool, mounted.
+    fn fresh() -> (tempfile::TempDir, PathBuf, Fs) {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("pool");
+        Fs::mkfs(&p, &MkfsOptions { size: Some(32 << 20), ..Default::default() }).unwrap();
+        let fs = Fs::mount(&p, MountOptions::default()).unwrap();
+        (d, p, fs)
+    }
 
     /// An attribute outside the kept namespaces, as a build that took any name stored it, can
     /// still be read and removed; one the inode lacks, or a new one, is EOPNOTSUPP.
     #[test]
     fn a_name_outside_the_namespaces_already_kept_can_be_read_and_removed() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("pool");
-        Fs::mkfs(&p, &MkfsOptions { size: Some(32 << 20), ..Default::default() }).unwrap();
-        let fs = Fs::mount(&p, MountOptions::default()).unwrap();
+        let (_d, _, fs) = fresh();
         let ino = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
         let old = &b"bogus.old"[..];
         let n = fs.state.inode(ino).unwrap();
@@ -259,5 +289,38 @@ mod tests {
         assert!(matches!(fs.getxattr(ino, old), Err(Error::NotSupported(_))));
         assert!(matches!(fs.removexattr(ino, old), Err(Error::NotSupported(_))));
         assert!(fs.listxattr(ino).unwrap().is_empty());
+    }
+
+    /// With no block free, attributes are still removed (privilege dropping needs it) and
+    /// changed, by rewriting the inode's block in place; an inode with none still needs one.
+    #[test]
+    fn with_no_block_free_the_block_is_rewritten_in_place() {
+        let (_d, p, fs) = fresh();
+        let root = fs.root();
+        let a = fs.create(root, b"a", 0o644, 0, 0).unwrap().ino;
+        let bare = fs.create(root, b"bare", 0o644, 0, 0).unwrap().ino;
+        fs.setxattr(a, b"user.one", b"1", XattrSet::Any).unwrap();
+        fs.setxattr(a, b"security.capability", &[7u8; 20], XattrSet::Any).unwrap();
+        let block = |ino| wlock(&fs.state.inode(ino).unwrap()).hdr.xattr_block;
+        let before = block(a);
+        let full = fs.take_all_free_blocks();
+        assert_eq!(fs.statfs().free_blocks, 0);
+        fs.removexattr(a, b"security.capability").unwrap();
+        fs.setxattr(a, b"user.two", &[2u8; 300], XattrSet::Any).unwrap();
+        assert_eq!(block(a), before, "not rewritten in place");
+        assert!(matches!(
+            fs.setxattr(bare, b"user.one", b"1", XattrSet::Any),
+            Err(Error::NoSpace(_))
+        ));
+        drop(full);
+        assert!(matches!(fs.getxattr(a, b"security.capability"), Err(Error::NoAttr)));
+        assert_eq!(fs.getxattr(a, b"user.two").unwrap(), vec![2u8; 300]);
+        assert_eq!(fs.getxattr(a, b"user.one").unwrap(), b"1");
+        fs.unmount().unwrap();
+        let fs = Fs::mount(&p, MountOptions::default()).unwrap();
+        assert_eq!(fs.getxattr(a, b"user.two").unwrap(), vec![2u8; 300]);
+        let r = fs.check();
+        assert!(r.is_clean(), "{r:?}");
+        fs.unmount().unwrap();
     }
 }
