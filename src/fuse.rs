@@ -72,6 +72,7 @@ use std::time::{Duration, SystemTime};
 mod attr;
 pub mod cache_gate;
 pub mod channel;
+mod copy;
 mod ioctl;
 pub use ioctl::{READ_ONLY_IOCTL, READ_WRITE_IOCTL, SETTINGS_IOCTL, SETTINGS_LEN};
 mod held;
@@ -98,9 +99,6 @@ pub(crate) const MAX_WRITE: u32 = 1 << 20;
 
 /// Directory entries fetched from the core per readdir page.
 const READDIR_PAGE: usize = 256;
-
-/// `copy_file_range` copies through a buffer of this size.
-const COPY_CHUNK: usize = 1 << 20;
 
 /// The FUSE adapter. Cheap to clone the handle it holds; the session owns one.
 pub struct WinefsFuse {
@@ -969,31 +967,10 @@ impl Filesystem for WinefsFuse {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        // The reply counts bytes in a u32; the kernel calls again for the rest.
-        let len = len.min(1 << 30);
-        let mut buf = vec![0u8; COPY_CHUNK.min(len as usize)];
-        let mut done = 0u64;
-        while done < len {
-            let want = buf.len().min((len - done) as usize);
-            let n = match self.fs.read(ino_in.0, offset_in + done, &mut buf[..want]) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) => return reply.error(errno(&e)),
-            };
-            match self.fs.write(ino_out.0, offset_out + done, &buf[..n]) {
-                Ok(written) => {
-                    done += written as u64;
-                    // Short of space a write stores what fits and says so: report that.
-                    if written < n {
-                        break;
-                    }
-                }
-                // Report the bytes copied so far, as write(2) does.
-                Err(_) if done > 0 => break,
-                Err(e) => return reply.error(errno(&e)),
-            }
+        match copy::copy_range(&self.fs, ino_in.0, offset_in, ino_out.0, offset_out, len) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(&e)),
         }
-        reply.written(done as u32);
     }
 }
 

@@ -275,6 +275,8 @@ class Run:
         how, before, after = self.pending
         self.pending = None
         self.log.append("    refused: no space")
+        if len(after) < len(before) and self.log[-2].startswith("ftruncate"):
+            self.fail("a truncate to a smaller size was refused for lack of space")
         self.refused += 1
         got = os.pread(self.fd, len(after) + len(before) + 10, 0)
         if got == before:

@@ -26,7 +26,7 @@ also have left the file empty.
 With --enospc the subject's file system is nearly full: a change it refuses with ENOSPC is
 not made on the reference, and the trees are compared at once: a refused change must have
 changed nothing (a create or rewrite refused at its write keeps what its open did: an empty
-file), and nothing else may be refused.
+file), and unlink, rmdir, chmod, stat and listdir must never be refused so.
 Exit status 1 and the last operations on the first difference.
 """
 import ctypes
@@ -203,6 +203,9 @@ def main():
             save(kill_state, ref, (op, a, b, data, mode))
             sys.exit(3)
         no_space = enospc and got == ("error", "ENOSPC")
+        if no_space and op in ("unlink", "rmdir", "chmod", "stat", "listdir"):
+            print(f"FAIL seed {seed}, operation {i}: {op} {a!r} refused for lack of space")
+            sys.exit(1)
         if no_space:
             refused += 1
             if op in ("create", "rewrite") and os.path.isfile(os.path.join(sub, a)) and \
