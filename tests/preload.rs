@@ -660,6 +660,45 @@ fn random_operations_on_a_full_pool_are_refused_whole_or_cut_short_and_lose_noth
     m.stop_and_fsck();
 }
 
+/// A program that lowers `RLIMIT_FSIZE` (as `ulimit -f` does) and writes past it.
+const FSIZE_SCRIPT: &str = r#"
+import os, resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+os.pwrite(fd, b"a" * 4096, 0)
+os.pwrite(fd, b"a" * 4096, 4096)
+resource.setrlimit(resource.RLIMIT_FSIZE, (20000, resource.RLIM_INFINITY))
+print("cut to", os.pwrite(fd, b"b" * 30000, 4096))
+print("inside", os.pwrite(fd, b"c" * 100, 8000))
+try:
+    os.pwrite(fd, b"d", 20000)
+    print("at the limit: written")
+except OSError as e:
+    print("at the limit:", e.strerror)
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+print("lifted", os.pwrite(fd, b"e" * 30000, 4096), os.fstat(fd).st_size)
+"#;
+
+#[test]
+fn writes_past_the_file_size_limit_are_cut_or_refused_as_the_kernel_does_them() {
+    // Direct writes never reach the kernel's checks: a write reaching past RLIMIT_FSIZE must
+    // go to it (it wrote every byte before).
+    let mut m = Mount::new(&[]);
+    let stats = m.dir.path().join("stats");
+    let plain = ok(Command::new("python3").args(["-c", FSIZE_SCRIPT]).arg(m.path("limited-plain")));
+    let direct = ok(Command::new("python3")
+        .args(["-c", FSIZE_SCRIPT])
+        .arg(m.path("limited-direct"))
+        .env("LD_PRELOAD", preload_lib())
+        .env("WINEFS_PRELOAD_STATS", &stats));
+    assert!(plain.contains("cut to 15904\n") && plain.contains("File too large"), "{plain}");
+    assert_eq!(direct, plain, "with the library");
+    let st = fs::read_to_string(&stats).unwrap();
+    assert!(counter(&st, "write_direct") >= 2, "nothing went direct: {st}");
+    assert!(fs::read(m.path("limited-direct")).unwrap() == fs::read(m.path("limited-plain")).unwrap());
+    m.stop_and_fsck();
+}
+
 #[test]
 fn a_read_only_map_past_the_end_sees_pwrites_into_pages_the_file_grew_into() {
     // liblmdb without MDB_WRITEMAP: pages are written with pwrite(v) and read through a

@@ -811,6 +811,12 @@ pub fn pwrite(fd: c_int, buf: *const libc::c_void, n: usize, pos: i64) -> Option
     // this library's back (a raw system call) and reused read-only must not write directly.
     let writable = sys::status_flags(fd)
         .is_ok_and(|fl| fl & libc::O_ACCMODE != libc::O_RDONLY && fl & libc::O_APPEND == 0);
+    // A write reaching past `RLIMIT_FSIZE` goes to the kernel, which cuts it there or refuses
+    // it with SIGXFSZ and EFBIG.
+    if (pos as u64).saturating_add(n as u64) > sys::fsize_limit() {
+        stats::count(Counter::WriteFuse);
+        return None;
+    }
     let _gate = shared();
     let r = (writable && pos >= 0 && n > 0).then(|| locate(fd, class, pos as u64, n, true)).flatten();
     match r {

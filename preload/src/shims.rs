@@ -45,6 +45,7 @@ extern "C" fn after_fork() {
 
 extern "C" fn init() {
     sys::at_fork(before_fork, after_fork);
+    sys::refresh_fsize_limit();
     guarded(|| {
         direct::announce_to_mounts();
         Some(())
@@ -458,4 +459,48 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     descriptor_gone(new);
     // SAFETY: the raw system call with the caller's arguments.
     unsafe { libc::syscall(libc::SYS_dup3, old, new, flags) as c_int }
+}
+
+/// `prlimit64`: passed on; a new `RLIMIT_FSIZE` is noted, since direct writes must keep to it
+/// as the kernel's writes do.
+///
+/// # Safety
+/// As libc's `prlimit64`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn prlimit64(pid: libc::pid_t, res: c_int, new: *const libc::rlimit64, old: *mut libc::rlimit64) -> c_int {
+    let r = sys::prlimit(pid, res, new, old);
+    if r == 0 && res == libc::RLIMIT_FSIZE as c_int && !new.is_null() {
+        sys::refresh_fsize_limit();
+    }
+    r
+}
+
+/// `prlimit`.
+///
+/// # Safety
+/// As libc's `prlimit` (its `rlimit` is `rlimit64` on 64-bit Linux).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn prlimit(pid: libc::pid_t, res: c_int, new: *const libc::rlimit64, old: *mut libc::rlimit64) -> c_int {
+    // SAFETY: the same contract.
+    unsafe { prlimit64(pid, res, new, old) }
+}
+
+/// `setrlimit`: `prlimit64` of this process.
+///
+/// # Safety
+/// As libc's `setrlimit`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setrlimit(res: c_int, new: *const libc::rlimit64) -> c_int {
+    // SAFETY: the same contract.
+    unsafe { prlimit64(0, res, new, std::ptr::null_mut()) }
+}
+
+/// `setrlimit64`.
+///
+/// # Safety
+/// As libc's `setrlimit64`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setrlimit64(res: c_int, new: *const libc::rlimit64) -> c_int {
+    // SAFETY: the same contract.
+    unsafe { prlimit64(0, res, new, std::ptr::null_mut()) }
 }

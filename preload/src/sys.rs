@@ -464,6 +464,34 @@ pub fn forget_pid() {
     PID.store(0, Ordering::Relaxed);
 }
 
+/// This process's `RLIMIT_FSIZE` (u64::MAX: none), read at start and after every change this
+/// process makes through `setrlimit`/`prlimit` (a system call per write otherwise).
+static FSIZE_LIMIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+
+/// The largest file size this process may write to (`RLIMIT_FSIZE`), as last read.
+pub fn fsize_limit() -> u64 {
+    FSIZE_LIMIT.load(Ordering::Relaxed)
+}
+
+/// Read `RLIMIT_FSIZE` again.
+pub fn refresh_fsize_limit() {
+    let mut r = libc::rlimit64 { rlim_cur: libc::RLIM64_INFINITY, rlim_max: libc::RLIM64_INFINITY };
+    // SAFETY: prlimit64 of this process with no new limit only fills `r`, which is ours.
+    let ok = unsafe {
+        libc::syscall(libc::SYS_prlimit64, 0, libc::RLIMIT_FSIZE, std::ptr::null::<libc::rlimit64>(), &mut r)
+    } == 0;
+    if ok {
+        FSIZE_LIMIT.store(r.rlim_cur, Ordering::Relaxed);
+    }
+}
+
+/// The `prlimit64` system call (what libc's `setrlimit` and `prlimit` make); errno set on
+/// failure.
+pub fn prlimit(pid: libc::pid_t, res: c_int, new: *const libc::rlimit64, old: *mut libc::rlimit64) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the system call that checks them.
+    unsafe { libc::syscall(libc::SYS_prlimit64, pid, res, new, old) as c_int }
+}
+
 /// Run `prepare` before every `fork`, and `after` after it in parent and child.
 pub fn at_fork(prepare: extern "C" fn(), after: extern "C" fn()) {
     // SAFETY: registers plain functions with no captured state.
