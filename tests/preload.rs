@@ -699,6 +699,76 @@ fn writes_past_the_file_size_limit_are_cut_or_refused_as_the_kernel_does_them() 
     m.stop_and_fsck();
 }
 
+/// A program that writes a file after leasing it with two reads: whatever carries privileges
+/// must lose them at the write, as the kernel drops them, also when they are set while the
+/// file is leased. argv: the file, "cap" (file capabilities, as root) or "suid".
+const PRIVS_SCRIPT: &str = r#"
+import os, subprocess, sys
+p, kind = sys.argv[1], sys.argv[2]
+def privileged():
+    if kind == "cap":
+        return subprocess.run(["getfattr", "-n", "security.capability", p], capture_output=True).returncode == 0
+    return os.stat(p).st_mode & 0o4000 != 0
+def grant():
+    if kind == "cap":
+        subprocess.run(["setfattr", "-n", "security.capability", "-v", "0x0000000200200000000000000000000000000000", p], check=True)
+    else:
+        os.chmod(p, 0o4755)
+with open(p, "wb") as f:
+    f.write(b"\0" * 8192)
+grant()
+fd = os.open(p, os.O_RDWR)
+os.pread(fd, 100, 0)
+os.pread(fd, 100, 0)
+os.pwrite(fd, b"y" * 100, 0)
+print("after a write:", privileged())
+grant()
+os.pwrite(fd, b"z" * 100, 100)
+print("granted while leased, after a write:", privileged())
+os.close(fd)
+"#;
+
+#[test]
+fn a_write_through_the_library_drops_file_capabilities_and_set_user_id_as_the_kernel_does() {
+    // Direct writes never reached the daemon, which drops privileges (`fuse::privs`): a file
+    // leased by two reads kept its capabilities and set-user-ID bit through every write.
+    let mut m = Mount::new(&[]);
+    let stats = m.dir.path().join("stats");
+    let run_it = |file: PathBuf, kind: &str, user: Option<&str>, stats: Option<&Path>| {
+        let mut c = match user {
+            Some(u) => {
+                let mut c = Command::new("setpriv");
+                // The system's interpreter: one under root's home is not for other users.
+                c.args([&format!("--reuid={u}"), &format!("--regid={u}"), "--clear-groups", "/usr/bin/python3"]);
+                c
+            }
+            None => Command::new("python3"),
+        };
+        c.args(["-c", PRIVS_SCRIPT]).arg(file).arg(kind);
+        if let Some(st) = stats {
+            c.env("LD_PRELOAD", preload_lib()).env("WINEFS_PRELOAD_STATS", st);
+        }
+        ok(&mut c)
+    };
+    let dropped = "after a write: False\ngranted while leased, after a write: False\n";
+    assert_eq!(run_it(m.path("cap-plain"), "cap", None, None), dropped, "without the library");
+    assert_eq!(run_it(m.path("cap-direct"), "cap", None, Some(&stats)), dropped, "with the library");
+    let st = fs::read_to_string(&stats).unwrap();
+    assert!(counter(&st, "read_direct") >= 1, "the file was not leased: {st}");
+    // Set-user-ID: a writer without CAP_FSETID, which has the direct path as the pool's owner.
+    m.stop_and_fsck();
+    ok(Command::new("chown").arg("1000").arg(&m.pool));
+    m.start();
+    let dir = m.path("u");
+    fs::create_dir(&dir).unwrap();
+    ok(Command::new("chown").arg("1000:1000").arg(&dir));
+    let st2 = dir.join("stats");
+    assert_eq!(run_it(m.path("u/suid-direct"), "suid", Some("1000"), Some(&st2)), dropped, "with the library");
+    let st = fs::read_to_string(&st2).unwrap();
+    assert!(counter(&st, "read_direct") >= 1, "the file was not leased: {st}");
+    m.stop_and_fsck();
+}
+
 #[test]
 fn a_read_only_map_past_the_end_sees_pwrites_into_pages_the_file_grew_into() {
     // liblmdb without MDB_WRITEMAP: pages are written with pwrite(v) and read through a

@@ -9,6 +9,7 @@
 //! a file whose layout changed since its lease.
 
 use crate::client::Client;
+use crate::proto;
 use crate::size_word;
 use crate::stats::{self, Counter};
 use crate::sys::{self, Errno};
@@ -96,6 +97,9 @@ struct DirectMap {
     leased_to: u64,
     /// Holds an append lease (this process may grow the file: `append_room`).
     appending: bool,
+    /// The file carries privileges a write drops (`proto::LEASE_PRIVILEGED`): `write` and
+    /// `pwrite` go through FUSE, where the daemon drops them as the kernel would.
+    privileged: bool,
     leases: Arc<LeaseSet>,
 }
 
@@ -432,7 +436,21 @@ fn establish(
     };
     m.insert(
         base,
-        DirectMap { len, off, dev, ino, prot, direct_end, generation, revoked: false, hidden, leased_to: lease.size, appending: false, leases },
+        DirectMap {
+            len,
+            off,
+            dev,
+            ino,
+            prot,
+            direct_end,
+            generation,
+            revoked: false,
+            hidden,
+            leased_to: lease.size,
+            appending: false,
+            privileged: lease.flags & proto::LEASE_PRIVILEGED != 0,
+            leases,
+        },
     );
     LIVE.store(m.len(), Ordering::Release);
     stats::log(&format!(
@@ -655,7 +673,7 @@ fn locate(fd: c_int, class: Class, pos: u64, n: usize, write: bool) -> Option<Re
     let find = || {
         let mut m = maps();
         let usable = |d: &DirectMap| {
-            d.dev == dev && d.ino == ino && !d.revoked && (!write || d.prot & libc::PROT_WRITE != 0)
+            d.dev == dev && d.ino == ino && !d.revoked && (!write || (d.prot & libc::PROT_WRITE != 0 && !d.privileged))
         };
         let hit = m
             .iter()
@@ -875,6 +893,7 @@ fn extend(b: usize, d: &mut DirectMap) -> bool {
     };
     d.leases.ids.lock().unwrap_or_else(|e| e.into_inner()).push(lease.lease);
     d.leased_to = lease.size;
+    d.privileged |= lease.flags & proto::LEASE_PRIVILEGED != 0;
     let start = d.direct_end;
     let at = b + (start - d.off) as usize;
     match place(&c, at, start, end, &lease.extents, d.prot, 0) {

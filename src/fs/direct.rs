@@ -17,6 +17,9 @@ pub struct Lease {
     /// (first logical block, first pool block, blocks) for every block of the range inside
     /// the file, in file order.
     pub extents: Vec<(u64, u64, u64)>,
+    /// Writes must go through the daemon, which drops the privileges the file carries (a
+    /// set-user-ID or set-group-ID bit, file capabilities) as the kernel does at a write.
+    pub privileged: bool,
 }
 
 impl Fs {
@@ -31,6 +34,7 @@ impl Fs {
         Ok(Lease {
             size: g.size,
             extents: g.extents,
+            privileged: g.privileged,
         })
     }
 
@@ -46,6 +50,7 @@ impl Fs {
         Ok(Lease {
             size: g.size,
             extents: g.extents,
+            privileged: g.privileged,
         })
     }
 

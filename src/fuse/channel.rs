@@ -312,6 +312,7 @@ impl Session<'_> {
         Ok(MapReply {
             lease: self.next_lease,
             size: l.size,
+            flags: if l.privileged { proto::LEASE_PRIVILEGED } else { 0 },
             extents: l
                 .extents
                 .iter()

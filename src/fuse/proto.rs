@@ -13,7 +13,7 @@
 //! | op | request | reply payload (status 0) |
 //! |---|---|---|
 //! | [`OP_HELLO`] | `version: u32` | `pool_len: u64`, `board_len: u64`; the pool and the size board arrive as two descriptors (`SCM_RIGHTS`) with the reply header |
-//! | [`OP_MAP`] | `ino: u64`, `off: u64`, `len: u64`, `flags: u64` ([`MAP_NO_FILL`], [`MAP_APPEND`]) | `lease: u64`, `size: u64`, `count: u32`, then `count` × (`file_block: u64`, `pool_block: u64`, `blocks: u64`) |
+//! | [`OP_MAP`] | `ino: u64`, `off: u64`, `len: u64`, `flags: u64` ([`MAP_NO_FILL`], [`MAP_APPEND`]) | `lease: u64`, `size: u64`, `flags: u64` ([`LEASE_PRIVILEGED`]), `count: u32`, then `count` × (`file_block: u64`, `pool_block: u64`, `blocks: u64`) |
 //! | [`OP_UNMAP`] | `lease: u64` | empty |
 //! | [`OP_ANNOUNCE`] | `version: u32` | empty; the connection's process is a client's (its opens are direct I/O) until the connection closes |
 //!
@@ -39,7 +39,7 @@ pub fn channel_name(pool_dev: u64, pool_ino: u64) -> String {
 /// JSON (`state::accounting::WriteStats`; `winefs stat` reads it).
 pub const STATS_XATTR: &str = "user.winefs.stats";
 /// Protocol version sent in [`OP_HELLO`]; a daemon refuses any other with `EPROTO`.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Authenticate; receive the pool and the size board.
 pub const OP_HELLO: u32 = 1;
 /// Lease a range of a file: holes inside the file are filled, the extents returned.
@@ -56,6 +56,11 @@ pub const MAP_NO_FILL: u64 = 1;
 /// the file too, and the client grows the size itself on the size board until it gives the
 /// lease back.
 pub const MAP_APPEND: u64 = 2;
+/// [`OP_MAP`] reply flag: the file carries privileges a write drops (a set-user-ID or
+/// set-group-ID bit, file capabilities): the client writes it through FUSE, where the daemon
+/// drops them, never directly. Loads and stores through the client's mappings are not writes
+/// (the kernel drops nothing at a store through a mapping either).
+pub const LEASE_PRIVILEGED: u64 = 1;
 /// Largest payload either side accepts (a reply to a map of a badly fragmented file).
 pub const MAX_PAYLOAD: u32 = 64 << 20;
 
@@ -78,6 +83,8 @@ pub struct MapReply {
     pub lease: u64,
     /// The file size when the lease was granted.
     pub size: u64,
+    /// [`LEASE_PRIVILEGED`] or 0.
+    pub flags: u64,
     /// Every block of the range inside the file, in file order.
     pub extents: Vec<Extent>,
 }
@@ -115,9 +122,10 @@ pub fn decode_map(p: &[u8]) -> Option<(u64, u64, u64, u64)> {
 
 /// Payload of a reply to [`OP_MAP`].
 pub fn encode_map_reply(r: &MapReply) -> Vec<u8> {
-    let mut v = Vec::with_capacity(20 + 24 * r.extents.len());
+    let mut v = Vec::with_capacity(28 + 24 * r.extents.len());
     v.extend_from_slice(&r.lease.to_le_bytes());
     v.extend_from_slice(&r.size.to_le_bytes());
+    v.extend_from_slice(&r.flags.to_le_bytes());
     v.extend_from_slice(&(r.extents.len() as u32).to_le_bytes());
     for e in &r.extents {
         for x in [e.file_block, e.pool_block, e.blocks] {
@@ -131,8 +139,9 @@ pub fn encode_map_reply(r: &MapReply) -> Vec<u8> {
 pub fn decode_map_reply(p: &[u8]) -> Option<MapReply> {
     let lease = u64_at(p, 0)?;
     let size = u64_at(p, 1)?;
-    let count = u32::from_le_bytes(p.get(16..20)?.try_into().ok()?) as usize;
-    let rest = p.get(20..)?;
+    let flags = u64_at(p, 2)?;
+    let count = u32::from_le_bytes(p.get(24..28)?.try_into().ok()?) as usize;
+    let rest = p.get(28..)?;
     if rest.len() != count.checked_mul(24)? {
         return None;
     }
@@ -148,6 +157,7 @@ pub fn decode_map_reply(p: &[u8]) -> Option<MapReply> {
     Some(MapReply {
         lease,
         size,
+        flags,
         extents,
     })
 }
@@ -163,6 +173,7 @@ mod tests {
         let r = MapReply {
             lease: 3,
             size: 5 << 20,
+            flags: LEASE_PRIVILEGED,
             extents: vec![
                 Extent { file_block: 0, pool_block: 512, blocks: 512 },
                 Extent { file_block: 512, pool_block: 9, blocks: 1 },
@@ -173,7 +184,7 @@ mod tests {
         // A count that disagrees with the length is refused, never read past.
         assert_eq!(decode_map_reply(&enc[..enc.len() - 1]), None);
         let mut bad = enc.clone();
-        bad[16] = 200;
+        bad[24] = 200;
         assert_eq!(decode_map_reply(&bad), None);
     }
 

@@ -680,7 +680,13 @@ pub(crate) fn setattr(state: &MountState, ino: u64, set: &SetAttr) -> Result<Att
         if acl_block.is_some() {
             xattr::free_block(state, g.hdr.xattr_block);
         }
+        let gains_set_id = hdr.mode & !g.hdr.mode & (libc::S_ISUID | libc::S_ISGID) != 0;
         g.hdr = hdr;
+        if gains_set_id && g.leases > 0 {
+            // Clients write leased files directly, where no write drops the bit: they stop
+            // and go through the daemon, which does (`ops::lease::privileged`).
+            state.leases.bump(ino);
+        }
     }
     Ok(state.attr(&g))
 }

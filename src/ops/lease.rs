@@ -13,6 +13,7 @@ use crate::meta::inode_flags::{self, Change};
 use crate::ops::file::{fill_gaps, fill_unit_aligned, unit_fragmented};
 use crate::ops::relocate::rewrite_unit;
 use crate::ops::open;
+use crate::ops::xattr;
 use crate::state::appends::{self, FileLock};
 use crate::state::inode_state::{InodeState, rlock};
 use crate::state::mappings::UNIT_BLOCKS;
@@ -25,6 +26,8 @@ use std::sync::atomic::Ordering;
 pub(crate) struct Grant {
     pub size: u64,
     pub extents: Vec<(u64, u64, u64)>,
+    /// The client must write through the daemon ([`xattr::privileged`]).
+    pub privileged: bool,
 }
 
 /// What a lease is for.
@@ -83,10 +86,12 @@ pub(crate) fn grant(state: &MountState, ino: u64, off: u64, len: u64, purpose: P
     }
     // The client maps the last block whole: what lies past the end there must read as zeros.
     appends::zero_past_end(state, &g, a * BLOCK_SIZE, b * BLOCK_SIZE)?;
+    let privileged = xattr::privileged(state, &g)?;
     hold(state, &mut g);
     Ok(Grant {
         size: g.hdr.size,
         extents: g.map.segments(a, b),
+        privileged,
     })
 }
 
@@ -106,6 +111,7 @@ fn hold(state: &MountState, g: &mut InodeState) {
 /// that grows the size itself.
 fn grant_append(state: &MountState, g: &mut FileLock<'_>, off: u64, end: u64) -> Result<Grant> {
     let (a, b) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
+    let privileged = xattr::privileged(state, g)?;
     // Blocks the file has there already may hold anything past its end; the client maps them
     // (blocks allocated below are zeroed).
     appends::zero_past_end(state, g, a * BLOCK_SIZE, b * BLOCK_SIZE)?;
@@ -136,6 +142,7 @@ fn grant_append(state: &MountState, g: &mut FileLock<'_>, off: u64, end: u64) ->
     Ok(Grant {
         size: g.hdr.size,
         extents: g.map.segments(a, b),
+        privileged,
     })
 }
 

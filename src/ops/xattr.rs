@@ -108,6 +108,18 @@ pub(crate) fn remove_if_present(state: &MountState, ino: u64, name: &[u8]) -> Re
     }
 }
 
+/// The file capabilities attribute, which a write removes (`fuse::privs`).
+pub(crate) const CAPABILITY: &[u8] = b"security.capability";
+
+/// Whether a write to the file must drop privileges it carries: a set-user-ID or set-group-ID
+/// bit, or file capabilities. A direct-path client does not write such a file directly.
+pub(crate) fn privileged(state: &MountState, g: &InodeState) -> Result<bool> {
+    if g.hdr.mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+        return Ok(true);
+    }
+    Ok(g.hdr.xattr_block != 0 && load(state, g)?.iter().any(|(k, _)| k == CAPABILITY))
+}
+
 /// Whether the inode carries the alignment hint (cached in the node).
 pub(crate) fn hinted(state: &MountState, g: &mut InodeState) -> Result<bool> {
     if let Some(h) = g.hugepage_hint {
@@ -146,6 +158,10 @@ pub(crate) fn set_locked(
         }
     }
     install_attrs(state, g, &attrs, None)?;
+    if name == CAPABILITY && value.is_some() && g.leases > 0 {
+        // As for a set-user-ID bit (`ops::file::setattr`): clients stop writing directly.
+        state.leases.bump(g.ino);
+    }
     if name == HUGEPAGE_HINT {
         g.hugepage_hint = Some(value.is_some());
     }
