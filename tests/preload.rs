@@ -679,21 +679,30 @@ resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM
 print("lifted", os.pwrite(fd, b"e" * 30000, 4096), os.fstat(fd).st_size)
 "#;
 
+/// Run the Python `script` on file `name-plain` of the mount, then on `name-direct` with the
+/// library: both outputs, which must agree, and the library's counters (it must have written
+/// directly).
+fn script_with_and_without_library(m: &Mount, script: &str, name: &str) -> (String, String) {
+    let stats = m.dir.path().join(format!("{name}.stats"));
+    let plain = ok(Command::new("python3").args(["-c", script]).arg(m.path(&format!("{name}-plain"))));
+    let direct = ok(Command::new("python3")
+        .args(["-c", script])
+        .arg(m.path(&format!("{name}-direct")))
+        .env("LD_PRELOAD", preload_lib())
+        .env("WINEFS_PRELOAD_STATS", &stats));
+    assert_eq!(direct, plain, "{name}: with the library");
+    let st = fs::read_to_string(&stats).unwrap();
+    assert!(counter(&st, "write_direct") >= 1, "{name}: nothing went direct: {st}");
+    (plain, st)
+}
+
 #[test]
 fn writes_past_the_file_size_limit_are_cut_or_refused_as_the_kernel_does_them() {
     // Direct writes never reach the kernel's checks: a write reaching past RLIMIT_FSIZE must
     // go to it (it wrote every byte before).
     let mut m = Mount::new(&[]);
-    let stats = m.dir.path().join("stats");
-    let plain = ok(Command::new("python3").args(["-c", FSIZE_SCRIPT]).arg(m.path("limited-plain")));
-    let direct = ok(Command::new("python3")
-        .args(["-c", FSIZE_SCRIPT])
-        .arg(m.path("limited-direct"))
-        .env("LD_PRELOAD", preload_lib())
-        .env("WINEFS_PRELOAD_STATS", &stats));
+    let (plain, st) = script_with_and_without_library(&m, FSIZE_SCRIPT, "limited");
     assert!(plain.contains("cut to 15904\n") && plain.contains("File too large"), "{plain}");
-    assert_eq!(direct, plain, "with the library");
-    let st = fs::read_to_string(&stats).unwrap();
     assert!(counter(&st, "write_direct") >= 2, "nothing went direct: {st}");
     assert!(fs::read(m.path("limited-direct")).unwrap() == fs::read(m.path("limited-plain")).unwrap());
     m.stop_and_fsck();
@@ -766,6 +775,35 @@ fn a_write_through_the_library_drops_file_capabilities_and_set_user_id_as_the_ke
     assert_eq!(run_it(m.path("u/suid-direct"), "suid", Some("1000"), Some(&st2)), dropped, "with the library");
     let st = fs::read_to_string(&st2).unwrap();
     assert!(counter(&st, "read_direct") >= 1, "the file was not leased: {st}");
+    m.stop_and_fsck();
+}
+
+/// A program that leases a file with two reads and writes it, then sets the immutable flag
+/// and then the append-only one (as root, `chattr`) and tries again.
+const FLAGS_SCRIPT: &str = r#"
+import os, subprocess, sys
+p = sys.argv[1]
+with open(p, "wb") as f:
+    f.write(b"\0" * 8192)
+fd = os.open(p, os.O_RDWR)
+os.pread(fd, 100, 0)
+os.pread(fd, 100, 0)
+os.pwrite(fd, b"y" * 100, 0)
+for flag in ("+i", "+a"):
+    subprocess.run(["chattr", flag, p], check=True)
+    try:
+        os.pwrite(fd, b"z" * 100, 100)
+        print(flag, "write allowed")
+    except OSError as e:
+        print(flag, e.strerror)
+    subprocess.run(["chattr", "-" + flag[1], p], check=True)
+"#;
+
+#[test]
+fn an_immutable_or_append_only_flag_set_while_a_file_is_leased_stops_its_direct_writes() {
+    let mut m = Mount::new(&[]);
+    let (plain, _) = script_with_and_without_library(&m, FLAGS_SCRIPT, "flags");
+    assert_eq!(plain, "+i Operation not permitted\n+a Operation not permitted\n");
     m.stop_and_fsck();
 }
 

@@ -7,7 +7,8 @@ use crate::error::{Error, Result};
 use crate::media::alloc::BlockRun;
 use crate::media::journal::Tx;
 use crate::media::layout::{
-    self, BLOCK_SIZE, FileKind, INODE_TAIL_UNSETTLED, INODE_USER_FLAGS, InodeHeader, MAX_FILE_SIZE,
+    self, BLOCK_SIZE, FileKind, INODE_APPEND_ONLY, INODE_IMMUTABLE, INODE_TAIL_UNSETTLED,
+    INODE_USER_FLAGS, InodeHeader, MAX_FILE_SIZE,
 };
 use crate::media::pool::Category;
 use crate::meta::inode::MapUpdate;
@@ -707,7 +708,13 @@ pub(crate) fn set_flags(state: &MountState, ino: u64, flags: u32) -> Result<Attr
     hdr.flags = (hdr.flags & !INODE_USER_FLAGS) | user;
     hdr.ctime = state.now_fine();
     commit_header(state, ino, &g.hdr, &hdr, Tx::new())?;
+    let restricts = hdr.flags & !g.hdr.flags & (INODE_IMMUTABLE | INODE_APPEND_ONLY) != 0;
     g.hdr = hdr;
+    if restricts && g.leases > 0 {
+        // Clients write leased files directly, where no flag is checked: they stop and go
+        // through the daemon, which refuses what the flag forbids.
+        state.leases.bump(ino);
+    }
     Ok(state.attr(&g))
 }
 
