@@ -90,7 +90,11 @@ impl AgeTarget for LibraryTarget {
                 let mut r = Ok(());
                 while off < size && r.is_ok() {
                     let n = chunk.len().min((size - off) as usize);
-                    r = f.write_at(off, &chunk[..n]).map(drop);
+                    // A write short of space stores what fits: the file would have a hole.
+                    r = match f.write_at(off, &chunk[..n]) {
+                        Ok(w) if w < n => Err(Error::NoSpace(format!("wrote {w} of {n} bytes"))),
+                        r => r.map(drop),
+                    };
                     off += n as u64;
                 }
                 r
