@@ -9,6 +9,8 @@ For tests/preload.rs, which runs it on a winefs mount with and without libwinefs
     fsx.py FILE --seed N --ops N --kill-state DIR     (then, after a remount:)
     fsx.py FILE --verify DIR
     fsx.py FILE --seed N --ops N --enospc
+    fsx.py FILE --seed N --ops N --client-state DIR     (killed; then:)
+    fsx.py FILE --verify DIR --torn
 
 Operations: pwrite and pread (up to 64 KiB), write(2) and read(2) at the offset after an
 lseek, write(2) through a second descriptor opened with O_APPEND, copy_file_range from another
@@ -34,6 +36,10 @@ bytes at a size between the two.
 With --enospc the file system is nearly full: a call refused with ENOSPC must leave the file as
 it was (a plain fallocate may have grown it by zeroed units), and a write cut short of space
 must return what it wrote; no mapped operations (a store into a hole would fault).
+With --client-state the run itself is expected to be killed: it keeps DIR/state (the model,
+and for a call in flight the model had it completed) up to date around every call that
+changes the file, and --verify --torn then allows, for the call in flight, each byte to be the
+one before or after (a direct write is not atomic when its writer dies) at either size.
 Exit status 1 and the last operations on the first difference.
 """
 import argparse
@@ -42,6 +48,7 @@ import ctypes.util
 import errno
 import mmap
 import os
+import pickle
 import random
 import sys
 import threading
@@ -76,6 +83,9 @@ class Run:
         self.log = []
         self.pending = None
         self.kill_state = args.kill_state
+        self.client_state = args.client_state
+        if self.client_state:
+            os.makedirs(self.client_state, exist_ok=True)
         self.enospc, self.refused = args.enospc, 0
         self.pull_at_fstat = "winefs_preload" in os.environ.get("LD_PRELOAD", "")
         if os.path.exists(self.path):
@@ -123,11 +133,22 @@ class Run:
         before, after = self.model, bytearray(self.model)
         effect(after)
         self.pending = (how, before, after)
+        self.record(how, before, after)
         # A call cut short (a short write) returns the model it left.
         cut = call()
         self.model = cut if isinstance(cut, bytearray) else after
+        self.record("none", self.model, None)
         if not self.pull_at_fstat:
             self.pending = None
+
+    def record(self, how, before, after):
+        """Under --client-state: what the file may hold if this process dies now."""
+        if not self.client_state:
+            return
+        tmp = os.path.join(self.client_state, "state.tmp")
+        with open(tmp, "wb") as f:
+            pickle.dump((how, bytes(before), None if after is None else bytes(after), self.log[-20:]), f)
+        os.rename(tmp, os.path.join(self.client_state, "state"))
 
     def written(self, off, data, call, what):
         """A write of `data` at `off` made by `call`, which returns the count written."""
@@ -207,17 +228,22 @@ class Run:
         elif op == "mapwrite":
             off, n = self.span(self.max_len, 65536)
             self.log.append(f"store through a mapping {off}+{n} (size {size})")
-            if off + n > size:
-                os.ftruncate(self.fd, off + n)
-                self.grow_model(off + n)
-            page = off - off % mmap.PAGESIZE
-            m = mmap.mmap(self.fd, off + n - page, offset=page)
-            data = rnd.randbytes(n)
-            m[off - page:off - page + n] = data
-            if rnd.random() < 0.5:
-                m.flush()
-            m.close()
-            self.model[off:off + n] = data
+            data, flush = rnd.randbytes(n), rnd.random() < 0.5
+
+            def effect(m):
+                grow(m, off + n)
+                m[off:off + n] = data
+
+            def call():
+                if off + n > size:
+                    os.ftruncate(self.fd, off + n)
+                page = off - off % mmap.PAGESIZE
+                m = mmap.mmap(self.fd, off + n - page, offset=page)
+                m[off - page:off - page + n] = data
+                if flush:
+                    m.flush()
+                m.close()
+            self.change(effect, call)
         elif op == "mapread" and size:
             off = rnd.randrange(0, size)
             n = rnd.randrange(1, min(65536, size - off) + 1)
@@ -313,16 +339,20 @@ class Run:
             self.compare(self.mapping[:len(self.model)], 0, "the long-lived mapping")
 
 
-def verify(path, state):
+def verify(path, state, torn=False):
     """The --verify check; exits with status 1 and the reason on a difference."""
-    with open(os.path.join(state, "how")) as f:
-        how, *last = f.read().splitlines()
-    with open(os.path.join(state, "before"), "rb") as f:
-        before = f.read()
-    after = None
-    if how != "none":
-        with open(os.path.join(state, "after"), "rb") as f:
-            after = f.read()
+    if os.path.exists(os.path.join(state, "state")):
+        with open(os.path.join(state, "state"), "rb") as f:
+            how, before, after, last = pickle.load(f)
+    else:
+        with open(os.path.join(state, "how")) as f:
+            how, *last = f.read().splitlines()
+        with open(os.path.join(state, "before"), "rb") as f:
+            before = f.read()
+        after = None
+        if how != "none":
+            with open(os.path.join(state, "after"), "rb") as f:
+                after = f.read()
     with open(path, "rb") as f:
         got = f.read()
 
@@ -333,6 +363,12 @@ def verify(path, state):
 
     if got == before or got == after:
         why = None
+    elif torn and after is not None and min(len(before), len(after)) <= len(got) <= max(len(before), len(after)):
+        # Each byte the one before or the one after (past either model's end: zero).
+        size = len(got)
+        b, a = before[:size].ljust(size, b"\0"), after[:size].ljust(size, b"\0")
+        k = next((i for i in range(size) if got[i] != b[i] and got[i] != a[i]), None)
+        why = None if k is None else f"byte {k} is neither the model's nor the call in flight's"
     elif how == "units" and len(got) == len(before):
         # Punch hole: each 2 MiB unit is wholly before or wholly after.
         why = next((f"the 2 MiB unit at {u} is neither the model's nor the punched one's"
@@ -429,9 +465,11 @@ def main():
     p.add_argument("--kill-state", metavar="DIR")
     p.add_argument("--verify", metavar="DIR")
     p.add_argument("--enospc", action="store_true")
+    p.add_argument("--client-state", metavar="DIR")
+    p.add_argument("--torn", action="store_true")
     args = p.parse_args()
     if args.verify:
-        verify(args.file, args.verify)
+        verify(args.file, args.verify, args.torn)
         return
     if args.threads:
         failure = threads(args)
@@ -448,7 +486,7 @@ def main():
         only = [n for n in only if n not in ("mapwrite", "mapread")]
     weights = [WEIGHTS[n] if n in only else 0 for n in names]
     run = Run(args)
-    if args.kill_state:
+    if args.kill_state or args.client_state:
         print("ready", flush=True)
     for _ in range(args.ops):
         op = run.rnd.choices(names, weights)[0]
