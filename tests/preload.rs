@@ -571,6 +571,27 @@ fn random_operations_read_as_a_model_of_the_file_with_and_without_the_library() 
         fsx(&m, "threads", &["--seed", seed, "--ops", "1500", "--threads", "4"], true);
     }
     fsx(&m, "threads-mapped", &["--seed", "9", "--ops", "1500", "--threads", "4", "--mapping"], true);
+    // Four processes on one file, two threads each on regions of their own, two with the
+    // library and two without (whose cached opens keep the file from being leased while they
+    // last): each reads its regions as its model.
+    let shared = m.path("shared");
+    fs::File::create(&shared).unwrap().set_len(8 * (512 << 10)).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fsx.py");
+    let runs: Vec<_> = [0, 2, 4, 6]
+        .iter()
+        .map(|&k| {
+            let mut c = Command::new("python3");
+            c.arg(&script).arg(&shared).args(["--seed", "10", "--ops", "800", "--threads", "2", "--region", &k.to_string()]);
+            if k < 4 {
+                c.env("LD_PRELOAD", preload_lib());
+            }
+            c.stdout(Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    for r in runs {
+        let out = r.wait_with_output().unwrap();
+        assert!(out.status.success(), "shared file: {}", String::from_utf8_lossy(&out.stdout));
+    }
     m.stop_and_fsck();
     let mut m = Mount::new(&["--relaxed"]);
     fsx(&m, "relaxed-mapped", &["--seed", "4", "--ops", "1500", "--mapping"], true);

@@ -5,7 +5,7 @@ For tests/preload.rs, which runs it on a winefs mount with and without libwinefs
 (in the spirit of the fsx tool: whatever path a call takes, the file must read as the model).
 
     fsx.py FILE --seed N --ops N [--max-len BYTES] [--only write,read,...] [--mapping]
-    fsx.py FILE --seed N --ops N --threads N [--mapping]
+    fsx.py FILE --seed N --ops N --threads N [--mapping] [--region K]
     fsx.py FILE --seed N --ops N --kill-state DIR     (then, after a remount:)
     fsx.py FILE --verify DIR
     fsx.py FILE --seed N --ops N --enospc
@@ -23,7 +23,8 @@ With --threads, that many threads share a file of a fixed size, each with a regi
 KiB of its own (a model each) and half of them through a descriptor of their own: pwrite,
 pread, punch hole, zero range, stores and loads through short-lived mappings, and with
 --mapping loads through one mapping of the whole file. One thread's munmap or mmap must never
-disturb another's call in flight.
+disturb another's call in flight. With --region K the threads take regions K, K+1, ... of a
+file the caller made (zero, large enough), so several processes can share it.
 With --kill-state the run expects its file system's daemon to be killed under it (a strict
 mount, so every call that returned is durable and atomic): after printing "ready" it runs the
 operations that need no mapping until one fails as a dead daemon's mount answers (ENOTCONN,
@@ -394,15 +395,23 @@ REGION = 512 << 10
 
 def threads(args):
     """The --threads run; returns the first failure, or None."""
-    size = REGION * args.threads
-    fd = os.open(args.file, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.ftruncate(fd, size)
+    first = args.region or 0
+    size = REGION * (first + args.threads)
+    if args.region is None:
+        fd = os.open(args.file, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.ftruncate(fd, size)
+    else:
+        # Regions of a file other processes share: made zero and large enough by the caller.
+        fd = os.open(args.file, os.O_RDWR)
+        if os.fstat(fd).st_size < size:
+            print(f"FAIL the file is smaller than its {first + args.threads} regions")
+            sys.exit(1)
     whole = mmap.mmap(fd, size) if args.mapping else None
     failures = []
 
     def worker(t):
-        rnd = random.Random(args.seed * 1000 + t)
-        base, model = t * REGION, bytearray(REGION)
+        rnd = random.Random(args.seed * 1000 + first + t)
+        base, model = (first + t) * REGION, bytearray(REGION)
         own = os.open(args.file, os.O_RDWR) if t % 2 else fd
         for i in range(args.ops):
             op = rnd.choice(["write", "read", "punch", "zero", "mapwrite", "mapread", "whole"])
@@ -462,6 +471,7 @@ def main():
     p.add_argument("--only", help="comma-separated operation names")
     p.add_argument("--mapping", action="store_true")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--region", type=int, help="with --threads: the first region (the file is shared)")
     p.add_argument("--kill-state", metavar="DIR")
     p.add_argument("--verify", metavar="DIR")
     p.add_argument("--enospc", action="store_true")
