@@ -77,16 +77,26 @@ pub(crate) fn set(
     xattr::install_attrs(state, &mut g, &attrs, Some(mode & 0o7777))
 }
 
+/// How a chmod's transaction rewrites the access ACL ([`chmod_block`]).
+pub(crate) enum ChmodAcl {
+    /// Point the inode at this new block (the caller frees the old one after the commit,
+    /// `xattr::free_block`).
+    NewBlock(u64),
+    /// No block was free: write these bytes over the inode's block, in the transaction.
+    InPlace(Vec<u8>),
+}
+
 /// For a chmod of `g` to permission bits `mode`: when it has an access ACL whose owner, mask
 /// or others entry changes, its attributes with the ACL rewritten, in a new block reserved in
-/// `res` for the chmod's transaction to point the inode at (the caller frees the old one
-/// after the commit, `xattr::free_block`). None when nothing changes.
+/// `res` for the chmod's transaction to point the inode at, or on a pool with no block free
+/// over the old one (`ops::xattr`, as every attribute change there). None when nothing
+/// changes.
 pub(crate) fn chmod_block(
     state: &MountState,
     res: &mut Reserved,
     g: &InodeState,
     mode: u32,
-) -> Result<Option<u64>> {
+) -> Result<Option<ChmodAcl>> {
     if g.hdr.xattr_block == 0 {
         return Ok(None);
     }
@@ -103,7 +113,11 @@ pub(crate) fn chmod_block(
         return Ok(None);
     }
     entry.1 = rewritten;
-    xattr::write_new_block(state, res, &attrs).map(Some)
+    match xattr::write_new_block(state, res, &attrs) {
+        Ok(b) => Ok(Some(ChmodAcl::NewBlock(b))),
+        Err(Error::NoSpace(_)) => Ok(Some(ChmodAcl::InPlace(xattr_block::encode(&attrs)?))),
+        Err(e) => Err(e),
+    }
 }
 
 /// What a new inode of `kind` in directory `dir` takes from it (POSIX.1e, Linux's
@@ -197,24 +211,32 @@ mod tests {
         assert!(matches!(fs.setxattr(f, DEFAULT, &dflt, XattrSet::Any), Err(Error::AccessDenied(_))));
     }
 
+    /// Also on a pool with no block free, where the ACL's block is rewritten in place (the
+    /// chmod once failed there with ENOSPC).
     #[test]
     fn a_chmod_rewrites_the_access_acl_and_both_survive_a_remount() {
-        let (_d, p) = fresh();
-        {
+        for full in [false, true] {
+            let (_d, p) = fresh();
+            {
+                let fs = Fs::mount(&p, MountOptions::default()).unwrap();
+                let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+                fs.setxattr(f, b"user.k", b"v", XattrSet::Any).unwrap();
+                fs.setxattr(f, ACCESS, &with_named(6, 6), XattrSet::Any).unwrap();
+                let hold = full.then(|| fs.take_all_free_blocks());
+                let set = SetAttr { mode: Some(0o600), ..Default::default() };
+                fs.setattr(f, &set).unwrap();
+                drop(hold);
+            }
             let fs = Fs::mount(&p, MountOptions::default()).unwrap();
-            let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
-            fs.setxattr(f, b"user.k", b"v", XattrSet::Any).unwrap();
-            fs.setxattr(f, ACCESS, &with_named(6, 6), XattrSet::Any).unwrap();
-            let set = SetAttr { mode: Some(0o600), ..Default::default() };
-            fs.setattr(f, &set).unwrap();
+            let f = fs.lookup(fs.root(), b"f").unwrap().ino;
+            assert_eq!(fs.getattr(f).unwrap().perm, 0o600);
+            // The named entry keeps its bits; the mask (the group class) and others follow the mode.
+            let want = value(&[(1, 6, NO_ID), (2, 6, 1000), (4, 4, NO_ID), (0x10, 0, NO_ID), (0x20, 0, NO_ID)]);
+            assert_eq!(fs.getxattr(f, ACCESS).unwrap(), want, "full pool: {full}");
+            assert_eq!(fs.getxattr(f, b"user.k").unwrap(), b"v");
+            let r = fs.check();
+            assert!(r.is_clean(), "{r:?}");
         }
-        let fs = Fs::mount(&p, MountOptions::default()).unwrap();
-        let f = fs.lookup(fs.root(), b"f").unwrap().ino;
-        assert_eq!(fs.getattr(f).unwrap().perm, 0o600);
-        // The named entry keeps its bits; the mask (the group class) and others follow the mode.
-        let want = value(&[(1, 6, NO_ID), (2, 6, 1000), (4, 4, NO_ID), (0x10, 0, NO_ID), (0x20, 0, NO_ID)]);
-        assert_eq!(fs.getxattr(f, ACCESS).unwrap(), want);
-        assert_eq!(fs.getxattr(f, b"user.k").unwrap(), b"v");
     }
 
     #[test]

@@ -669,14 +669,19 @@ pub(crate) fn setattr(state: &MountState, ino: u64, set: &SetAttr) -> Result<Att
         hdr.ctime = now;
         // A chmod rewrites the access ACL in its own transaction (`ops::acl`).
         let mut res = Reserved::new(state);
-        let acl_block = match set.mode {
-            Some(m) => acl::chmod_block(state, &mut res, &g, m)?,
+        let mut tx = Tx::new();
+        let acl_block = match set.mode.map(|m| acl::chmod_block(state, &mut res, &g, m)).transpose()?.flatten() {
+            Some(acl::ChmodAcl::NewBlock(b)) => Some(b),
+            Some(acl::ChmodAcl::InPlace(bytes)) => {
+                tx.write(g.hdr.xattr_block * BLOCK_SIZE, bytes, Category::Metadata);
+                None
+            }
             None => None,
         };
         if let Some(b) = acl_block {
             hdr.xattr_block = b;
         }
-        commit_header(state, ino, &g.hdr, &hdr, Tx::new())?;
+        commit_header(state, ino, &g.hdr, &hdr, tx)?;
         res.keep();
         if acl_block.is_some() {
             xattr::free_block(state, g.hdr.xattr_block);
