@@ -737,9 +737,9 @@ print("lifted", os.pwrite(fd, b"e" * 30000, 4096), os.fstat(fd).st_size)
 "#;
 
 /// Run the Python `script` on file `name-plain` of the mount, then on `name-direct` with the
-/// library: both outputs, which must agree, and the library's counters (it must have written
-/// directly).
-fn script_with_and_without_library(m: &Mount, script: &str, name: &str) -> (String, String) {
+/// library: both outputs, which must agree, and the library's counters (`counted`, such as
+/// "write_direct", must have counted).
+fn script_with_and_without_library(m: &Mount, script: &str, name: &str, counted: &str) -> (String, String) {
     let stats = m.dir.path().join(format!("{name}.stats"));
     let plain = ok(Command::new("python3").args(["-c", script]).arg(m.path(&format!("{name}-plain"))));
     let direct = ok(Command::new("python3")
@@ -749,7 +749,7 @@ fn script_with_and_without_library(m: &Mount, script: &str, name: &str) -> (Stri
         .env("WINEFS_PRELOAD_STATS", &stats));
     assert_eq!(direct, plain, "{name}: with the library");
     let st = fs::read_to_string(&stats).unwrap();
-    assert!(counter(&st, "write_direct") >= 1, "{name}: nothing went direct: {st}");
+    assert!(counter(&st, counted) >= 1, "{name}: nothing went direct: {st}");
     (plain, st)
 }
 
@@ -758,7 +758,7 @@ fn writes_past_the_file_size_limit_are_cut_or_refused_as_the_kernel_does_them() 
     // Direct writes never reach the kernel's checks: a write reaching past RLIMIT_FSIZE must
     // go to it (it wrote every byte before).
     let mut m = Mount::new(&[]);
-    let (plain, st) = script_with_and_without_library(&m, FSIZE_SCRIPT, "limited");
+    let (plain, st) = script_with_and_without_library(&m, FSIZE_SCRIPT, "limited", "write_direct");
     assert!(plain.contains("cut to 15904\n") && plain.contains("File too large"), "{plain}");
     assert!(counter(&st, "write_direct") >= 2, "nothing went direct: {st}");
     assert!(fs::read(m.path("limited-direct")).unwrap() == fs::read(m.path("limited-plain")).unwrap());
@@ -859,8 +859,39 @@ for flag in ("+i", "+a"):
 #[test]
 fn an_immutable_or_append_only_flag_set_while_a_file_is_leased_stops_its_direct_writes() {
     let mut m = Mount::new(&[]);
-    let (plain, _) = script_with_and_without_library(&m, FLAGS_SCRIPT, "flags");
+    let (plain, _) = script_with_and_without_library(&m, FLAGS_SCRIPT, "flags", "write_direct");
     assert_eq!(plain, "+i Operation not permitted\n+a Operation not permitted\n");
+    m.stop_and_fsck();
+}
+
+/// Map a file opened read-only, shared and readable, then ask `mprotect` for writing.
+const MPROTECT_SCRIPT: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+fd = os.open(sys.argv[1], os.O_RDONLY)
+n = 4 << 20
+a = libc.mmap(None, n, 1, 1, fd, 0)
+assert a != ctypes.c_void_p(-1).value
+r = libc.mprotect(a, n, 3)
+print("mprotect:", os.strerror(ctypes.get_errno()) if r else "writable")
+if r == 0:
+    ctypes.memset(a, 0x41, 10)
+"#;
+
+#[test]
+fn a_mapping_of_a_file_opened_read_only_cannot_be_made_writable() {
+    // A direct mapping was made from the pool's read-write descriptor: mprotect made it
+    // writable and the stores changed a file the program could only read.
+    let mut m = Mount::new(&[]);
+    for f in ["read-only-plain", "read-only-direct"] {
+        fs::write(m.path(f), vec![0u8; 4 << 20]).unwrap();
+    }
+    let (plain, _) = script_with_and_without_library(&m, MPROTECT_SCRIPT, "read-only", "mmap_direct");
+    assert_eq!(plain, "mprotect: Permission denied\n");
+    assert!(fs::read(m.path("read-only-direct")).unwrap().iter().all(|&b| b == 0), "the file changed");
     m.stop_and_fsck();
 }
 

@@ -18,6 +18,10 @@ pub struct Client {
     /// The pool, shared with the daemon (and its lock: the pool cannot be mounted again while
     /// this process maps it).
     pub pool_fd: i32,
+    /// The pool open read-only (-1 if it could not be): the mappings of a file opened
+    /// read-only are made from it, so `mprotect` cannot make them writable, as the kernel
+    /// refuses for the file's own mapping.
+    pub pool_ro_fd: i32,
     /// The size board, mapped shared (its size words grow by this client's direct appends).
     board: usize,
     board_len: usize,
@@ -67,6 +71,7 @@ impl Client {
             sock,
             talk: Mutex::new(()),
             pool_fd: fds[0],
+            pool_ro_fd: sys::reopen_read_only(fds[0]).unwrap_or(-1),
             board,
             board_len,
             pid: sys::pid(),

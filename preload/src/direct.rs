@@ -97,6 +97,8 @@ struct DirectMap {
     leased_to: u64,
     /// Holds an append lease (this process may grow the file: `append_room`).
     appending: bool,
+    /// Made for a descriptor opened read-only: from the read-only pool descriptor.
+    read_only: bool,
     /// The file carries privileges a write drops (`proto::LEASE_PRIVILEGED`): `write` and
     /// `pwrite` go through FUSE, where the daemon drops them as the kernel would.
     privileged: bool,
@@ -311,6 +313,9 @@ fn revoke(c: &Arc<Client>) {
     }
     drop((m, gate));
     sys::next_close(c.pool_fd);
+    if c.pool_ro_fd >= 0 {
+        sys::next_close(c.pool_ro_fd);
+    }
     stats::log(&format!("device {:#x}: the daemon went away; its direct mappings are revoked", c.dev));
 }
 
@@ -427,7 +432,8 @@ fn establish(
     let mut m = maps();
     forget_range(&mut m, base, len);
     let end = off + len as u64;
-    let direct_end = match place(client, base, off, end, &lease.extents, prot, flags) {
+    let read_only = sys::status_flags(fd).is_ok_and(|fl| fl & libc::O_ACCMODE == libc::O_RDONLY);
+    let direct_end = match place(pool_for(client, read_only), base, off, end, &lease.extents, prot, flags) {
         Ok(e) => e,
         Err(e) => {
             let _ = sys::sys_munmap(base, len);
@@ -448,6 +454,7 @@ fn establish(
             hidden,
             leased_to: lease.size,
             appending: false,
+            read_only,
             privileged: lease.flags & proto::LEASE_PRIVILEGED != 0,
             leases,
         },
@@ -477,9 +484,15 @@ fn reserve(len: usize, phase: usize) -> Result<usize, Errno> {
     Ok(start)
 }
 
-/// Map the pool extents of file range [off, end) over the mapping at `base`; returns the end
-/// of the pool-backed prefix.
-fn place(c: &Client, base: usize, off: u64, end: u64, extents: &[crate::proto::Extent], prot: c_int, flags: c_int) -> Result<u64, Errno> {
+/// The pool descriptor the mappings of a file are made from: the read-only one for a file
+/// opened read-only (when it could be opened), so `mprotect` refuses to make them writable.
+fn pool_for(c: &Client, read_only: bool) -> c_int {
+    if read_only && c.pool_ro_fd >= 0 { c.pool_ro_fd } else { c.pool_fd }
+}
+
+/// Map the pool extents of file range [off, end) from descriptor `pool` over the mapping at
+/// `base`; returns the end of the pool-backed prefix.
+fn place(pool: c_int, base: usize, off: u64, end: u64, extents: &[crate::proto::Extent], prot: c_int, flags: c_int) -> Result<u64, Errno> {
     let mut direct_end = off;
     for e in extents {
         let (a, b) = ((e.file_block * PAGE).max(off), ((e.file_block + e.blocks) * PAGE).min(end));
@@ -488,7 +501,7 @@ fn place(c: &Client, base: usize, off: u64, end: u64, extents: &[crate::proto::E
         }
         let pool_off = e.pool_block * PAGE + (a - e.file_block * PAGE);
         let fl = libc::MAP_SHARED | libc::MAP_FIXED | (flags & libc::MAP_POPULATE);
-        sys::sys_mmap(base + (a - off) as usize, (b - a) as usize, prot, fl, c.pool_fd, pool_off as i64)?;
+        sys::sys_mmap(base + (a - off) as usize, (b - a) as usize, prot, fl, pool, pool_off as i64)?;
         if a == direct_end {
             direct_end = b;
         }
@@ -759,7 +772,7 @@ fn append_room(b: usize, d: &mut DirectMap, fd: c_int, class: Class, pos: u64, e
         d.leases.ids.lock().unwrap_or_else(|e| e.into_inner()).push(lease.lease);
         d.leased_to = d.leased_to.max(lease.size);
         d.appending = true;
-        match place(&c, b + (start - d.off) as usize, start, target, &lease.extents, d.prot, 0) {
+        match place(pool_for(&c, d.read_only), b + (start - d.off) as usize, start, target, &lease.extents, d.prot, 0) {
             Ok(e) if e > start => d.direct_end = e,
             _ => return None,
         }
@@ -896,7 +909,7 @@ fn extend(b: usize, d: &mut DirectMap) -> bool {
     d.privileged |= lease.flags & proto::LEASE_PRIVILEGED != 0;
     let start = d.direct_end;
     let at = b + (start - d.off) as usize;
-    match place(&c, at, start, end, &lease.extents, d.prot, 0) {
+    match place(pool_for(&c, d.read_only), at, start, end, &lease.extents, d.prot, 0) {
         Ok(e) if e > start => {
             d.direct_end = e;
             true

@@ -192,6 +192,15 @@ pub fn status_flags(fd: c_int) -> Result<c_int, Errno> {
     if r < 0 { Err(errno()) } else { Ok(r) }
 }
 
+/// A new read-only descriptor of the file `fd` is open on (through `/proc/self/fd`), closed on
+/// exec.
+pub fn reopen_read_only(fd: c_int) -> Result<c_int, Errno> {
+    let path = CString::new(format!("/proc/self/fd/{fd}")).map_err(|_| libc::EINVAL)?;
+    // SAFETY: openat with a NUL-terminated path the kernel only reads.
+    let r = unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if r < 0 { Err(errno()) } else { Ok(r as c_int) }
+}
+
 /// The file system type of `fd` (`fstatfs`).
 pub fn fs_type(fd: c_int) -> Result<i64, Errno> {
     // SAFETY: an all-zero statfs is valid; the kernel fills it.
