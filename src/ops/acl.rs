@@ -12,7 +12,6 @@ use crate::meta::xattr::{self as xattr_block, Attrs};
 use crate::ops::xattr;
 use crate::state::inode_state::{InodeState, wlock};
 use crate::state::mount_state::MountState;
-use crate::state::tx::Reserved;
 
 /// Set (`Some`) or remove (`None`) ACL `name` of `ino`, as Linux's `set_acl` does: an access
 /// ACL sets the permission bits (and is not stored when they say all it says); without
@@ -77,26 +76,10 @@ pub(crate) fn set(
     xattr::install_attrs(state, &mut g, &attrs, Some(mode & 0o7777))
 }
 
-/// How a chmod's transaction rewrites the access ACL ([`chmod_block`]).
-pub(crate) enum ChmodAcl {
-    /// Point the inode at this new block (the caller frees the old one after the commit,
-    /// `xattr::free_block`).
-    NewBlock(u64),
-    /// No block was free: write these bytes over the inode's block, in the transaction.
-    InPlace(Vec<u8>),
-}
-
 /// For a chmod of `g` to permission bits `mode`: when it has an access ACL whose owner, mask
-/// or others entry changes, its attributes with the ACL rewritten, in a new block reserved in
-/// `res` for the chmod's transaction to point the inode at, or on a pool with no block free
-/// over the old one (`ops::xattr`, as every attribute change there). None when nothing
-/// changes.
-pub(crate) fn chmod_block(
-    state: &MountState,
-    res: &mut Reserved,
-    g: &InodeState,
-    mode: u32,
-) -> Result<Option<ChmodAcl>> {
+/// or others entry changes, its attributes with the ACL rewritten, for the chmod's
+/// transaction to stage (`xattr::stage_attrs`). None when nothing changes.
+pub(crate) fn chmod_attrs(state: &MountState, g: &InodeState, mode: u32) -> Result<Option<Attrs>> {
     if g.hdr.xattr_block == 0 {
         return Ok(None);
     }
@@ -113,11 +96,7 @@ pub(crate) fn chmod_block(
         return Ok(None);
     }
     entry.1 = rewritten;
-    match xattr::write_new_block(state, res, &attrs) {
-        Ok(b) => Ok(Some(ChmodAcl::NewBlock(b))),
-        Err(Error::NoSpace(_)) => Ok(Some(ChmodAcl::InPlace(xattr_block::encode(&attrs)?))),
-        Err(e) => Err(e),
-    }
+    Ok(Some(attrs))
 }
 
 /// What a new inode of `kind` in directory `dir` takes from it (POSIX.1e, Linux's

@@ -670,20 +670,13 @@ pub(crate) fn setattr(state: &MountState, ino: u64, set: &SetAttr) -> Result<Att
         // A chmod rewrites the access ACL in its own transaction (`ops::acl`).
         let mut res = Reserved::new(state);
         let mut tx = Tx::new();
-        let acl_block = match set.mode.map(|m| acl::chmod_block(state, &mut res, &g, m)).transpose()?.flatten() {
-            Some(acl::ChmodAcl::NewBlock(b)) => Some(b),
-            Some(acl::ChmodAcl::InPlace(bytes)) => {
-                tx.write(g.hdr.xattr_block * BLOCK_SIZE, bytes, Category::Metadata);
-                None
-            }
-            None => None,
-        };
-        if let Some(b) = acl_block {
-            hdr.xattr_block = b;
+        let mut moved = false;
+        if let Some(attrs) = set.mode.map(|m| acl::chmod_attrs(state, &g, m)).transpose()?.flatten() {
+            moved = xattr::stage_attrs(state, &mut res, &g, &attrs, &mut hdr, &mut tx)?;
         }
         commit_header(state, ino, &g.hdr, &hdr, tx)?;
         res.keep();
-        if acl_block.is_some() {
+        if moved {
             xattr::free_block(state, g.hdr.xattr_block);
         }
         let gains_set_id = hdr.mode & !g.hdr.mode & (libc::S_ISUID | libc::S_ISGID) != 0;

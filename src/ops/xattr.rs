@@ -1,12 +1,12 @@
 //! Extended-attribute operations: get, list, set and remove through one copy-on-write step
 //! (a new block, one transaction pointing the inode at it, the old block freed after commit;
-//! with no block free, the block rewritten in place under the journal), and the alignment hint
-//! that keeps a file on aligned extents.
+//! with no block free, the block rewritten in place under the journal: [`stage_attrs`]), and
+//! the alignment hint that keeps a file on aligned extents.
 
 use crate::error::{Error, Result};
 use crate::media::alloc::BlockRun;
 use crate::media::journal::Tx;
-use crate::media::layout::BLOCK_SIZE;
+use crate::media::layout::{BLOCK_SIZE, InodeHeader};
 use crate::media::pool::Category;
 use crate::meta::inode_flags::{self, Change};
 use crate::meta::xattr::{self, Attrs, HUGEPAGE_HINT, XATTR_SIZE_MAX, check_name};
@@ -183,35 +183,59 @@ fn write_block(state: &MountState, res: &mut Reserved, bytes: &[u8]) -> Result<u
 }
 
 /// Give the inode the attributes `attrs` (none: no block) and a new ctime, with the permission
-/// bits of `mode` if given, by [`install`]; on a pool with no block free, an inode that has a
-/// block gets it rewritten in place ([`rewrite_in_place`]), so that removing an attribute (as
-/// privilege dropping does after a write) never fails for lack of space.
+/// bits of `mode` if given, in one transaction ([`stage_attrs`]: on a pool with no block free,
+/// an inode that has a block gets it rewritten in place, so that removing an attribute, as
+/// privilege dropping does after a write, never fails for lack of space).
 pub(crate) fn install_attrs(state: &MountState, g: &mut InodeState, attrs: &Attrs, mode: Option<u32>) -> Result<()> {
-    let bytes = match attrs.is_empty() {
-        true => None,
-        false => Some(xattr::encode(attrs)?),
-    };
-    match (install(state, g, bytes.as_deref(), true, mode), bytes) {
-        (Err(Error::NoSpace(_)), Some(b)) if g.hdr.xattr_block != 0 => rewrite_in_place(state, g, &b, mode),
-        (r, _) => r.map(drop),
-    }
-}
-
-/// Short of space: the inode's xattr block rewritten with `bytes` in the same transaction as
-/// its new ctime (and the permission bits of `mode`), journaled with undo images like any
-/// metadata changed in place, so a crash leaves the old block or the new one whole.
-fn rewrite_in_place(state: &MountState, g: &mut InodeState, bytes: &[u8], mode: Option<u32>) -> Result<()> {
+    let mut res = Reserved::new(state);
     let mut hdr = g.hdr.clone();
+    let mut tx = Tx::new();
+    let moved = stage_attrs(state, &mut res, g, attrs, &mut hdr, &mut tx)?;
     hdr.ctime = state.now_fine();
     if let Some(m) = mode {
         hdr.mode = (hdr.mode & libc::S_IFMT) | (m & 0o7777);
     }
-    let mut tx = Tx::new();
-    tx.write_ref(g.hdr.xattr_block * BLOCK_SIZE, bytes, Category::Metadata);
     state.header_tx(&mut tx, g.ino, &g.hdr, &hdr);
     state.commit(tx)?;
+    res.keep();
+    let old = g.hdr.xattr_block;
     g.hdr = hdr;
+    if moved {
+        free_block(state, old);
+    }
     Ok(())
+}
+
+/// The copy-on-write step of every attribute change, for transaction `tx`, which changes the
+/// inode's header from `g.hdr` to `hdr`: `attrs` written to a new block reserved in `res` that
+/// `hdr` points at (none for no attributes), and true: the caller frees the old block once
+/// `tx` has committed. On a pool with no block free, an inode that has a block gets `attrs`
+/// written over it inside `tx`, journaled with undo images like any metadata changed in place
+/// (a crash leaves the old block or the new one whole), and false.
+pub(crate) fn stage_attrs(
+    state: &MountState,
+    res: &mut Reserved,
+    g: &InodeState,
+    attrs: &Attrs,
+    hdr: &mut InodeHeader,
+    tx: &mut Tx,
+) -> Result<bool> {
+    if attrs.is_empty() {
+        hdr.xattr_block = 0;
+        return Ok(true);
+    }
+    let bytes = xattr::encode(attrs)?;
+    match write_block(state, res, &bytes) {
+        Ok(b) => {
+            hdr.xattr_block = b;
+            Ok(true)
+        }
+        Err(Error::NoSpace(_)) if g.hdr.xattr_block != 0 => {
+            tx.write(g.hdr.xattr_block * BLOCK_SIZE, bytes, Category::Metadata);
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Free an xattr block (0: none) no inode points at any more, once the transaction that
@@ -222,43 +246,9 @@ pub(crate) fn free_block(state: &MountState, block: u64) {
     }
 }
 
-/// The copy-on-write step of every xattr change: write `bytes` (None: no attributes left) to a
-/// new block, point the inode at it in one transaction (with a new ctime if `touch`, and the
-/// permission bits of `mode` if given: an access ACL's), then free the old block. Returns the
-/// new block (0 for none).
-pub(crate) fn install(
-    state: &MountState,
-    g: &mut InodeState,
-    bytes: Option<&[u8]>,
-    touch: bool,
-    mode: Option<u32>,
-) -> Result<u64> {
-    let mut res = Reserved::new(state);
-    let new_block = match bytes {
-        None => 0,
-        Some(bytes) => write_block(state, &mut res, bytes)?,
-    };
-    let mut hdr = g.hdr.clone();
-    hdr.xattr_block = new_block;
-    if touch {
-        hdr.ctime = state.now_fine();
-    }
-    if let Some(m) = mode {
-        hdr.mode = (hdr.mode & libc::S_IFMT) | (m & 0o7777);
-    }
-    let mut tx = Tx::new();
-    state.header_tx(&mut tx, g.ino, &g.hdr, &hdr);
-    state.commit(tx)?;
-    res.keep();
-    let old = g.hdr.xattr_block;
-    g.hdr = hdr;
-    free_block(state, old);
-    Ok(new_block)
-}
-
 /// Move the inode's xattr block, which must be at `from`, onto a newly allocated block (hole
-/// compaction): the copy-on-write step of [`set_locked`] with the same bytes and no new ctime.
-/// Returns the new block, or None when the block is not at `from` any more.
+/// compaction): the copy-on-write step of [`set_locked`] with the same bytes and no new ctime,
+/// never in place. Returns the new block, or None when the block is not at `from` any more.
 pub(crate) fn relocate_block(
     state: &MountState,
     g: &mut InodeState,
@@ -269,7 +259,16 @@ pub(crate) fn relocate_block(
     }
     let mut bytes = vec![0u8; BLOCK_SIZE as usize];
     state.pool.read(from * BLOCK_SIZE, &mut bytes)?;
-    install(state, g, Some(&bytes), false, None).map(Some)
+    let mut res = Reserved::new(state);
+    let mut hdr = g.hdr.clone();
+    hdr.xattr_block = write_block(state, &mut res, &bytes)?;
+    let mut tx = Tx::new();
+    state.header_tx(&mut tx, g.ino, &g.hdr, &hdr);
+    state.commit(tx)?;
+    res.keep();
+    g.hdr = hdr;
+    free_block(state, from);
+    Ok(Some(g.hdr.xattr_block))
 }
 
 #[cfg(test)]
