@@ -32,8 +32,9 @@ ECONNABORTED, ECANCELED over io_uring, EIO, ENODEV), then writes DIR/before (the
 every call that returned), for a call in flight DIR/after (the model had it completed), and
 DIR/how, and exits with status 3 (0 if the daemon outlived the run). --verify compares the
 file, once mounted again, with those: one model or the other whole, or for a punch each 2 MiB
-unit as one or the other (punch hole is atomic per unit), or for a plain fallocate the model's
-bytes at a size between the two.
+unit as one or the other (punch hole is atomic per unit), for a plain fallocate the model's
+bytes at a size between the two, or for a direct write (the library) from inside the file to
+past its end the bytes it wrote inside at the old size (its size is pulled in later).
 With --enospc the file system is nearly full: a call refused with ENOSPC must leave the file as
 it was (a plain fallocate may have grown it by zeroed units), and a write cut short of space
 must return what it wrote; no mapped operations (a store into a hole would fault).
@@ -182,7 +183,10 @@ class Run:
                 self.pending = ("whole", first, self.pending[2])
                 raise OSError(errno.ECONNABORTED, f"{what} wrote {done} of {n} bytes")
             self.fail(f"{what} wrote {done} of {n} bytes")
-        self.change(effect, checked)
+        # A direct write (the library) that starts inside the file and ends past it stores
+        # the inside bytes durably at once and the rest with the size at the daemon's next
+        # pull (DESIGN §7b, "Crash semantics"): a daemon killed between leaves the first part.
+        self.change(effect, checked, "extend" if self.pull_at_fstat and off < len(self.model) < off + n else "whole")
 
     def step(self, op):
         size, rnd = len(self.model), self.rnd
@@ -370,6 +374,8 @@ def verify(path, state, torn=False):
         b, a = before[:size].ljust(size, b"\0"), after[:size].ljust(size, b"\0")
         k = next((i for i in range(size) if got[i] != b[i] and got[i] != a[i]), None)
         why = None if k is None else f"byte {k} is neither the model's nor the call in flight's"
+    elif how == "extend" and got == after[:len(before)]:
+        why = None
     elif how == "units" and len(got) == len(before):
         # Punch hole: each 2 MiB unit is wholly before or wholly after.
         why = next((f"the 2 MiB unit at {u} is neither the model's nor the punched one's"
@@ -387,7 +393,8 @@ def verify(path, state, torn=False):
         for line in last:
             print("   ", line)
         sys.exit(1)
-    print(f"ok: {len(got)} bytes, " + ("the model" if got == before else "the call in flight made"))
+    made = "the model" if got == before else "the call in flight made" if got == after else "the call in flight in part"
+    print(f"ok: {len(got)} bytes, {made}")
 
 
 REGION = 512 << 10
