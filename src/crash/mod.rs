@@ -9,6 +9,7 @@
 //! what is observable with the states the operation may leave (`tree`). docs/TESTING.md
 //! describes the model and the oracles.
 
+pub(crate) mod catalogue;
 pub mod corrupt;
 pub mod kill;
 pub(crate) mod model;

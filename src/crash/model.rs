@@ -1,7 +1,8 @@
 //! The crash explorer's name model and its generator of short operation sequences (exhaustive
 //! at lengths 1 and 2, sampled beyond): only operations whose preconditions hold are drawn.
 
-use crate::crash::workload::{Op, Start, catalogue};
+use crate::crash::catalogue::catalogue;
+use crate::crash::workload::{Op, Start};
 use crate::error::{Error, Result};
 use crate::rng::Rng;
 use std::collections::{BTreeMap, BTreeSet};
@@ -81,7 +82,10 @@ impl Model {
                     false
                 }
             }
-            Op::SetXattr { path, .. } | Op::SetFlags { path, .. } | Op::Chmod { path, .. } => {
+            Op::SetXattr { path, .. }
+            | Op::SetFlags { path, .. }
+            | Op::Chmod { path, .. }
+            | Op::ChmodNoSpace { path, .. } => {
                 self.paths.contains_key(path) && path != "/S"
             }
             Op::SetAcl { path, default } => {
@@ -162,6 +166,7 @@ impl Model {
             | Op::SetFlags { .. }
             | Op::SetAcl { .. }
             | Op::Chmod { .. }
+            | Op::ChmodNoSpace { .. }
             | Op::Fsync(_)
             | Op::Compact
             | Op::Msync { .. }
