@@ -325,7 +325,7 @@ fn a_direct_append_is_pulled_in_by_any_look_at_the_file_survives_a_crash_once_sy
     assert_eq!(l.size, 100);
     let blocks: u64 = l.extents.iter().map(|e| e.2).sum();
     assert_eq!(blocks, 512, "the whole range is reserved, past the end too: {:?}", l.extents);
-    assert!(fs.appended_directly(ino));
+    assert!(fs.changed_directly(ino));
     let w = board.word(ino);
     assert!(!size_word::frozen(w) && size_word::size(w) == 100, "word {w:#x}");
     let pool = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
@@ -398,7 +398,7 @@ fn a_change_by_the_daemon_freezes_out_appenders_and_a_given_back_append_lease_ca
     let (_, at) = fs.append(ino, b"tail").unwrap();
     assert_eq!(at, 300, "appended at the size the client published");
     fs.unlease_append(ino).unwrap();
-    assert!(!fs.appended_directly(ino));
+    assert!(!fs.changed_directly(ino));
     let w3 = board.word(ino);
     assert!(size_word::frozen(w3), "a file with no appender keeps its word frozen: {w3:#x}");
     assert_eq!(size_word::grown(w3, 1 << 20), None);
@@ -437,4 +437,51 @@ fn a_leased_file_truncated_in_steps_then_written_past_its_end_shows_its_client_t
     let r = fs.check();
     assert!(r.is_clean(), "{r:?}");
     fs.unmount().unwrap();
+}
+
+#[test]
+fn a_file_a_client_wrote_directly_gets_new_times_at_the_next_look_and_at_the_lease_s_end() {
+    let (_d, p) = fresh_pool(64 << 20, None);
+    let fs = mount(&p);
+    let f = fs.create_file("/written").unwrap();
+    f.write_at(0, &[1u8; 8192]).unwrap();
+    let ino = f.ino();
+    let board = Board::open(&fs);
+    fs.lease(ino, 0, 8192, true).unwrap();
+    assert!(fs.changed_directly(ino), "a leased file's attributes may change without a request");
+    let generation = |b: &Board| {
+        let mut w = [0u8; 8];
+        b.0.read_exact_at(&mut w, ino * 16 + 8).unwrap();
+        u64::from_le_bytes(w)
+    };
+    // What a client does after a direct write (`Client::mark_written`).
+    let mark = |b: &Board| {
+        let w = generation(b) | size_word::WRITTEN;
+        b.0.write_all_at(&w.to_le_bytes(), ino * 16 + 8).unwrap();
+    };
+    let t0 = fs.getattr(ino).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(fs.getattr(ino).unwrap().mtime, t0.mtime, "no direct write, no new time");
+    mark(&board);
+    let t1 = fs.getattr(ino).unwrap();
+    assert!(t1.mtime > t0.mtime && t1.ctime >= t1.mtime, "{t0:?} then {t1:?}");
+    assert_eq!(generation(&board) & size_word::WRITTEN, 0, "the flag was taken");
+    assert_eq!(fs.getattr(ino).unwrap().mtime, t1.mtime);
+    // A layout generation bump keeps a client's flag.
+    mark(&board);
+    let before = size_word::generation(generation(&board));
+    fs.set_inode_flags(ino, winefs::media::layout::INODE_APPEND_ONLY).unwrap();
+    assert_eq!(size_word::generation(generation(&board)), before + 1, "chattr +a bumps the generation");
+    assert_ne!(generation(&board) & size_word::WRITTEN, 0, "the flag went with a generation bump");
+    fs.set_inode_flags(ino, 0).unwrap();
+    // Flagged at the lease's end: stamped then, durably.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    fs.unlease(ino).unwrap();
+    assert!(!fs.changed_directly(ino));
+    let t2 = fs.getattr(ino).unwrap();
+    assert!(t2.mtime > t1.mtime, "{t1:?} then {t2:?}");
+    drop(f);
+    drop(fs);
+    let fs = mount(&p);
+    assert_eq!(fs.getattr(ino).unwrap().mtime, t2.mtime, "the times are on media");
 }

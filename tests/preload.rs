@@ -7,7 +7,7 @@
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -690,6 +690,20 @@ fn random_operations_keep_every_call_that_returned_through_kill_9_of_the_daemon(
     m.stop_and_fsck();
 }
 
+/// Python `script` run on `file` with the library (its counters to `stats`), talking to the
+/// test through piped stdin and stdout.
+fn python_with_library(script: &str, file: &Path, stats: &Path) -> Child {
+    Command::new("python3")
+        .args(["-c", script])
+        .arg(file)
+        .env("LD_PRELOAD", preload_lib())
+        .env("WINEFS_PRELOAD_STATS", stats)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn a_direct_write_from_inside_the_file_past_its_end_keeps_its_inside_bytes_through_kill_9_of_the_daemon() {
     // The bytes a direct write stores inside the file are durable when it returns; those past
@@ -707,15 +721,7 @@ fn a_direct_write_from_inside_the_file_past_its_end_keeps_its_inside_bytes_throu
         assert os.pwrite(fd, b'b' * 35648, 399717) == 35648\n\
         print('written', flush=True)\n\
         sys.stdin.readline()\n";
-    let mut child = Command::new("python3")
-        .args(["-c", script])
-        .arg(&f)
-        .env("LD_PRELOAD", preload_lib())
-        .env("WINEFS_PRELOAD_STATS", &stats)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = python_with_library(script, &f, &stats);
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert_eq!(line, "written\n");
@@ -737,6 +743,71 @@ fn a_direct_write_from_inside_the_file_past_its_end_keeps_its_inside_bytes_throu
     let grown = fs::read(&f).unwrap();
     assert!(grown[409565..].iter().all(|&b| b == 0), "stray bytes past the old end");
     m.stop_and_fsck();
+}
+
+#[test]
+fn a_direct_write_gives_the_file_new_times_seen_by_every_process() {
+    // A direct write reaches neither the kernel nor the daemon; without its times a backup
+    // that compares size and mtime (rsync's quick check) would skip a file overwritten in
+    // place. The daemon gives new times at its next look after a direct write (DESIGN §7b).
+    let m = Mount::new(&[]);
+    let f = m.path("stamped");
+    fs::write(&f, vec![7u8; 100_000]).unwrap();
+    let stats = m.dir.path().join("stamped.stats");
+    let script = "import os, sys, time\n\
+        p = sys.argv[1]\n\
+        fd = os.open(p, os.O_RDWR)\n\
+        os.pread(fd, 10, 0)\n\
+        os.pwrite(fd, b'x', 0)\n\
+        m0 = os.stat(p).st_mtime_ns\n\
+        time.sleep(0.02)\n\
+        os.pwrite(fd, b'y' * 100, 100)\n\
+        m1 = os.stat(p).st_mtime_ns\n\
+        time.sleep(0.02)\n\
+        os.pwrite(fd, b'z' * 100, 5000)\n\
+        print(m0, m1, flush=True)\n\
+        sys.stdin.readline()\n\
+        os.pwrite(fd, b'w' * 100, 9000)\n\
+        time.sleep(0.02)\n\
+        os.close(fd)\n\
+        import mmap\n\
+        fd = os.open(p, os.O_RDWR)\n\
+        m = mmap.mmap(fd, 65536)\n\
+        m4 = os.stat(p).st_mtime_ns\n\
+        time.sleep(0.02)\n\
+        m[4464:4469] = b'store'\n\
+        m.flush()\n\
+        print(m4, os.stat(p).st_mtime_ns, flush=True)\n\
+        m.close()\n\
+        os.close(fd)\n";
+    let mut child = python_with_library(script, &f, &stats);
+    let mut line = String::new();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    out.read_line(&mut line).unwrap();
+    let times: Vec<i128> = line.split_whitespace().map(|t| t.parse().unwrap()).collect();
+    assert!(times[1] > times[0], "the writer's own stat after its direct write: {times:?}");
+    // Another process, while the writer still holds the file.
+    let mtime = |f: &Path| {
+        let md = fs::metadata(f).unwrap();
+        (md.mtime() as i128 * 1_000_000_000 + md.mtime_nsec() as i128, md.ctime() as i128 * 1_000_000_000 + md.ctime_nsec() as i128)
+    };
+    let (m2, c2) = mtime(&f);
+    assert!(m2 > times[1] && c2 >= m2, "another process after the third write: {m2} {c2}, {times:?}");
+    let again = mtime(&f);
+    assert_eq!(again, (m2, c2), "a look with no write between changed the times");
+    // A write just before the close: its times are given when the lease goes.
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    // Then stores through a mapping, synced while it is held.
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    let synced: Vec<i128> = line.split_whitespace().map(|t| t.parse().unwrap()).collect();
+    assert!(child.wait().unwrap().success());
+    assert!(synced[0] > m2, "the write before the close: {synced:?} after {m2}");
+    assert!(synced[1] > synced[0], "stores through a mapping, msync'd: {synced:?}");
+    assert_eq!(&fs::read(&f).unwrap()[4464..4469], b"store");
+    let st = fs::read_to_string(&stats).unwrap();
+    assert!(counter(&st, "write_direct") >= 4, "the writes did not go direct: {st}");
+    assert!(counter(&st, "mmap_direct") >= 1, "the mapping was not direct: {st}");
 }
 
 #[test]

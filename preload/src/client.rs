@@ -155,7 +155,19 @@ impl Client {
     /// (size word, layout generation) of leased inode `ino` now.
     pub fn board_word(&self, ino: u64) -> Option<(u64, u64)> {
         let at = self.board_at(ino)?;
-        Some((sys::load_u64(self.board + at), sys::load_u64(self.board + at + 8)))
+        Some((sys::load_u64(self.board + at), size_word::generation(sys::load_u64(self.board + at + 8))))
+    }
+
+    /// After a direct write of leased inode `ino`: flag it (`size_word::WRITTEN`), so the daemon
+    /// gives it new modification and change times at its next look, as a `write(2)` would.
+    pub fn mark_written(&self, ino: u64) {
+        let Some(at) = self.board_at(ino) else { return };
+        loop {
+            let w = sys::load_u64(self.board + at + 8);
+            if w & size_word::WRITTEN != 0 || sys::cas_u64(self.board + at + 8, w, w | size_word::WRITTEN) {
+                return;
+            }
+        }
     }
 
     fn board_at(&self, ino: u64) -> Option<usize> {

@@ -575,6 +575,11 @@ pub fn msync(addr: usize, len: usize) {
         let (x, y) = (addr.max(b), end.min(de));
         if x < y && !d.revoked {
             sys::persist(x, y - x);
+            // Stores through a writable mapping give the file new times once synced (the
+            // kernel would at the first store into each clean page; no fault tells of those).
+            if d.prot & libc::PROT_WRITE != 0 && d.hidden.is_none() {
+                d.leases.client.mark_written(d.ino);
+            }
         }
     }
 }
@@ -665,6 +670,7 @@ pub fn sync_file(fd: c_int) {
         // A hidden mapping is stored into only by direct writes, written back as they return.
         if d.dev == dev && d.ino == ino && !d.revoked && d.prot & libc::PROT_WRITE != 0 && d.hidden.is_none() {
             sys::persist(b, (d.direct_end - d.off) as usize);
+            d.leases.client.mark_written(ino);
         }
     }
 }
@@ -678,6 +684,9 @@ struct Spot {
     /// A write past the end of the file: the inode, the size word read before the write and
     /// the client to grow it with (`Client::grow`) once the bytes are stored.
     grow: Option<(u64, u64, Arc<Client>)>,
+    /// For a write: the inode and the client to tell once the bytes are stored
+    /// (`Client::mark_written`: the daemon gives the file new times at its next look).
+    written: Option<(u64, Arc<Client>)>,
 }
 
 /// Where a direct read or write of [pos, pos+n) of the file behind `fd` can go.
@@ -717,12 +726,12 @@ fn locate(fd: c_int, class: Class, pos: u64, n: usize, write: bool) -> Option<Re
         return None;
     }
     if !write && pos >= size {
-        return Some(Ok(Spot { at: 0, len: 0, grow: None }));
+        return Some(Ok(Spot { at: 0, len: 0, grow: None, written: None }));
     }
     let want = if write { n as u64 } else { (n as u64).min(size - pos) };
     let mut grow = None;
     if write && pos + want > size {
-        grow = Some((ino, append_room(b, d, fd, class, pos, pos + want, size)?, c));
+        grow = Some((ino, append_room(b, d, fd, class, pos, pos + want, size)?, c.clone()));
     }
     // The range must be leased (and pool-backed).
     if pos + want > d.direct_end {
@@ -738,7 +747,8 @@ fn locate(fd: c_int, class: Class, pos: u64, n: usize, write: bool) -> Option<Re
     if want > 0 && !pool_backed_everywhere(dev, ino, pos, pos + want) {
         return None;
     }
-    Some(Ok(Spot { at, len: want as usize, grow }))
+    let written = write.then_some((ino, c));
+    Some(Ok(Spot { at, len: want as usize, grow, written }))
 }
 
 /// A write of [pos, end) past the end of the file (`size`) through hidden mapping `d` (at
@@ -870,6 +880,10 @@ pub fn pwrite(fd: c_int, buf: *const libc::c_void, n: usize, pos: i64) -> Option
                     return None;
                 }
                 stats::count(Counter::AppendDirect);
+            }
+            // After the bytes, so the times the daemon gives at its next look follow them.
+            if let Some((ino, c)) = spot.written {
+                c.mark_written(ino);
             }
             stats::count(Counter::WriteDirect);
             Some(Ok(spot.len))

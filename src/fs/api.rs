@@ -272,8 +272,9 @@ impl Fs {
     /// Look `name` up in directory `parent` ("." and ".." included).
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
         let a = namespace::lookup(&self.state, parent, name)?;
-        // A file a direct-path client appends to: its size is on the size board.
-        if self.appended_directly(a.ino) {
+        // A file a direct-path client leases: its size is on the size board, and direct
+        // writes give it new times at the next look.
+        if self.changed_directly(a.ino) {
             return self.getattr(a.ino);
         }
         Ok(a)

@@ -67,11 +67,11 @@ impl Fs {
         lease::release(&self.state, ino, true)
     }
 
-    /// Whether clients append to `ino` directly (its size may change without a request: the
-    /// kernel must not cache its attributes).
-    pub fn appended_directly(&self, ino: u64) -> bool {
-        self.state.leases.appending.load(std::sync::atomic::Ordering::Acquire) > 0
-            && self.state.inode(ino).is_ok_and(|n| crate::state::inode_state::rlock(&n).appenders > 0)
+    /// Whether direct-path clients lease `ino`: they may append to it or write it, so its size
+    /// and times may change without a request, and the kernel must not cache its attributes.
+    pub fn changed_directly(&self, ino: u64) -> bool {
+        self.state.leases.any()
+            && self.state.inode(ino).is_ok_and(|n| crate::state::inode_state::rlock(&n).leases > 0)
     }
 
     /// The pool's open file (for a client to map; it shares the pool lock, so the pool cannot

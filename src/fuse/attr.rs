@@ -12,9 +12,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub(crate) const TTL: Duration = Duration::from_secs(3600);
 
 /// How long the kernel may cache the attributes of `ino`: `TTL`, or not at all while a
-/// direct-path client appends to it (its size then changes without a request).
+/// direct-path client leases it (its size and times then change without a request).
 pub(super) fn ttl(fs: &Fs, ino: u64) -> Duration {
-    if fs.appended_directly(ino) { Duration::ZERO } else { TTL }
+    if fs.changed_directly(ino) { Duration::ZERO } else { TTL }
 }
 
 /// The errno the kernel gets for a core error: the only translation of core errors, so every

@@ -304,7 +304,10 @@ impl Session<'_> {
             self.attributes_changed(ino);
             l
         } else {
-            self.fs.lease(ino, off, len, false)
+            let l = self.fs.lease(ino, off, len, false);
+            // Its times now change without a request (direct writes, taken at the next look).
+            self.attributes_changed(ino);
+            l
         };
         let l = l.map_err(|e| e.errno())?;
         self.next_lease += 1;

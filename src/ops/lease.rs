@@ -156,6 +156,10 @@ pub(crate) fn release(state: &MountState, ino: u64, append: bool) -> Result<()> 
         if g.leases == 0 || (append && g.appenders == 0) {
             return Err(Error::Invalid(format!("inode {ino} holds no such lease")));
         }
+        // Its direct writes get their times now, while the file still counts as leased.
+        if state.leases.take_written(ino) {
+            appends::stamp_direct_writes(state, &mut g)?;
+        }
         if append {
             g.appenders -= 1;
             state.leases.appending.fetch_sub(1, Ordering::AcqRel);

@@ -95,13 +95,37 @@ impl DerefMut for FileLock<'_> {
 }
 
 /// Before a read-only look at `n` (attributes, reads, seeks, fsync): pull in the size clients
-/// appending to it published, so the look and everything durable after it include their bytes.
+/// appending to it published, so the look and everything durable after it include their bytes,
+/// and give it new times if a client wrote it directly since the last look.
 pub(crate) fn settle(state: &MountState, n: &InodeRef) -> Result<()> {
+    if state.leases.any() {
+        let (ino, leased) = {
+            let g = rlock(n);
+            (g.ino, g.leases > 0)
+        };
+        if leased && state.leases.take_written(ino) {
+            stamp_direct_writes(state, &mut wlock(n))?;
+        }
+    }
     if state.leases.appending.load(Ordering::Acquire) == 0 || rlock(n).appenders == 0 {
         return Ok(());
     }
     let mut l = lock(state, n)?;
     l.looked_only = true;
+    Ok(())
+}
+
+/// A client wrote `g` directly (`size_word::WRITTEN`, taken): new modification and change
+/// times, the time of this look (a direct write reaches neither the kernel nor the daemon, so
+/// without this the file would keep its old mtime, and a backup that compares size and mtime
+/// would skip it).
+pub(crate) fn stamp_direct_writes(state: &MountState, g: &mut InodeState) -> Result<()> {
+    let now = state.now_fine();
+    let mut hdr = g.hdr.clone();
+    hdr.mtime = now;
+    hdr.ctime = now;
+    commit_header(state, g.ino, &g.hdr, &hdr, Tx::new())?;
+    g.hdr = hdr;
     Ok(())
 }
 

@@ -11,9 +11,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// The size board: two little-endian `u64`s per inode number (at `16 * ino`: the size word of
-/// `size_word`, then the layout generation, bumped whenever a leased file gives blocks up), in
-/// a memory file the daemon maps read-write and hands to clients, who read it and, for the
-/// files they append to directly, grow the size in it.
+/// `size_word`, then the layout generation, bumped whenever a leased file gives blocks up, with
+/// `size_word::WRITTEN` on top), in a memory file the daemon maps read-write and hands to
+/// clients, who read it, grow the size in it for the files they append to directly, and set
+/// `WRITTEN` after a direct write.
 pub(crate) struct SizeBoard {
     fd: OwnedFd,
     addr: usize,
@@ -69,11 +70,35 @@ impl SizeBoard {
         }
     }
 
-    /// Bump the layout generation of `ino`: blocks a client may map left the file.
+    /// Bump the layout generation of `ino`: blocks a client may map left the file. A
+    /// client's [`size_word::WRITTEN`] in the same word stays.
     pub fn bump(&self, ino: u64) {
         let at = ino as usize * 16 + 8;
         if at + 8 <= self.len {
-            vm::store_u64(self.addr + at, vm::read_u64(self.addr + at).wrapping_add(1));
+            loop {
+                let w = vm::load_u64(self.addr + at);
+                let next = (w & size_word::WRITTEN) | size_word::generation(w.wrapping_add(1));
+                if vm::cas_u64(self.addr + at, w, next) {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Whether a client wrote `ino` directly since the last call (the flag is cleared).
+    pub fn take_written(&self, ino: u64) -> bool {
+        let at = ino as usize * 16 + 8;
+        if at + 8 > self.len {
+            return false;
+        }
+        loop {
+            let w = vm::load_u64(self.addr + at);
+            if w & size_word::WRITTEN == 0 {
+                return false;
+            }
+            if vm::cas_u64(self.addr + at, w, w & !size_word::WRITTEN) {
+                return true;
+            }
         }
     }
 
@@ -133,6 +158,11 @@ impl Leases {
         if let Some(b) = self.board.get() {
             b.thaw(ino, w);
         }
+    }
+
+    /// Whether a client wrote `ino` directly since the last call ([`SizeBoard::take_written`]).
+    pub fn take_written(&self, ino: u64) -> bool {
+        self.board.get().is_some_and(|b| b.take_written(ino))
     }
 
     /// Note that leased file `ino` gave blocks up (into its quarantine).

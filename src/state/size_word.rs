@@ -19,6 +19,17 @@ const SEQ_MASK: u64 = 0x7fff;
 /// Set while the daemon changes the file: no client may grow the size.
 pub const FROZEN: u64 = 1 << 63;
 
+/// In the second word of a board entry, the file's layout generation: set by a client after a
+/// direct write and taken by the daemon at its next look at the file (`state::appends`), which
+/// then gives the file new modification and change times, as the kernel does at a `write(2)`.
+/// Generations never reach it.
+pub const WRITTEN: u64 = 1 << 63;
+
+/// The layout generation in second word `w` (without [`WRITTEN`]).
+pub const fn generation(w: u64) -> u64 {
+    w & !WRITTEN
+}
+
 /// The size in word `w`.
 pub const fn size(w: u64) -> u64 {
     w & SIZE_MASK
