@@ -156,9 +156,12 @@ pub(crate) fn release(state: &MountState, ino: u64, append: bool) -> Result<()> 
         if g.leases == 0 || (append && g.appenders == 0) {
             return Err(Error::Invalid(format!("inode {ino} holds no such lease")));
         }
-        // Its direct writes get their times now, while the file still counts as leased.
-        if state.leases.take_written(ino) {
-            appends::stamp_direct_writes(state, &mut g)?;
+        // Its direct writes get their times now, while the file still counts as leased (a
+        // failure to store them must not keep the lease).
+        if state.leases.take_written(ino)
+            && let Err(e) = appends::stamp_direct_writes(state, &mut g)
+        {
+            log::warn!("inode {ino}: the times of direct writes not stored: {e}");
         }
         if append {
             g.appenders -= 1;
