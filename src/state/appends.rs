@@ -23,7 +23,6 @@ use crate::state::size_word;
 use crate::state::slots;
 use crate::state::tx::commit_header;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::Ordering;
 
 /// A regular file locked for a change: if clients append to it, their sizes were pulled in and
 /// the size word is frozen until the lock drops, which publishes the size the file has then.
@@ -98,16 +97,18 @@ impl DerefMut for FileLock<'_> {
 /// appending to it published, so the look and everything durable after it include their bytes,
 /// and give it new times if a client wrote it directly since the last look.
 pub(crate) fn settle(state: &MountState, n: &InodeRef) -> Result<()> {
-    if state.leases.any() {
-        let (ino, leased) = {
-            let g = rlock(n);
-            (g.ino, g.leases > 0)
-        };
-        if leased && state.leases.take_written(ino) {
-            stamp_direct_writes(state, &mut wlock(n))?;
-        }
+    // Append leases are leases: with none held anywhere there is nothing to pull or stamp.
+    if !state.leases.any() {
+        return Ok(());
     }
-    if state.leases.appending.load(Ordering::Acquire) == 0 || rlock(n).appenders == 0 {
+    let (ino, leased, appended) = {
+        let g = rlock(n);
+        (g.ino, g.leases > 0, g.appenders > 0)
+    };
+    if leased && state.leases.take_written(ino) {
+        stamp_direct_writes(state, &mut wlock(n))?;
+    }
+    if !appended {
         return Ok(());
     }
     let mut l = lock(state, n)?;
