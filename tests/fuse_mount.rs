@@ -1079,6 +1079,39 @@ fn reads_store_access_times_as_relatime_does_and_o_noatime_reads_do_not() {
     m.stop();
 }
 
+/// Times set with nanoseconds, before the epoch too (`touch -d '1969-12-31 23:59:59.5'`, which
+/// the kernel sends as -1 s and 500,000,000 ns), read back as set, from the kernel's cache and
+/// from the pool after a remount. Before the epoch they were 1 - 2 * ns / 1e9 s early.
+#[test]
+fn times_with_nanoseconds_before_and_after_the_epoch_are_kept_as_set() {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let mut m = Mounted::new();
+    let cases: [(i64, i64); 5] = [(-1, 500_000_000), (-1, 999_999_999), (-2_000, 1), (-1, 0), (1_700_000_000, 123_456_789)];
+    let at = |(s, ns): (i64, i64)| match s >= 0 {
+        true => UNIX_EPOCH + Duration::new(s as u64, ns as u32),
+        false => UNIX_EPOCH - Duration::from_secs(s.unsigned_abs()) + Duration::from_nanos(ns as u64),
+    };
+    for (i, &(s, ns)) in cases.iter().enumerate() {
+        let f = File::create(m.path(&format!("t{i}"))).unwrap();
+        // mtime as given; atime one second later, so the two cannot be swapped unseen.
+        let times = fs::FileTimes::new().set_modified(at((s, ns))).set_accessed(at((s + 1, ns)));
+        f.set_times(times).unwrap();
+    }
+    let check = |m: &Mounted, when: &str| {
+        for (i, &(s, ns)) in cases.iter().enumerate() {
+            let st = fs::metadata(m.path(&format!("t{i}"))).unwrap();
+            assert_eq!((st.mtime(), st.mtime_nsec()), (s, ns), "t{i} mtime, {when}");
+            assert_eq!((st.atime(), st.atime_nsec()), (s + 1, ns), "t{i} atime, {when}");
+            let modified: SystemTime = st.modified().unwrap();
+            assert_eq!(modified, at((s, ns)), "t{i}, {when}");
+        }
+    };
+    check(&m, "mounted");
+    m.remount();
+    check(&m, "after a remount");
+    m.stop();
+}
+
 /// statx(2) shows each file's birth time, as on ext4 (GNU `stat`'s "Birth"): when it was made,
 /// not changed by writes, the same after a remount.
 #[test]

@@ -41,9 +41,13 @@ pub(crate) fn system_time_from_time(secs: i64, nsecs: u32) -> SystemTime {
     if secs >= 0 {
         SystemTime::UNIX_EPOCH + Duration::new(secs as u64, nsecs)
     } else {
-        // TODO: overflow
-        // TODO: 1_000_000_000 - nsec
-        SystemTime::UNIX_EPOCH - Duration::new((-secs) as u64, nsecs)
+        // winefs: the kernel's time is `secs + nsecs / 1e9` with `nsecs` in 0..1e9 (-0.5 s is
+        // (-1, 500_000_000)): back by whole seconds, then forward by the nanoseconds. Upstream
+        // went back by both, 1 - 2 * nsecs / 1e9 seconds too far.
+        UNIX_EPOCH
+            .checked_sub(Duration::from_secs(secs.unsigned_abs()))
+            .and_then(|t| t.checked_add(Duration::from_nanos(u64::from(nsecs))))
+            .unwrap_or(UNIX_EPOCH)
     }
 }
 
@@ -52,7 +56,19 @@ mod test {
     use std::time::Duration;
     use std::time::UNIX_EPOCH;
 
+    use crate::time::system_time_from_time;
     use crate::time::time_from_system_time;
+
+    // winefs
+    #[test]
+    fn test_system_time_from_time_before_the_epoch_round_trips() {
+        for (secs, nsecs) in [(-1, 999_999_999), (-2, 500_000_000), (-1, 0), (-7, 1)] {
+            let t = system_time_from_time(secs, nsecs);
+            assert_eq!(time_from_system_time(&t), (secs, nsecs));
+        }
+        let half_second_before = system_time_from_time(-1, 500_000_000);
+        assert_eq!(half_second_before, UNIX_EPOCH - Duration::from_millis(500));
+    }
 
     #[test]
     fn test_time_from_system_time_negative() {
