@@ -81,7 +81,8 @@ mod privs;
 pub mod proto;
 mod xattr;
 
-use attr::{errno, file_type, missing_name_attr, reply_entry, to_time_set, ttl};
+use attr::{errno, file_type, missing_name_attr, reply_empty, reply_entry, reply_xattr};
+use attr::{to_time_set, ttl};
 use held::KernelHeld;
 pub(crate) use attr::TTL;
 pub(crate) use notify::{invalidate_attributes, invalidate_data};
@@ -273,27 +274,27 @@ impl WinefsFuse {
         Arc::clone(&self.notifier)
     }
 
+    /// A removal's result (`Fs::unlink_held` and its kin): an inode that lost its last name is
+    /// kept until the kernel forgets it (`held`), or let go at once if it already has.
+    fn removed(&self, r: crate::Result<Option<u64>>) -> crate::Result<()> {
+        if let Ok(Some(ino)) = r
+            && self.held.keep(ino)
+        {
+            self.let_go(ino);
+        }
+        r.map(drop)
+    }
+
+    /// Release the hold on `ino` taken when it lost its last name while the kernel held it.
+    fn let_go(&self, ino: u64) {
+        if let Err(e) = self.fs.let_go(ino) {
+            log::error!("inode {ino}, removed and now forgotten by the kernel: {e}");
+        }
+    }
+
     /// Tell the kernel that its cached attributes of `ino` are stale.
     fn attributes_changed(&self, ino: u64) {
         invalidate_attributes(&self.notifier, ino);
-    }
-}
-
-/// An xattr value or name list, or its size when the caller asks with no buffer (ERANGE when
-/// its buffer is too small).
-fn reply_xattr(reply: ReplyXattr, r: Result<Vec<u8>, Errno>, size: u32) {
-    match r {
-        Ok(v) if size == 0 => reply.size(v.len() as u32),
-        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
-        Ok(v) => reply.data(&v),
-        Err(e) => reply.error(e),
-    }
-}
-
-fn reply_empty(reply: ReplyEmpty, r: crate::Result<()>) {
-    match r {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(&e)),
     }
 }
 
@@ -368,8 +369,17 @@ impl Filesystem for WinefsFuse {
     }
 
     /// The kernel dropped `ino` (a BATCH_FORGET comes here once per inode).
-    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
-        self.held.forget(ino.0);
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        if self.held.forget(ino.0, nlookup) {
+            self.let_go(ino.0);
+        }
+    }
+
+    /// The session ends (unmount): the kernel forgets every inode without a FORGET.
+    fn destroy(&mut self) {
+        for ino in self.held.take_all_kept() {
+            self.let_go(ino);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -484,11 +494,11 @@ impl Filesystem for WinefsFuse {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.fs.unlink(parent.0, name.as_bytes()));
+        reply_empty(reply, self.removed(self.fs.unlink_held(parent.0, name.as_bytes(), true)));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.fs.rmdir(parent.0, name.as_bytes()));
+        reply_empty(reply, self.removed(self.fs.rmdir_held(parent.0, name.as_bytes(), true)));
     }
 
     fn symlink(
@@ -532,16 +542,8 @@ impl Filesystem for WinefsFuse {
             exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
             whiteout,
         };
-        reply_empty(
-            reply,
-            self.fs.rename(
-                parent.0,
-                name.as_bytes(),
-                newparent.0,
-                newname.as_bytes(),
-                f,
-            ),
-        );
+        let (from, to) = ((parent.0, name.as_bytes()), (newparent.0, newname.as_bytes()));
+        reply_empty(reply, self.removed(self.fs.rename_held(from, to, f, true)));
     }
 
     fn link(
@@ -750,6 +752,7 @@ impl Filesystem for WinefsFuse {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        let mut linked: Vec<u64> = Vec::new();
         let r = self.each_dir_entry(ino.0, offset, |e| {
             // An entry removed since the page was read is skipped, as a later readdir
             // would not show it either.
@@ -771,12 +774,21 @@ impl Filesystem for WinefsFuse {
             );
             if !full {
                 self.held.mark(e.ino);
+                linked.push(e.ino);
             }
             full
         });
         match r {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
+            Err(e) => {
+                // The entries counted are never sent.
+                for ino in linked {
+                    if self.held.forget(ino, 1) {
+                        self.let_go(ino);
+                    }
+                }
+                reply.error(e)
+            }
         }
     }
 

@@ -925,6 +925,122 @@ fn an_open_directory_answers_fstat_after_its_removal() {
     m.stop();
 }
 
+/// What `held_after_removal` runs in a process of its own: it removes names of inodes it holds
+/// without an open handle (its working directory; `O_PATH` descriptors), checks they are still
+/// usable, says "ok" and waits for a line before it exits.
+const HELD_AFTER_REMOVAL: &str = r#"
+import os, sys
+m = sys.argv[1]
+os.chdir(m + "/cwd")
+os.rmdir(m + "/cwd")
+st = os.stat(".")
+assert st.st_nlink == 0, st
+assert os.listdir(".") == [], os.listdir(".")
+try:
+    open("x", "w")
+    sys.exit("created a file in a removed working directory")
+except FileNotFoundError:
+    pass
+held = os.open(m + "/held", os.O_PATH)
+os.unlink(m + "/held")
+st = os.fstat(held)
+assert (st.st_nlink, st.st_size) == (0, int(sys.argv[2])), st
+again = "/proc/self/fd/%d" % held
+assert open(again, "rb").read() == open(sys.argv[3], "rb").read(), "the unlinked file's bytes"
+with open(again, "ab") as f:
+    f.write(b"tail")
+assert os.stat(again).st_size == int(sys.argv[2]) + 4
+victim = os.open(m + "/victim", os.O_PATH)
+os.rename(m + "/src", m + "/victim")
+assert open("/proc/self/fd/%d" % victim, "rb").read() == b"replaced", "the replaced file"
+assert open(m + "/victim", "rb").read() == b"new"
+print("ok", flush=True)
+sys.stdin.readline()
+"#;
+
+/// Starts `HELD_AFTER_REMOVAL` on `m` (which holds `cwd/`, `held` with the bytes of file
+/// `want`, `victim` and `src`) and waits for its "ok".
+fn held_after_removal(m: &Mounted, want: &Path) -> Child {
+    let size = fs::metadata(want).unwrap().len();
+    let mut child = cmd("python3")
+        .args(["-c", HELD_AFTER_REMOVAL])
+        .arg(&m.mnt)
+        .arg(size.to_string())
+        .arg(want)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut said = String::new();
+    out.read_line(&mut said).unwrap();
+    if said != "ok\n" {
+        let _ = child.kill();
+        let done = child.wait_with_output().unwrap();
+        panic!("held_after_removal: {said}{}", String::from_utf8_lossy(&done.stderr));
+    }
+    child
+}
+
+/// A name removed while the kernel holds its inode without an open handle (a process's working
+/// directory, an `O_PATH` descriptor, a file reopened through `/proc/self/fd`, a file a rename
+/// replaced) leaves the inode usable as on ext4 — it answered ESTALE — until the kernel forgets
+/// it: then its inode and blocks go, and after a kill -9 of the daemon, at the next mount.
+#[test]
+fn a_name_removed_while_the_kernel_holds_its_inode_leaves_it_usable_until_the_kernel_lets_go() {
+    require("python3", "python3");
+    let mut m = Mounted::new();
+    let wait_for = |m: &Mounted, want: u64, what: &str| {
+        // FORGET and RELEASE are sent without waiting for them: look until they were served.
+        let t = Instant::now();
+        while free_inodes_and_blocks(&m.mnt).0 != want && t.elapsed() < Duration::from_secs(10) {
+            thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(free_inodes_and_blocks(&m.mnt).0, want, "{what}");
+    };
+    fs::write(m.path("victim"), b"").unwrap(); // the root's directory block, before the count
+    let made = free_inodes_and_blocks(&m.mnt).0;
+    fs::remove_file(m.path("victim")).unwrap();
+    wait_for(&m, made + 1, "the first file's inode, freed at its FORGET");
+    let before = free_inodes_and_blocks(&m.mnt);
+    let data = pseudo_random(35, 1 << 20);
+    let want = tempfile::NamedTempFile::new().unwrap();
+    fs::write(want.path(), &data).unwrap();
+    let make = |m: &Mounted| {
+        fs::create_dir(m.path("cwd")).unwrap();
+        fs::write(m.path("held"), &data).unwrap();
+        fs::write(m.path("victim"), b"replaced").unwrap();
+        fs::write(m.path("src"), b"new").unwrap();
+    };
+    make(&m);
+    let mut child = held_after_removal(&m, want.path());
+    let (held_inodes, held_blocks) = free_inodes_and_blocks(&m.mnt);
+    assert_eq!(held_inodes, before.0 - 4, "three inodes kept, one named");
+    child.stdin.take().unwrap().write_all(b"\n").unwrap();
+    assert!(child.wait().unwrap().success());
+    wait_for(&m, before.0 - 1, "the kernel let go: only the named file keeps an inode");
+    assert!(
+        free_inodes_and_blocks(&m.mnt).1 >= held_blocks + 256,
+        "the unlinked file's blocks came back"
+    );
+    m.remount(); // fsck clean
+    assert_eq!(fs::read(m.path("victim")).unwrap(), b"new");
+
+    // Held when the daemon dies: the next mount frees them.
+    fs::remove_file(m.path("victim")).unwrap();
+    wait_for(&m, before.0, "all gone");
+    make(&m);
+    let mut child = held_after_removal(&m, want.path());
+    m.crash();
+    let _ = child.kill();
+    let _ = child.wait();
+    m.start();
+    assert_eq!(free_inodes_and_blocks(&m.mnt).0, before.0 - 1, "freed at the mount after the crash");
+    assert_eq!(fs::read(m.path("victim")).unwrap(), b"new");
+    m.stop(); // fsck clean
+}
+
 /// A pool a daemon serves mounts on a second point as a bind mount of the first, as ext4 shares
 /// one file system between two mounts of a device (xfstests generic/732): renames through one
 /// show through the other, each point has its own kernel flags (a read-only one refuses writes

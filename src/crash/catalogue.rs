@@ -1,7 +1,7 @@
 //! What the crash explorer draws from: the operations that build each starting file system and
 //! the catalogue of operations over their names (split from `workload`, which defines them).
 
-use crate::crash::workload::{Op, Start};
+use crate::crash::workload::{Op, Removal, Start};
 use crate::media::layout::{HUGE_SIZE, INODE_NOATIME, INODE_NODUMP};
 
 impl Start {
@@ -243,6 +243,10 @@ pub fn catalogue() -> Vec<Op> {
         Op::Unlink(s("/D/C")),
         Op::Unlink(s("/X")),
         Op::Unlink(s("/S")),
+        // As the FUSE front end removes: kept for the kernel, then released.
+        Op::RemoveHeld { path: s("/B"), how: Removal::Unlink },
+        Op::RemoveHeld { path: s("/D/C"), how: Removal::RenameOver(s("/A")) },
+        Op::RemoveHeld { path: s("/E"), how: Removal::Rmdir },
         Op::Rename {
             from: s("/A"),
             to: s("/Z"),

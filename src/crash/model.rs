@@ -2,7 +2,7 @@
 //! at lengths 1 and 2, sampled beyond): only operations whose preconditions hold are drawn.
 
 use crate::crash::catalogue::catalogue;
-use crate::crash::workload::{Op, Start};
+use crate::crash::workload::{Op, Removal, Start};
 use crate::error::{Error, Result};
 use crate::rng::Rng;
 use std::collections::{BTreeMap, BTreeSet};
@@ -70,6 +70,11 @@ impl Model {
             | Op::AlternateMany { path, .. } => self.is_file(path) && path != "/S",
             Op::Compact => true,
             Op::Fsync(p) | Op::Unlink(p) => self.is_file(p),
+            Op::RemoveHeld { path, how } => match how {
+                Removal::Unlink => self.is_file(path),
+                Removal::Rmdir => path != "/" && self.empty_dir(path),
+                Removal::RenameOver(from) => self.is_file(from) && self.is_file(path),
+            },
             Op::Link { from, to } => self.is_file(from) && self.absent_in_dir(to),
             Op::Rmdir(p) => p != "/" && self.empty_dir(p),
             Op::Rename { from, to } | Op::RenameWhiteout { from, to } => {
@@ -116,9 +121,14 @@ impl Model {
             Op::Link { to, .. } => {
                 self.paths.insert(to.clone(), false);
             }
-            Op::Unlink(p) | Op::Rmdir(p) => {
+            Op::Unlink(p)
+            | Op::Rmdir(p)
+            | Op::RemoveHeld { path: p, how: Removal::Unlink | Removal::Rmdir } => {
                 self.paths.remove(p);
                 self.xattrs.remove(p);
+            }
+            Op::RemoveHeld { path, how: Removal::RenameOver(from) } => {
+                self.apply(&Op::Rename { from: from.clone(), to: path.clone() });
             }
             Op::Rename { from, to } | Op::RenameWhiteout { from, to } => {
                 let moved: Vec<(String, bool)> = self

@@ -78,6 +78,13 @@ pub enum Op {
         fill: u8,
     },
     Unlink(String),
+    /// An unlink, rmdir or rename (replacing `to`) as the FUSE front end makes them
+    /// (`Fs::unlink_held` and its kin): the inode losing its last name is kept while the kernel
+    /// holds it, then let go at the kernel's FORGET (`Fs::let_go`), which frees it.
+    RemoveHeld {
+        path: String,
+        how: Removal,
+    },
     Rename {
         from: String,
         to: String,
@@ -190,6 +197,15 @@ pub enum Op {
     },
 }
 
+/// Which removal an [`Op::RemoveHeld`] makes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Removal {
+    Unlink,
+    Rmdir,
+    /// A rename of this path over the removed one.
+    RenameOver(String),
+}
+
 /// The writes of [`Op::AlternateMany`]: (offset, length) of line `b % 64` of each block `b`.
 fn many_lines(blocks: u64) -> impl Iterator<Item = (u64, u64)> {
     (0..blocks).map(|b| (b * 4096 + b % 64 * 64, 64))
@@ -246,6 +262,13 @@ impl fmt::Display for Op {
                 write!(f, "O_TMPFILE +{len} fill {fill}, link as {path}")
             }
             Op::Unlink(p) => write!(f, "unlink {p}"),
+            Op::RemoveHeld { path, how } => match how {
+                Removal::Unlink => write!(f, "unlink {path}, held, then forgotten"),
+                Removal::Rmdir => write!(f, "rmdir {path}, held, then forgotten"),
+                Removal::RenameOver(from) => {
+                    write!(f, "rename {from} {path}, {path} held, then forgotten")
+                }
+            },
             Op::Rename { from, to } => write!(f, "rename {from} {to}"),
             Op::RenameWhiteout { from, to } => write!(f, "rename-whiteout {from} {to}"),
             Op::Rmdir(p) => write!(f, "rmdir {p}"),
@@ -360,6 +383,18 @@ impl Op {
                 named.map(drop)
             }
             Op::Unlink(p) => fs.unlink_path(p),
+            Op::RemoveHeld { path, how } => {
+                let (parent, name) = fs.parent_of(path)?;
+                let kept = match how {
+                    Removal::Unlink => fs.unlink_held(parent, &name, true)?,
+                    Removal::Rmdir => fs.rmdir_held(parent, &name, true)?,
+                    Removal::RenameOver(from) => {
+                        let (p1, n1) = fs.parent_of(from)?;
+                        fs.rename_held((p1, &n1), (parent, &name), RenameFlags::default(), true)?
+                    }
+                };
+                kept.map_or(Ok(()), |ino| fs.let_go(ino))
+            }
             Op::Rename { from, to } => fs.rename_path(from, to),
             Op::RenameWhiteout { from, to } => {
                 let (p1, n1) = fs.parent_of(from)?;

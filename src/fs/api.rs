@@ -412,21 +412,15 @@ impl Fs {
         namespace::link(&self.state, ino, newparent, newname)
     }
 
-    /// Remove a name (not of a directory).
+    /// Remove a name (not of a directory). An inode that loses its last name is freed unless
+    /// open.
     pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
-        let _op = self.state.accounting.scope(OpKind::Unlink);
-        self.state.check_writable()?;
-        namespace::unlink(&self.state, parent, name, false)
+        self.unlink_held(parent, name, false).map(drop)
     }
 
     /// Remove an empty directory.
     pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
-        let _op = self.state.accounting.scope(OpKind::Unlink);
-        self.state.check_writable()?;
-        if parent == ROOT_INO && name == b".." {
-            return Err(Error::Busy("cannot remove the root".into()));
-        }
-        namespace::unlink(&self.state, parent, name, true)
+        self.rmdir_held(parent, name, false).map(drop)
     }
 
     /// Rename (or, with `flags.exchange`, swap) atomically.
@@ -438,15 +432,56 @@ impl Fs {
         newname: &[u8],
         flags: RenameFlags,
     ) -> Result<()> {
+        self.rename_held((parent, name), (newparent, newname), flags, false).map(drop)
+    }
+
+    /// [`Fs::unlink`] for a caller that may still refer to the inode by number once its name
+    /// is gone (a FUSE mount's kernel does until it forgets the inode). With `hold`, an inode
+    /// that loses its last name is kept, open or not, as if opened once more, and its number
+    /// returned: [`Fs::let_go`] lets it go (and frees it when nothing else has it open). A
+    /// regular file kept so, with nothing else open, is freed at once if space runs short.
+    pub fn unlink_held(&self, parent: u64, name: &[u8], hold: bool) -> Result<Option<u64>> {
+        let _op = self.state.accounting.scope(OpKind::Unlink);
+        self.state.check_writable()?;
+        namespace::unlink(&self.state, parent, name, false, hold)
+    }
+
+    /// [`Fs::rmdir`], keeping the directory as [`Fs::unlink_held`] keeps a file.
+    pub fn rmdir_held(&self, parent: u64, name: &[u8], hold: bool) -> Result<Option<u64>> {
+        let _op = self.state.accounting.scope(OpKind::Unlink);
+        self.state.check_writable()?;
+        if parent == ROOT_INO && name == b".." {
+            return Err(Error::Busy("cannot remove the root".into()));
+        }
+        namespace::unlink(&self.state, parent, name, true, hold)
+    }
+
+    /// [`Fs::rename`] of `from` to `to` (directory, name), keeping an inode it replaces as
+    /// [`Fs::unlink_held`] keeps one.
+    pub fn rename_held(
+        &self,
+        from: (u64, &[u8]),
+        to: (u64, &[u8]),
+        flags: RenameFlags,
+        hold: bool,
+    ) -> Result<Option<u64>> {
         let _op = self.state.accounting.scope(OpKind::Rename);
         self.state.check_writable()?;
-        rename::rename(&self.state, parent, name, newparent, newname, flags)
+        rename::rename(&self.state, from, to, flags, hold)
     }
 
     /// Note an open handle: an unlinked inode lives until its last handle is released.
     pub fn open(&self, ino: u64) -> Result<Attr> {
         let _op = self.state.accounting.scope(OpKind::Other);
         open::open(&self.state, ino)
+    }
+
+    /// Give up the hold [`Fs::unlink_held`] (or its kin) took on `ino`: frees the inode when
+    /// nothing else has it open. Nothing to do if space ran short meanwhile and the inode, a
+    /// regular file only the hold kept, was freed then.
+    pub fn let_go(&self, ino: u64) -> Result<()> {
+        let _op = self.state.accounting.scope(OpKind::Other);
+        open::let_go(&self.state, ino)
     }
 
     /// Drop an open handle; frees the inode if it was the last one and no links remain.

@@ -2,7 +2,8 @@
 //! and how long the kernel may keep attributes.
 
 use crate::{Attr, FileKind, Fs, TimeSet};
-use fuser::{FileAttr, FileType, Generation, INodeNo, ReplyEntry, TimeOrNow};
+use fuser::{Errno, FileAttr, FileType, Generation, INodeNo, ReplyEmpty, ReplyEntry, ReplyXattr};
+use fuser::TimeOrNow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long the kernel may cache attributes, directory entries and names found missing. Long:
@@ -21,6 +22,24 @@ pub(super) fn ttl(fs: &Fs, ino: u64) -> Duration {
 /// request answers a given failure the same way the library reports it.
 pub(super) fn errno(e: &crate::Error) -> fuser::Errno {
     fuser::Errno::from_i32(e.errno())
+}
+
+/// An xattr value or name list, or its size when the caller asks with no buffer (ERANGE when
+/// its buffer is too small).
+pub(super) fn reply_xattr(reply: ReplyXattr, r: Result<Vec<u8>, Errno>, size: u32) {
+    match r {
+        Ok(v) if size == 0 => reply.size(v.len() as u32),
+        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(v) => reply.data(&v),
+        Err(e) => reply.error(e),
+    }
+}
+
+pub(super) fn reply_empty(reply: ReplyEmpty, r: crate::Result<()>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
 }
 
 /// Answer a lookup-like request with the entry `r` found (or its error).

@@ -317,11 +317,9 @@ pub(crate) fn fallocate_locked(
     }
     let old_size = g.hdr.size;
     let missing: u64 = gaps(g, lb0, lb1).iter().map(|x| x.1).sum();
-    if missing > state.alloc.available_blocks() {
-        return Err(Error::NoSpace(format!(
-            "fallocate needs {missing} blocks, {} free",
-            state.alloc.available_blocks()
-        )));
+    let available = state.available_blocks_for(missing);
+    if missing > available {
+        return Err(Error::NoSpace(format!("fallocate needs {missing} blocks, {available} free")));
     }
     // One transaction per 2 MiB logical unit, so whole units get aligned extents.
     let mut a = lb0;

@@ -402,7 +402,17 @@ fn show_change_seen_meanwhile(
     Ok(())
 }
 
-pub(crate) fn unlink(state: &MountState, parent: u64, name: &[u8], want_dir: bool) -> Result<()> {
+/// Remove `name` from directory `parent` (a directory's only if `want_dir`, an empty one). The
+/// inode that loses its last name is freed unless open, or unless `hold`: then it is kept as if
+/// opened once more for a caller that still refers to it by number (a FUSE mount's kernel), and
+/// its number returned, for [`crate::ops::open::let_go`] to give up.
+pub(crate) fn unlink(
+    state: &MountState,
+    parent: u64,
+    name: &[u8],
+    want_dir: bool,
+    hold: bool,
+) -> Result<Option<u64>> {
     state.check_alive()?;
     check_name(name)?;
     if name == b"." {
@@ -452,7 +462,7 @@ pub(crate) fn unlink(state: &MountState, parent: u64, name: &[u8], want_dir: boo
         if !state.still_live(loc.ino, &ca) {
             continue;
         }
-        return unlink_locked(state, parent, name, want_dir, loc, pg, cg);
+        return unlink_locked(state, parent, name, (want_dir, hold), loc, pg, cg);
     }
 }
 
@@ -462,11 +472,11 @@ fn unlink_locked(
     state: &MountState,
     parent: u64,
     name: &[u8],
-    want_dir: bool,
+    (want_dir, hold): (bool, bool),
     loc: DirEntryLoc,
     pg: DirChange<'_>,
     mut cg: InodeWriteGuard<'_>,
-) -> Result<()> {
+) -> Result<Option<u64>> {
     inode_flags::allow(pg.hdr.flags, Change::EntryRemoved)?;
     inode_flags::allow(cg.hdr.flags, Change::Name)?;
     match (want_dir, loc.kind == FileKind::Dir) {
@@ -496,8 +506,9 @@ fn unlink_locked(
     };
     ch.ctime = now;
     // An open directory, like an open file, outlives its last name until its last handle
-    // goes (fstat on it then shows no links, as on ext4).
-    let free_now = ch.nlink == 0 && cg.open == 0;
+    // goes (fstat on it then shows no links, as on ext4); so does one the caller holds.
+    let kept = (ch.nlink == 0 && hold).then_some(loc.ino);
+    let free_now = ch.nlink == 0 && cg.open == 0 && kept.is_none();
     if free_now {
         state.free_inode_tx(&cg, &mut tx)?;
     } else {
@@ -518,7 +529,12 @@ fn unlink_locked(
         drop(pg);
         state.forget_inode(&mut cg);
     }
-    shown
+    shown?;
+    if kept.is_some() {
+        cg.open += 1;
+        state.removed_held.kept(loc.ino);
+    }
+    Ok(kept)
 }
 
 pub(crate) fn link(state: &MountState, ino: u64, parent: u64, name: &[u8]) -> Result<Attr> {
@@ -686,7 +702,7 @@ mod tests {
     use crate::error::Error;
     use crate::fs::Fs;
     use crate::media::pool::{PersistObserver, Pool};
-    use crate::types::{MkfsOptions, MountOptions};
+    use crate::types::{MkfsOptions, MountOptions, RenameFlags};
     use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
     use std::sync::{Arc, Mutex};
     use std::thread::ThreadId;
@@ -799,6 +815,112 @@ mod tests {
         assert!(names.iter().any(|n| n == b"gone"), "{names:?}");
         assert!(matches!(fs.lookup(dir, b"gone"), Err(Error::NotFound)));
         assert_ne!(fs.getattr(dir).unwrap().mtime, mtime, "the unlink shows in the times");
+        let report = fs.check();
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+    }
+
+    #[test]
+    fn a_removal_held_for_the_caller_keeps_the_inode_until_its_release() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("pool");
+        Fs::mkfs(&p, &MkfsOptions { size: Some(48 << 20), ..Default::default() }).unwrap();
+        let fs = Fs::mount(&p, MountOptions::default()).unwrap();
+        let root = fs.root();
+        let file = fs.create(root, b"f", 0o644, 0, 0).unwrap().ino;
+        fs.write(file, 0, &[7u8; 100_000]).unwrap();
+        let victim = fs.create(root, b"v", 0o644, 0, 0).unwrap().ino;
+        fs.create(root, b"src", 0o644, 0, 0).unwrap();
+        let dir = fs.mkdir(root, b"d", 0o755, 0, 0).unwrap().ino;
+        fs.link(file, root, b"f2").unwrap();
+        let free_before = fs.statfs();
+
+        assert_eq!(fs.unlink_held(root, b"f", true).unwrap(), None, "a name is left");
+        assert_eq!(fs.unlink_held(root, b"f2", true).unwrap(), Some(file));
+        let from = (root, &b"src"[..]);
+        let over = fs.rename_held(from, (root, b"v"), RenameFlags::default(), true).unwrap();
+        assert_eq!(over, Some(victim));
+        assert_eq!(fs.rmdir_held(root, b"d", true).unwrap(), Some(dir));
+        // Kept: no names, no links, still read and written by number; a consistent mount.
+        let a = fs.getattr(file).unwrap();
+        assert_eq!((a.nlink, a.size), (0, 100_000));
+        let mut buf = [0u8; 10];
+        assert_eq!(fs.read(file, 99_990, &mut buf).unwrap(), 10);
+        assert_eq!(buf, [7u8; 10]);
+        fs.write(file, 0, b"still here").unwrap();
+        assert_eq!(fs.getattr(dir).unwrap().nlink, 0);
+        assert!(matches!(fs.create(dir, b"x", 0o644, 0, 0), Err(Error::NotFound)));
+        assert_eq!(fs.statfs().free_inodes, free_before.free_inodes, "nothing freed yet");
+        let report = fs.check();
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        // An open handle and the hold: the inode goes with the last of them.
+        fs.open(file).unwrap();
+        for ino in [file, victim, dir] {
+            fs.let_go(ino).unwrap();
+        }
+        fs.let_go(file).unwrap(); // the hold is gone: nothing more to let go
+        assert_eq!(fs.getattr(file).unwrap().nlink, 0, "still open");
+        assert!(matches!(fs.getattr(victim), Err(Error::Stale(_))));
+        assert!(matches!(fs.getattr(dir), Err(Error::Stale(_))));
+        fs.release(file).unwrap();
+        assert!(matches!(fs.getattr(file), Err(Error::Stale(_))));
+        assert_eq!(fs.statfs().free_inodes, free_before.free_inodes + 3);
+        assert!(fs.statfs().free_blocks >= free_before.free_blocks + 24, "the file's blocks");
+        // Without a hold the library's removals free at once, as before.
+        let g = fs.create(root, b"g", 0o644, 0, 0).unwrap().ino;
+        assert_eq!(fs.unlink_held(root, b"g", false).unwrap(), None);
+        assert!(matches!(fs.getattr(g), Err(Error::Stale(_))));
+        let report = fs.check();
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+    }
+
+    #[test]
+    fn space_running_short_frees_removed_files_only_their_hold_keeps() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("pool");
+        Fs::mkfs(&p, &MkfsOptions { size: Some(48 << 20), ..Default::default() }).unwrap();
+        let fs = Fs::mount(&p, MountOptions::default()).unwrap();
+        let root = fs.root();
+        let mut big = Vec::new();
+        for name in [&b"held"[..], b"open"] {
+            let ino = fs.create(root, name, 0o644, 0, 0).unwrap().ino;
+            fs.write(ino, 0, &vec![1u8; 8 << 20]).unwrap();
+            big.push(ino);
+        }
+        let (held, open) = (big[0], big[1]);
+        let dir = fs.mkdir(root, b"d", 0o755, 0, 0).unwrap().ino;
+        let filler = fs.create(root, b"filler", 0o644, 0, 0).unwrap().ino;
+        let mut end = 0;
+        for chunk in [1 << 20, 4096] {
+            while fs.write(filler, end, &vec![2u8; chunk]).is_ok() {
+                end += chunk as u64;
+            }
+        }
+        fs.open(open).unwrap();
+        for name in [&b"held"[..], b"open"] {
+            assert!(fs.unlink_held(root, name, true).unwrap().is_some());
+        }
+        assert!(fs.rmdir_held(root, b"d", true).unwrap().is_some());
+        // The kernel has not let go yet (its FORGET comes later): the write takes the blocks
+        // of the file only the hold keeps, not those of the one open, nor the directory.
+        let new = fs.create(root, b"new", 0o644, 0, 0).unwrap().ino;
+        let want = vec![3u8; 6 << 20];
+        assert_eq!(fs.write(new, 0, &want).unwrap(), want.len());
+        assert!(matches!(fs.getattr(held), Err(Error::Stale(_))), "freed under pressure");
+        assert_eq!(fs.getattr(open).unwrap().nlink, 0, "open: kept");
+        assert_eq!(fs.getattr(dir).unwrap().nlink, 0, "a directory: kept");
+        let more = vec![4u8; 6 << 20];
+        match fs.write(new, 8 << 20, &more) {
+            Ok(n) => assert!(n < more.len(), "a short write: space ran out"),
+            Err(e) => assert!(matches!(e, Error::NoSpace(_)), "{e}"),
+        }
+        // The FORGETs come: nothing left to let go of the freed one; the others go now.
+        for ino in [held, open, dir] {
+            fs.let_go(ino).unwrap();
+        }
+        assert_eq!(fs.getattr(open).unwrap().nlink, 0, "still open");
+        assert!(matches!(fs.getattr(dir), Err(Error::Stale(_))));
+        fs.release(open).unwrap();
+        assert_eq!(fs.write(new, 16 << 20, &more).unwrap(), more.len(), "the open one's blocks");
         let report = fs.check();
         assert!(report.problems.is_empty(), "{:?}", report.problems);
     }

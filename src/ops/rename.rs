@@ -19,15 +19,16 @@ use crate::state::tx::Reserved;
 use crate::types::RenameFlags;
 use std::collections::HashMap;
 
-/// Rename `p1/n1` to `p2/n2` as `flags` ask.
+/// Rename `p1/n1` to `p2/n2` as `flags` ask. The inode replaced, if that takes its last name,
+/// is freed unless open, or unless `hold`: then it is kept and returned as
+/// [`crate::ops::namespace::unlink`] keeps one.
 pub(crate) fn rename(
     state: &MountState,
-    p1: u64,
-    n1: &[u8],
-    p2: u64,
-    n2: &[u8],
+    (p1, n1): (u64, &[u8]),
+    (p2, n2): (u64, &[u8]),
     flags: RenameFlags,
-) -> Result<()> {
+    hold: bool,
+) -> Result<Option<u64>> {
     state.check_alive()?;
     check_name(n1)?;
     check_name(n2)?;
@@ -72,7 +73,7 @@ pub(crate) fn rename(
     }
     if let Some(d) = dst {
         if d.ino == src.ino {
-            return Ok(()); // same file under both names: POSIX says do nothing
+            return Ok(None); // same file under both names: POSIX says do nothing
         }
         if !flags.exchange {
             match (src.kind == FileKind::Dir, d.kind == FileKind::Dir) {
@@ -132,7 +133,7 @@ pub(crate) fn rename(
     let mut edit = DirEdit::default();
     let mut new_hdr: HashMap<u64, InodeHeader> =
         inos.iter().map(|&i| (i, g[&i].hdr.clone())).collect();
-    let mut victim_freed = None;
+    let (mut victim_freed, mut victim_kept) = (None, None);
     let src_dir = src.kind == FileKind::Dir;
     if flags.exchange {
         let d = dst.expect("checked");
@@ -165,7 +166,9 @@ pub(crate) fn rename(
                 } else {
                     dec_links(v);
                 }
-                if new_hdr[&d.ino].nlink == 0 && g[&d.ino].open == 0 {
+                if new_hdr[&d.ino].nlink == 0 && hold {
+                    victim_kept = Some(d.ino);
+                } else if new_hdr[&d.ino].nlink == 0 && g[&d.ino].open == 0 {
                     victim_freed = Some(d.ino);
                 }
             }
@@ -218,13 +221,17 @@ pub(crate) fn rename(
     if let Some(v) = victim_freed {
         state.forget_inode(g.get_mut(&v).expect("locked"));
     }
+    if let Some(v) = victim_kept {
+        g.get_mut(&v).expect("locked").open += 1;
+        state.removed_held.kept(v);
+    }
     if let Some(w) = whiteout {
         let ino = w.ino;
         let mut map = state.inodes.write(ino);
         state.insert_loaded(&mut map, ino, InodeCell::new_ref(w));
     }
     apply_edit(edit, &mut g);
-    Ok(())
+    Ok(victim_kept)
 }
 
 

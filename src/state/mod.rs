@@ -22,6 +22,7 @@ pub mod mkfs;
 pub mod mount;
 pub(crate) mod mount_state;
 pub(crate) mod prealloc;
+pub(crate) mod removed_held;
 pub(crate) mod scan;
 pub mod size_word;
 pub(crate) mod slots;

@@ -437,6 +437,7 @@ pub(crate) fn mount_checked(
         faults: Mutex::new(None),
         background: Arc::new(background),
         leases: Default::default(),
+        removed_held: Default::default(),
         accounting: Default::default(),
         zones: Zones::new(&g),
         pool,

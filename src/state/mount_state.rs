@@ -15,7 +15,7 @@ use crate::media::journal::{Journals, Tx};
 use crate::media::recovery::RecoveryReport;
 use crate::media::checksum;
 use crate::media::layout::{
-    self, BLOCK_SIZE, Geometry, INODE_SIZE, InodeHeader, NAME_MAX, SbState, Superblock,
+    self, BLOCK_SIZE, FileKind, Geometry, INODE_SIZE, InodeHeader, NAME_MAX, SbState, Superblock,
 };
 use crate::media::pool::Category;
 use crate::media::pool::Pool;
@@ -24,9 +24,10 @@ use crate::state::background::Background;
 use crate::state::zones::{Room, Zones};
 use crate::state::inode_bits::InodeBits;
 use crate::state::inode_load::load_after_mount;
-use crate::state::inode_state::{InoMap, InodeCell, InodeRef, InodeState, rlock};
+use crate::state::inode_state::{InoMap, InodeCell, InodeRef, InodeState, rlock, try_wlock};
 use crate::state::inode_table::InodeTable;
 use crate::state::leases::Leases;
+use crate::state::removed_held::RemovedHeld;
 use crate::state::locks::lock;
 use crate::state::mappings::FaultService;
 use crate::sys::current_cpu;
@@ -116,11 +117,18 @@ pub(crate) struct MountState {
     pub background: Arc<Background>,
     /// Direct-path leases held by clients of the mount's channel, and their size board.
     pub leases: Leases,
+    /// Inodes a removal kept for its caller, not freed yet: an allocation that finds no space
+    /// waits a little for them (`alloc_blocks`).
+    pub(crate) removed_held: RemovedHeld,
     /// What each kind of operation wrote (`winefs stat`).
     pub accounting: Accounting,
     /// The alternate-slot zones' free lists and use order (`state::slots`).
     pub zones: Zones,
 }
+
+/// How many times [`MountState::relieve_removed_held`] tries the lock of an inode held
+/// elsewhere, a millisecond apart.
+const REMOVED_LOCK_TRIES: u32 = 20;
 
 /// Whether the state of file `n` can be dropped and rebuilt from media later without losing
 /// anything: nothing else holds it (the map's write lock, which the caller holds, is the only
@@ -405,7 +413,9 @@ impl MountState {
 
     /// Allocate `nblocks` data blocks on the current CPU's partition (stealing if it is full).
     /// Before it reports no space, speculative preallocation of other files is taken back
-    /// (`ops::prealloc`), so `NoSpace` means the blocks are not there. With a `goal`, the free
+    /// (`ops::prealloc`), and files removed while their caller held them are freed
+    /// (`state::removed_held`: a FUSE unlink's blocks come back at the kernel's FORGET, which
+    /// may come after the caller's next write), so `NoSpace` means the blocks are not there. With a `goal`, the free
     /// blocks from there on are taken first (`Allocator::alloc_from`).
     pub fn alloc_blocks(&self, nblocks: u64, goal: Option<u64>) -> Result<Vec<BlockRun>> {
         loop {
@@ -426,12 +436,70 @@ impl MountState {
                 }
                 Err(e) => {
                     let short = nblocks.saturating_sub(e.free).max(1);
-                    if self.alloc.relieve(short) == 0 {
+                    if self.alloc.relieve(short) == 0 && self.relieve_removed_held() == 0 {
                         return Err(Error::NoSpace(e.to_string()));
                     }
                 }
             }
         }
+    }
+
+    /// The blocks an allocation could take ([`Allocator::available_blocks`]), for a caller about
+    /// to refuse a request of `wanted` blocks when they are fewer: files removed under a
+    /// caller's hold are freed first, as [`MountState::alloc_blocks`] frees them.
+    pub fn available_blocks_for(&self, wanted: u64) -> u64 {
+        let available = self.alloc.available_blocks();
+        if available >= wanted || self.relieve_removed_held() == 0 {
+            return available;
+        }
+        self.alloc.available_blocks()
+    }
+
+    /// Space ran short: free every regular file a removal kept for its caller
+    /// (`state::removed_held`) that only its hold keeps open (no handle, no mapping, no lease). An inode locked elsewhere is tried again for a while and then skipped,
+    /// so this never waits for good whatever locks the caller holds. Returns the blocks that came
+    /// back.
+    pub(crate) fn relieve_removed_held(&self) -> u64 {
+        let before = self.alloc.free_blocks();
+        for ino in self.removed_held.snapshot() {
+            let Ok(node) = self.inode(ino) else {
+                continue;
+            };
+            // Its lock may be held by the thread letting it go (then it is being freed anyway) or
+            // by one reading it: tried again a millisecond apart, a few times, never waited for.
+            let mut g = None;
+            for _ in 0..REMOVED_LOCK_TRIES {
+                g = try_wlock(&node);
+                if g.is_some() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let Some(mut g) = g else {
+                log::debug!("space pressure: removed inode {ino} stays locked: not freed early");
+                continue;
+            };
+            let only_the_hold = g.open == 1 && g.maps.is_empty() && g.leases == 0;
+            if !self.still_live(ino, &node)
+                || g.kind() != FileKind::File
+                || g.hdr.nlink != 0
+                || !only_the_hold
+                || self.is_read_only()
+                || !self.removed_held.take(ino)
+            {
+                continue;
+            }
+            g.open = 0;
+            if let Err(e) = self.free_inode(&mut g) {
+                log::warn!("space pressure: cannot free removed inode {ino}: {e}");
+                break;
+            }
+        }
+        let freed = self.alloc.free_blocks().saturating_sub(before);
+        if freed > 0 {
+            log::debug!("space pressure: {freed} blocks of removed files freed before their FORGET");
+        }
+        freed
     }
 
     /// The space figures that decide lending units to the slot zones and asking them back.
