@@ -416,6 +416,11 @@ impl Filesystem for WinefsFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        // Nothing to set: chown(f, -1, -1), which changes ctime and drops set-ID bits below.
+        let touch = [mode, uid, gid].iter().all(Option::is_none)
+            && size.is_none()
+            && atime.is_none()
+            && mtime.is_none();
         let set = SetAttr {
             mode,
             uid,
@@ -423,6 +428,7 @@ impl Filesystem for WinefsFuse {
             size,
             atime: atime.map(to_time_set),
             mtime: mtime.map(to_time_set),
+            touch,
         };
         let before = match self.fs.getattr(ino.0) {
             Ok(a) => a,
@@ -436,7 +442,7 @@ impl Filesystem for WinefsFuse {
         // non-directory drops set-user/group-ID, and so does a truncate by an unprivileged
         // caller (fuser does not pass FATTR_KILL_SUIDGID; uid 0 stands in for CAP_FSETID).
         // Group membership is judged by the group the file had before a chown.
-        let chown = (uid.is_some() || gid.is_some()) && a.kind != FileKind::Dir;
+        let chown = (uid.is_some() || gid.is_some() || touch) && a.kind != FileKind::Dir;
         let truncate = size.is_some() && req.uid() != 0;
         if mode.is_none() && (chown || truncate) || size.is_some() {
             let kill = (mode.is_none() && (chown || truncate))

@@ -142,6 +142,9 @@ pub struct SetAttr {
     pub atime: Option<TimeSet>,
     /// Modification time.
     pub mtime: Option<TimeSet>,
+    /// Mark the inode changed (a new ctime) even if nothing else is set, as `chown(f, -1, -1)`
+    /// does on Linux; refused on an immutable file, as setting the times to now is.
+    pub touch: bool,
 }
 
 /// One readdir entry; `offset` resumes after it.

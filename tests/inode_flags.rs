@@ -49,6 +49,8 @@ fn an_immutable_file_refuses_every_change_until_the_flag_goes() {
     eperm(fs.setattr(f, &chmod), "chmod");
     let touch = SetAttr { mtime: Some(TimeSet::Now), ..Default::default() };
     eperm(fs.setattr(f, &touch), "touch");
+    let changed = SetAttr { touch: true, ..Default::default() };
+    eperm(fs.setattr(f, &changed), "chown(f, -1, -1)");
     eperm(fs.setxattr(f, b"user.a", b"1", XattrSet::Any), "setxattr");
     eperm(fs.removexattr(f, b"user.a"), "removexattr");
     eperm(fs.unlink(root, b"f"), "unlink");
@@ -91,6 +93,12 @@ fn an_append_only_file_grows_at_its_end_and_nothing_else() {
     fs.fallocate(f, 0, 1 << 20, true).unwrap();
     let touch = SetAttr { atime: Some(TimeSet::Now), mtime: Some(TimeSet::Now), ..Default::default() };
     fs.setattr(f, &touch).unwrap();
+    // chown(f, -1, -1): a new ctime, nothing else.
+    let before = fs.getattr(f).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let after = fs.setattr(f, &SetAttr { touch: true, ..Default::default() }).unwrap();
+    assert!(after.ctime > before.ctime, "ctime changed");
+    assert_eq!((after.mtime, after.atime, after.perm), (before.mtime, before.atime, before.perm));
     eperm(fs.write(f, 0, b"ONE"), "overwrite");
     eperm(fs.truncate(f, 4), "truncate");
     eperm(fs.punch_hole(f, 0, 4096), "punch hole");

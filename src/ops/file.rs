@@ -663,6 +663,7 @@ pub(crate) fn setattr(state: &MountState, ino: u64, set: &SetAttr) -> Result<Att
         || set.gid.is_some()
         || set.atime.is_some()
         || set.mtime.is_some()
+        || set.touch
     {
         hdr.ctime = now;
         // A chmod rewrites the access ACL in its own transaction (`ops::acl`).
@@ -732,7 +733,7 @@ fn setattr_changes(set: &SetAttr) -> impl Iterator<Item = Change> {
         || set.uid.is_some()
         || set.gid.is_some()
         || [set.atime, set.mtime].iter().any(|t| matches!(t, Some(TimeSet::At(_))));
-    let now = [set.atime, set.mtime].iter().any(|t| matches!(t, Some(TimeSet::Now)));
+    let now = set.touch || [set.atime, set.mtime].iter().any(|t| matches!(t, Some(TimeSet::Now)));
     [
         set.size.map(|_| Change::Contents),
         given.then_some(Change::Attributes),
