@@ -690,6 +690,41 @@ fn random_operations_keep_every_call_that_returned_through_kill_9_of_the_daemon(
     m.stop_and_fsck();
 }
 
+/// `tests/data/edgediff.py` (191 edge cases of POSIX calls, which `tests/fuse_mount.rs` holds to
+/// ext4's answers) answers the same with the library as without it: the direct path, which
+/// serves some of its reads, writes and mappings, changes no result.
+#[test]
+fn edge_cases_of_posix_calls_answer_the_same_with_the_library() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut m = Mount::new(&[]);
+    // Checks run as other users (uid 65534 and 1000) too: the mount must be reachable.
+    fs::set_permissions(m.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/edgediff.py");
+    let stats = m.dir.path().join("edge.stats");
+    let plain = ok(Command::new("python3").arg(&script).arg(&m.mnt));
+    let with = ok(Command::new("python3")
+        .arg(&script)
+        .arg(&m.mnt)
+        .env("LD_PRELOAD", preload_lib())
+        .env("WINEFS_PRELOAD_STATS", &stats));
+    assert!(plain.lines().count() > 150, "edgediff.py stopped early:\n{plain}");
+    let differ: Vec<String> = plain
+        .lines()
+        .zip(with.lines())
+        .filter(|(a, b)| a != b)
+        .map(|(a, b)| format!("  without: {a}\n  with:    {b}"))
+        .collect();
+    assert!(
+        differ.is_empty() && plain.lines().count() == with.lines().count(),
+        "the library changes results:\n{}",
+        differ.join("\n")
+    );
+    let st = fs::read_to_string(&stats).unwrap();
+    let direct: u64 = ["read_direct", "write_direct", "mmap_direct"].iter().map(|c| counter(&st, c)).sum();
+    assert!(direct > 0, "the library served nothing directly: {st}");
+    m.stop_and_fsck();
+}
+
 /// Python `script` run on `file` with the library (its counters to `stats`), talking to the
 /// test through piped stdin and stdout.
 fn python_with_library(script: &str, file: &Path, stats: &Path) -> Child {
