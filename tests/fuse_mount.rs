@@ -2575,7 +2575,7 @@ fn on_ext4_of(size: u64, args: &[&str], run: impl Fn(&Path) -> String) -> Option
     Some(out)
 }
 
-/// `tests/data/edgediff.py`: about 190 edge cases of POSIX calls (its docstring lists them) answer
+/// `tests/data/edgediff.py`: 229 edge cases of POSIX calls (its docstring lists them) answer
 /// on the mount as on ext4 (a loop device), line for line. It found stop 57's three faults: a
 /// removed working directory answered ESTALE, a time before the epoch with nanoseconds was
 /// stored up to a second early, and `chown(f, -1, -1)` left ctime and set-ID bits alone.

@@ -690,7 +690,7 @@ fn random_operations_keep_every_call_that_returned_through_kill_9_of_the_daemon(
     m.stop_and_fsck();
 }
 
-/// `tests/data/edgediff.py` (191 edge cases of POSIX calls, which `tests/fuse_mount.rs` holds to
+/// `tests/data/edgediff.py` (229 edge cases of POSIX calls, which `tests/fuse_mount.rs` holds to
 /// ext4's answers) answers the same with the library as without it: the direct path, which
 /// serves some of its reads, writes and mappings, changes no result.
 #[test]
