@@ -275,17 +275,18 @@ impl WinefsFuse {
     }
 
     /// A removal's result (`Fs::unlink_held` and its kin): an inode that lost its last name is
-    /// kept until the kernel forgets it (`held`), or let go at once if it already has.
+    /// kept until the kernel forgets it (`held`), or let go at once if it already has (its
+    /// FORGET, served meanwhile, found nothing kept to let go).
     fn removed(&self, r: crate::Result<Option<u64>>) -> crate::Result<()> {
         if let Ok(Some(ino)) = r
-            && self.held.keep(ino)
+            && !self.held.holds(ino)
         {
             self.let_go(ino);
         }
         r.map(drop)
     }
 
-    /// Release the hold on `ino` taken when it lost its last name while the kernel held it.
+    /// The kernel holds `ino` no more: the hold a removal took on it, if any, goes.
     fn let_go(&self, ino: u64) {
         if let Err(e) = self.fs.let_go(ino) {
             log::error!("inode {ino}, removed and now forgotten by the kernel: {e}");
@@ -377,8 +378,8 @@ impl Filesystem for WinefsFuse {
 
     /// The session ends (unmount): the kernel forgets every inode without a FORGET.
     fn destroy(&mut self) {
-        for ino in self.held.take_all_kept() {
-            self.let_go(ino);
+        if let Err(e) = self.fs.let_go_all() {
+            log::error!("inodes removed while the kernel held them, let go at the end: {e}");
         }
     }
 

@@ -479,9 +479,26 @@ impl Fs {
     /// Give up the hold [`Fs::unlink_held`] (or its kin) took on `ino`: frees the inode when
     /// nothing else has it open. Nothing to do if space ran short meanwhile and the inode, a
     /// regular file only the hold kept, was freed then.
+    /// Nothing either for an inode no removal kept.
     pub fn let_go(&self, ino: u64) -> Result<()> {
+        if !self.state.removed_held.take(ino) {
+            return Ok(());
+        }
         let _op = self.state.accounting.scope(OpKind::Other);
-        open::let_go(&self.state, ino)
+        open::release(&self.state, ino)
+    }
+
+    /// [`Fs::let_go`] of every inode a removal kept (the caller forgets every number at once:
+    /// a FUSE session's end). All are let go; the last failure, if any, is returned.
+    pub fn let_go_all(&self) -> Result<()> {
+        let mut r = Ok(());
+        for ino in self.state.removed_held.take_all() {
+            let _op = self.state.accounting.scope(OpKind::Other);
+            if let Err(e) = open::release(&self.state, ino) {
+                r = Err(e);
+            }
+        }
+        r
     }
 
     /// Drop an open handle; frees the inode if it was the last one and no links remain.

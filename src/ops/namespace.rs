@@ -405,7 +405,7 @@ fn show_change_seen_meanwhile(
 /// Remove `name` from directory `parent` (a directory's only if `want_dir`, an empty one). The
 /// inode that loses its last name is freed unless open, or unless `hold`: then it is kept as if
 /// opened once more for a caller that still refers to it by number (a FUSE mount's kernel), and
-/// its number returned, for [`crate::ops::open::let_go`] to give up.
+/// its number returned, for `Fs::let_go` to give up.
 pub(crate) fn unlink(
     state: &MountState,
     parent: u64,
@@ -531,8 +531,7 @@ fn unlink_locked(
     }
     shown?;
     if kept.is_some() {
-        cg.open += 1;
-        state.removed_held.kept(loc.ino);
+        state.removed_held.hold(&mut cg);
     }
     Ok(kept)
 }

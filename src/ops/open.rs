@@ -41,16 +41,6 @@ pub(crate) fn open(state: &MountState, ino: u64) -> Result<Attr> {
     Ok(state.attr(&g))
 }
 
-/// Give up the hold a removal took on `ino` for its caller (`ops::namespace::unlink` with
-/// `hold`): released as an open handle is, unless space pressure freed the inode first
-/// (`state::removed_held`), which leaves nothing to do.
-pub(crate) fn let_go(state: &MountState, ino: u64) -> Result<()> {
-    match state.removed_held.take(ino) {
-        true => release(state, ino),
-        false => Ok(()),
-    }
-}
-
 /// Drop an open handle; frees the inode if it was the last one and no links remain.
 pub(crate) fn release(state: &MountState, ino: u64) -> Result<()> {
     state.check_alive()?;

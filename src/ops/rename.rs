@@ -222,8 +222,7 @@ pub(crate) fn rename(
         state.forget_inode(g.get_mut(&v).expect("locked"));
     }
     if let Some(v) = victim_kept {
-        g.get_mut(&v).expect("locked").open += 1;
-        state.removed_held.kept(v);
+        state.removed_held.hold(g.get_mut(&v).expect("locked"));
     }
     if let Some(w) = whiteout {
         let ino = w.ino;
