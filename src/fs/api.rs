@@ -481,9 +481,10 @@ impl Fs {
     /// regular file only the hold kept, was freed then.
     /// Nothing either for an inode no removal kept.
     pub fn let_go(&self, ino: u64) -> Result<()> {
-        if !self.state.removed_held.take(ino) {
+        // Counted as being released until the free is done: a thread short of space waits.
+        let Some(_releasing) = self.state.removed_held.take_to_release(ino) else {
             return Ok(());
-        }
+        };
         let _op = self.state.accounting.scope(OpKind::Other);
         open::release(&self.state, ino)
     }

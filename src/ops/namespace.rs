@@ -872,6 +872,69 @@ mod tests {
         assert!(report.problems.is_empty(), "{:?}", report.problems);
     }
 
+    /// A 48 MiB pool filled but for an 8 MiB file "old" (returned), and an empty file "new".
+    fn full_but_for_old() -> (tempfile::TempDir, Fs, u64, u64) {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("pool");
+        Fs::mkfs(&p, &MkfsOptions { size: Some(48 << 20), ..Default::default() }).unwrap();
+        let fs = Fs::mount(&p, MountOptions::default()).unwrap();
+        let root = fs.root();
+        let old = fs.create(root, b"old", 0o644, 0, 0).unwrap().ino;
+        fs.write(old, 0, &vec![1u8; 8 << 20]).unwrap();
+        let filler = fs.create(root, b"filler", 0o644, 0, 0).unwrap().ino;
+        let mut end = 0;
+        for chunk in [1 << 20, 4096] {
+            while fs.write(filler, end, &vec![2u8; chunk]).is_ok() {
+                end += chunk as u64;
+            }
+        }
+        let new = fs.create(root, b"new", 0o644, 0, 0).unwrap().ino;
+        (d, fs, old, new)
+    }
+
+    #[test]
+    fn a_file_released_just_after_its_removal_gives_its_space_to_the_write_that_follows() {
+        // A FUSE program closes a file, removes it and at once writes where it was: the kernel
+        // sends the RELEASE in the background, and another thread may still be serving it when
+        // the write comes. The write waits for it instead of finding no space.
+        let (_d, fs, old, new) = full_but_for_old();
+        fs.open(old).unwrap();
+        assert!(fs.unlink_held(fs.root(), b"old", true).unwrap().is_some());
+        let want = vec![3u8; 6 << 20];
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                fs.release(old).unwrap();
+            });
+            assert_eq!(fs.write(new, 0, &want).unwrap(), want.len(), "the closed file's blocks");
+        });
+        fs.let_go(old).unwrap();
+        assert!(matches!(fs.getattr(old), Err(Error::Stale(_))));
+        let report = fs.check();
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+    }
+
+    #[test]
+    fn a_file_its_forget_is_freeing_gives_its_space_to_the_write_that_follows() {
+        // The kernel's FORGET of a removed file, served by another thread, has taken the hold
+        // and is freeing the file (`Fs::let_go`, here slowed down) when a write needs its space.
+        let (_d, fs, old, new) = full_but_for_old();
+        assert!(fs.unlink_held(fs.root(), b"old", true).unwrap().is_some());
+        let releasing = fs.state.removed_held.take_to_release(old).expect("kept");
+        let want = vec![3u8; 6 << 20];
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                crate::ops::open::release(&fs.state, old).unwrap();
+                drop(releasing);
+            });
+            assert_eq!(fs.write(new, 0, &want).unwrap(), want.len(), "the freed file's blocks");
+        });
+        assert!(matches!(fs.getattr(old), Err(Error::Stale(_))));
+        let report = fs.check();
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+    }
+
     #[test]
     fn space_running_short_frees_removed_files_only_their_hold_keeps() {
         let d = tempfile::tempdir().unwrap();

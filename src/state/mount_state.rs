@@ -34,6 +34,7 @@ use crate::sys::current_cpu;
 use crate::types::{Attr, Consistency, OverwritePath, StatFs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Shared state of a mounted pool.
 pub(crate) struct MountState {
@@ -129,6 +130,11 @@ pub(crate) struct MountState {
 /// How many times [`MountState::relieve_removed_held`] tries the lock of an inode held
 /// elsewhere, a millisecond apart.
 const REMOVED_LOCK_TRIES: u32 = 20;
+
+/// How long an allocation that finds no space waits for a removed file another thread is
+/// freeing ([`MountState::wait_for_closing`]): the kernel sends a RELEASE in the background as
+/// the last descriptor closes, and another thread serves it, or a FORGET, in microseconds.
+const CLOSING_WAIT: Duration = Duration::from_millis(50);
 
 /// Whether the state of file `n` can be dropped and rebuilt from media later without losing
 /// anything: nothing else holds it (the map's write lock, which the caller holds, is the only
@@ -418,6 +424,7 @@ impl MountState {
     /// may come after the caller's next write), so `NoSpace` means the blocks are not there. With a `goal`, the free
     /// blocks from there on are taken first (`Allocator::alloc_from`).
     pub fn alloc_blocks(&self, nblocks: u64, goal: Option<u64>) -> Result<Vec<BlockRun>> {
+        let mut waiting_since = None;
         loop {
             let got = match goal {
                 Some(at) => self.alloc.alloc_from(nblocks, at, current_cpu()),
@@ -436,7 +443,10 @@ impl MountState {
                 }
                 Err(e) => {
                     let short = nblocks.saturating_sub(e.free).max(1);
-                    if self.alloc.relieve(short) == 0 && self.relieve_removed_held() == 0 {
+                    if self.alloc.relieve(short) == 0
+                        && self.relieve_removed_held() == 0
+                        && !self.wait_for_closing(&mut waiting_since)
+                    {
                         return Err(Error::NoSpace(e.to_string()));
                     }
                 }
@@ -448,11 +458,32 @@ impl MountState {
     /// to refuse a request of `wanted` blocks when they are fewer: files removed under a
     /// caller's hold are freed first, as [`MountState::alloc_blocks`] frees them.
     pub fn available_blocks_for(&self, wanted: u64) -> u64 {
-        let available = self.alloc.available_blocks();
-        if available >= wanted || self.relieve_removed_held() == 0 {
-            return available;
+        let mut waiting_since = None;
+        loop {
+            let available = self.alloc.available_blocks();
+            if available >= wanted
+                || (self.relieve_removed_held() == 0 && !self.wait_for_closing(&mut waiting_since))
+            {
+                return available;
+            }
         }
-        self.alloc.available_blocks()
+    }
+
+    /// Space ran short while another thread frees a removed file: a hold given up is being
+    /// released (the kernel's FORGET), or a file open handles held was removed within
+    /// [`CLOSING_WAIT`] (its RELEASE, which frees it, may be in another thread's hands). A
+    /// program that closes a file, removes it and at once allocates its space gets there
+    /// first now and then. Waits a millisecond and says to try again, until `CLOSING_WAIT`
+    /// has passed since the first wait (`waiting_since`), however long the tries between took.
+    fn wait_for_closing(&self, waiting_since: &mut Option<Instant>) -> bool {
+        let since = *waiting_since.get_or_insert_with(Instant::now);
+        let freeing = self.removed_held.releasing()
+            || self.removed_held.removed_open_within(CLOSING_WAIT);
+        if since.elapsed() >= CLOSING_WAIT || !freeing {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        true
     }
 
     /// Space ran short: free every regular file a removal kept for its caller

@@ -10,18 +10,55 @@
 //! (`MountState::relieve_removed_held`); their later FORGET lets go of nothing. A process that
 //! still held one (an `O_PATH` descriptor) is then told ESTALE, as before such inodes were
 //! kept. Directories and other small inodes are never freed early.
+//!
+//! A file removed while open handles still held it is freed at their RELEASE, which the kernel
+//! sends in the background when the last descriptor closes: a program that closes a file,
+//! removes it and at once allocates its space can find the RELEASE still in another thread's
+//! hands. So for a short while after such a removal (`removed_open_within`) an allocation that
+//! finds no space waits for the RELEASE instead of refusing (`MountState::alloc_blocks`). It
+//! waits as well while a hold given up is being released (`take_to_release`): the kernel's
+//! FORGET, served by another thread, frees the file then, its blocks not back yet.
 
 use crate::state::inode_state::InodeState;
 use std::collections::HashSet;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 /// The inodes a removal kept, each with one hold (one count of its `open`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct RemovedHeld {
     inodes: Mutex<HashSet<u64>>,
     /// `inodes.len()`, read without the lock when space runs short.
     count: AtomicUsize,
+    /// Nanoseconds from `epoch` to the last removal that kept an inode open handles held too
+    /// (0: none yet).
+    last_open_removal: AtomicU64,
+    epoch: Instant,
+    /// Holds taken by [`RemovedHeld::take_to_release`] whose release has not ended.
+    releasing: AtomicUsize,
+}
+
+/// A hold given up and being released: counted by [`RemovedHeld::releasing`] until dropped.
+#[derive(Debug)]
+pub(crate) struct Releasing<'a>(&'a RemovedHeld);
+
+impl Drop for Releasing<'_> {
+    fn drop(&mut self) {
+        self.0.releasing.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Default for RemovedHeld {
+    fn default() -> Self {
+        RemovedHeld {
+            inodes: Mutex::default(),
+            count: AtomicUsize::new(0),
+            last_open_removal: AtomicU64::new(0),
+            epoch: Instant::now(),
+            releasing: AtomicUsize::new(0),
+        }
+    }
 }
 
 impl RemovedHeld {
@@ -33,8 +70,24 @@ impl RemovedHeld {
     /// Keep `n`, which just lost its last name, for the caller of its removal: one more open
     /// (the hold), noted here.
     pub(crate) fn hold(&self, n: &mut InodeState) {
+        if n.open > 0 {
+            // Open handles hold it too: their RELEASE frees it, and may be on its way.
+            let since = self.epoch.elapsed().as_nanos().max(1);
+            self.last_open_removal.store(u64::try_from(since).unwrap_or(u64::MAX), Ordering::Release);
+        }
         n.open += 1;
         self.kept(n.ino);
+    }
+
+    /// Whether a removal kept, within the last `window`, an inode that open handles held too.
+    pub(crate) fn removed_open_within(&self, window: Duration) -> bool {
+        match self.last_open_removal.load(Ordering::Acquire) {
+            0 => false,
+            at => {
+                let now = self.epoch.elapsed().as_nanos();
+                now.saturating_sub(u128::from(at)) <= window.as_nanos()
+            }
+        }
     }
 
     /// A removal kept inode `ino` for its caller, with a hold.
@@ -55,6 +108,28 @@ impl RemovedHeld {
         let had = s.remove(&ino);
         self.count.store(s.len(), Ordering::Release);
         had
+    }
+
+    /// [`RemovedHeld::take`] for a caller about to release the inode: while the returned guard
+    /// lives, [`RemovedHeld::releasing`] says so (counted before the hold leaves the set, so a
+    /// thread short of space sees the inode either kept or being released).
+    pub(crate) fn take_to_release(&self, ino: u64) -> Option<Releasing<'_>> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut s = self.lock();
+        if !s.contains(&ino) {
+            return None;
+        }
+        self.releasing.fetch_add(1, Ordering::AcqRel);
+        s.remove(&ino);
+        self.count.store(s.len(), Ordering::Release);
+        Some(Releasing(self))
+    }
+
+    /// Whether a hold given up is being released now ([`RemovedHeld::take_to_release`]).
+    pub(crate) fn releasing(&self) -> bool {
+        self.releasing.load(Ordering::Acquire) > 0
     }
 
     /// Take every hold: the inodes that had one.
@@ -95,6 +170,44 @@ mod tests {
         all.sort_unstable();
         assert_eq!(all, [3, 4]);
         assert!(!r.take(3) && !r.take(4) && r.take_all().is_empty(), "taken with the rest");
+    }
+
+    fn fresh(ino: u64) -> InodeState {
+        use crate::media::layout::InodeHeader;
+        use crate::meta::inode::FileMap;
+        InodeState::new(ino, InodeHeader::default(), FileMap::new(), None)
+    }
+
+    #[test]
+    fn a_removal_of_an_open_file_is_recent_for_a_while() {
+        let r = RemovedHeld::default();
+        let window = Duration::from_millis(30);
+        assert!(!r.removed_open_within(window), "nothing removed yet");
+        let mut closed = fresh(11);
+        r.hold(&mut closed);
+        assert_eq!(closed.open, 1);
+        assert!(!r.removed_open_within(window), "no handle held it: no RELEASE to wait for");
+        let mut open = fresh(12);
+        open.open = 1;
+        r.hold(&mut open);
+        assert_eq!(open.open, 2);
+        assert!(r.removed_open_within(window));
+        std::thread::sleep(window + Duration::from_millis(10));
+        assert!(!r.removed_open_within(window), "the window is over");
+    }
+
+    #[test]
+    fn a_hold_being_released_is_counted_until_its_guard_goes() {
+        let r = RemovedHeld::default();
+        r.kept(5);
+        assert!(r.take_to_release(6).is_none(), "never kept");
+        assert!(!r.releasing());
+        let g = r.take_to_release(5).expect("kept");
+        assert!(r.releasing());
+        assert!(!r.take(5) && r.take_to_release(5).is_none(), "taken once");
+        assert!(r.snapshot().is_empty());
+        drop(g);
+        assert!(!r.releasing());
     }
 
     #[test]
