@@ -8,6 +8,7 @@ use crate::media::pool::Pool;
 use crate::meta::dir::{DirEntryLoc, DirIndex, DirMedia};
 use crate::meta::inode::FileMap;
 use crate::state::mappings::MapState;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
 use crate::spin::taken;
@@ -180,6 +181,36 @@ pub(crate) struct InodeWriteGuard<'a> {
     _changing: Option<MutexGuard<'a, ()>>,
 }
 
+thread_local! {
+    /// The inodes this thread holds locked for writing (a rename holds four at most): a thread
+    /// short of space skips them among the files it could free (`MountState::relieve_removed_held`)
+    /// instead of waiting for a lock it holds itself.
+    static WRITE_LOCKED: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+impl<'a> InodeWriteGuard<'a> {
+    fn new(g: RwLockWriteGuard<'a, InodeState>, changing: Option<MutexGuard<'a, ()>>) -> Self {
+        WRITE_LOCKED.with_borrow_mut(|v| v.push(g.ino));
+        InodeWriteGuard { g, _changing: changing }
+    }
+}
+
+impl Drop for InodeWriteGuard<'_> {
+    fn drop(&mut self) {
+        let ino = self.g.ino;
+        WRITE_LOCKED.with_borrow_mut(|v| {
+            if let Some(i) = v.iter().rposition(|&x| x == ino) {
+                v.swap_remove(i);
+            }
+        });
+    }
+}
+
+/// Whether this thread holds inode `ino` locked for writing ([`wlock`], [`try_wlock`]).
+pub(crate) fn write_locked_here(ino: u64) -> bool {
+    WRITE_LOCKED.with_borrow(|v| v.contains(&ino))
+}
+
 impl Deref for InodeWriteGuard<'_> {
     type Target = InodeState;
     fn deref(&self) -> &InodeState {
@@ -198,7 +229,7 @@ impl DerefMut for InodeWriteGuard<'_> {
 /// first, `locks::spin_then_block`).
 pub(crate) fn wlock(n: &InodeRef) -> InodeWriteGuard<'_> {
     let changing = n.changing.as_ref().map(locks::lock_spinning);
-    InodeWriteGuard { g: locks::write(&n.state), _changing: changing }
+    InodeWriteGuard::new(locks::write(&n.state), changing)
 }
 
 /// [`wlock`] if nothing holds the inode now.
@@ -207,7 +238,7 @@ pub(crate) fn try_wlock(n: &InodeRef) -> Option<InodeWriteGuard<'_>> {
         Some(m) => Some(taken(m.try_lock())?),
         None => None,
     };
-    Some(InodeWriteGuard { g: taken(n.state.try_write())?, _changing: changing })
+    Some(InodeWriteGuard::new(taken(n.state.try_write())?, changing))
 }
 
 /// Lock an inode for reading.
@@ -258,7 +289,7 @@ impl<'a> DirChange<'a> {
             DirChange::Shared { cell, g, changing } => {
                 drop(g);
                 // No writer can come in between: every one takes `changing`, held here.
-                InodeWriteGuard { g: locks::write(&cell.state), _changing: Some(changing) }
+                InodeWriteGuard::new(locks::write(&cell.state), Some(changing))
             }
             DirChange::Exclusive(w) => w,
         }
@@ -301,3 +332,34 @@ impl std::hash::Hasher for InoHasher {
 /// A map keyed by inode number, hashed with [`InoHasher`].
 pub type InoMap<V> = std::collections::HashMap<u64, V, std::hash::BuildHasherDefault<InoHasher>>;
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::layout::InodeHeader;
+    use crate::meta::inode::FileMap;
+
+    fn cell(ino: u64) -> InodeRef {
+        InodeCell::new_ref(InodeState::new(ino, InodeHeader::default(), FileMap::new(), None))
+    }
+
+    #[test]
+    fn a_thread_knows_the_inodes_it_holds_locked_for_writing() {
+        let (a, b) = (cell(3), cell(4));
+        assert!(!write_locked_here(3));
+        let ga = wlock(&a);
+        let gb = try_wlock(&b).expect("free");
+        assert!(write_locked_here(3) && write_locked_here(4));
+        std::thread::scope(|s| {
+            s.spawn(|| assert!(!write_locked_here(3), "another thread's lock"));
+        });
+        drop(ga);
+        assert!(!write_locked_here(3) && write_locked_here(4));
+        assert!(try_wlock(&a).is_some_and(|_| write_locked_here(3)));
+        assert!(!write_locked_here(3), "the guard went with the expression");
+        drop(gb);
+        assert!(!write_locked_here(4));
+        let _r = rlock(&a);
+        assert!(!write_locked_here(3), "a read lock is not counted");
+    }
+}

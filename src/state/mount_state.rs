@@ -24,7 +24,9 @@ use crate::state::background::Background;
 use crate::state::zones::{Room, Zones};
 use crate::state::inode_bits::InodeBits;
 use crate::state::inode_load::load_after_mount;
-use crate::state::inode_state::{InoMap, InodeCell, InodeRef, InodeState, rlock, try_wlock};
+use crate::state::inode_state::{
+    InoMap, InodeCell, InodeRef, InodeState, rlock, try_wlock, write_locked_here,
+};
 use crate::state::inode_table::InodeTable;
 use crate::state::leases::Leases;
 use crate::state::removed_held::RemovedHeld;
@@ -493,6 +495,11 @@ impl MountState {
     pub(crate) fn relieve_removed_held(&self) -> u64 {
         let before = self.alloc.free_blocks();
         for ino in self.removed_held.snapshot() {
+            if write_locked_here(ino) {
+                // The caller's own file (a write to a file it removed while open): not only
+                // the hold keeps it, and its lock would never come free while this waits.
+                continue;
+            }
             let Ok(node) = self.inode(ino) else {
                 continue;
             };
