@@ -5,8 +5,9 @@
 //! modules, expands every `use` tree, resolves every path that starts with `crate`, `super`,
 //! `self`, a child module or a name a `use` brought in (and, in the CLI, `winefs`) to the file
 //! that defines the item, following `pub use` re-exports. An edge A → B means "A names something
-//! defined in B". Unit tests inside a module are left out: a test may build a whole file system
-//! to check one layer, which says nothing about the layer's own dependencies.
+//! defined in B". Unit tests are left out, inside a module or in a file of their own beside it
+//! (`#[cfg(test)] #[path = "..."] mod`): a test may build a whole file system to check one
+//! layer, which says nothing about the layer's own dependencies.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -130,6 +131,27 @@ fn drop_test_modules(code: &str) -> String {
         }
     }
     out.push_str(rest);
+    out
+}
+
+/// The files of `#[cfg(test)] #[path = "file.rs"] mod name;` declarations in `src`: unit tests
+/// a module keeps beside it.
+fn test_module_files(src: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = src;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        rest = rest[at + "#[cfg(test)]".len()..].trim_start();
+        if let Some(attr) = rest.strip_prefix("#[path") {
+            let quoted = attr.split('"').nth(1);
+            let closes = attr.find(']');
+            if let (Some(file), Some(end)) = (quoted, closes) {
+                let after = attr[end + 1..].trim_start();
+                if after.starts_with("mod ") || after.starts_with("pub mod ") {
+                    out.push(file.to_string());
+                }
+            }
+        }
+    }
     out
 }
 
@@ -299,8 +321,20 @@ impl Crate {
         }
         let mut paths = Vec::new();
         walk(&repo.join(dir), &mut paths);
+        // Unit tests kept in a file of their own beside their module are test code too.
+        let test_files: BTreeSet<PathBuf> = paths
+            .iter()
+            .flat_map(|p| {
+                let src = std::fs::read_to_string(p).expect("read a source file");
+                let folder = p.parent().expect("in a folder").to_path_buf();
+                test_module_files(&src).into_iter().map(move |f| folder.join(f))
+            })
+            .collect();
         let mut sources = Vec::new();
         for p in paths {
+            if test_files.contains(&p) {
+                continue;
+            }
             let rel = p.strip_prefix(repo).expect("in the repository");
             let in_dir = p.strip_prefix(repo.join(dir)).expect("in the crate folder");
             if skip.iter().any(|s| in_dir.starts_with(s)) {
@@ -634,6 +668,16 @@ fn comments_strings_and_test_modules_name_nothing() {
     let used: Vec<String> = n.uses.iter().map(|(u, _)| u.path.join("::")).collect();
     assert_eq!(used, ["crate::kept"]);
     assert!(n.inline.is_empty(), "{:?}", n.inline);
+}
+
+#[test]
+fn files_of_test_modules_are_found_and_nothing_else() {
+    let src = "#[cfg(test)]\n#[path = \"a_tests.rs\"]\nmod tests;\n\
+               #[cfg(test)] #[path = \"b_tests.rs\"] pub mod b;\n\
+               #[path = \"c.rs\"]\nmod c;\n\
+               #[cfg(test)]\nmod inline { }\n\
+               #[cfg(test)]\n#[path = \"d.rs\"]\nfn not_a_module() {}";
+    assert_eq!(test_module_files(src), ["a_tests.rs", "b_tests.rs"]);
 }
 
 /// The checker on a made-up crate: an upward import and a cycle through a re-export are found.

@@ -133,10 +133,19 @@ pub(crate) struct MountState {
 /// elsewhere, a millisecond apart.
 const REMOVED_LOCK_TRIES: u32 = 20;
 
-/// How long an allocation that finds no space waits for a removed file another thread is
-/// freeing ([`MountState::wait_for_closing`]): the kernel sends a RELEASE in the background as
+/// How long an allocation (of blocks or of an inode number) that finds none waits for a
+/// removed file another thread is freeing ([`MountState::wait_for_closing`]): the kernel sends a RELEASE in the background as
 /// the last descriptor closes, and another thread serves it, or a FORGET, in microseconds.
 const CLOSING_WAIT: Duration = Duration::from_millis(50);
+
+/// What [`MountState::relieve_removed_held`] gave back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Relieved {
+    /// Data blocks.
+    pub blocks: u64,
+    /// Inode numbers (files freed).
+    pub inodes: u64,
+}
 
 /// Whether the state of file `n` can be dropped and rebuilt from media later without losing
 /// anything: nothing else holds it (the map's write lock, which the caller holds, is the only
@@ -446,7 +455,7 @@ impl MountState {
                 Err(e) => {
                     let short = nblocks.saturating_sub(e.free).max(1);
                     if self.alloc.relieve(short) == 0
-                        && self.relieve_removed_held() == 0
+                        && self.relieve_removed_held().blocks == 0
                         && !self.wait_for_closing(&mut waiting_since)
                     {
                         return Err(Error::NoSpace(e.to_string()));
@@ -464,7 +473,8 @@ impl MountState {
         loop {
             let available = self.alloc.available_blocks();
             if available >= wanted
-                || (self.relieve_removed_held() == 0 && !self.wait_for_closing(&mut waiting_since))
+                || (self.relieve_removed_held().blocks == 0
+                    && !self.wait_for_closing(&mut waiting_since))
             {
                 return available;
             }
@@ -490,10 +500,11 @@ impl MountState {
 
     /// Space ran short: free every regular file a removal kept for its caller
     /// (`state::removed_held`) that only its hold keeps open (no handle, no mapping, no lease). An inode locked elsewhere is tried again for a while and then skipped,
-    /// so this never waits for good whatever locks the caller holds. Returns the blocks that came
-    /// back.
-    pub(crate) fn relieve_removed_held(&self) -> u64 {
+    /// so this never waits for good whatever locks the caller holds. Returns the blocks and
+    /// inode numbers that came back.
+    pub(crate) fn relieve_removed_held(&self) -> Relieved {
         let before = self.alloc.free_blocks();
+        let mut inodes = 0;
         for ino in self.removed_held.snapshot() {
             if write_locked_here(ino) {
                 // The caller's own file (a write to a file it removed while open): not only
@@ -532,12 +543,13 @@ impl MountState {
                 log::warn!("space pressure: cannot free removed inode {ino}: {e}");
                 break;
             }
+            inodes += 1;
         }
-        let freed = self.alloc.free_blocks().saturating_sub(before);
-        if freed > 0 {
-            log::debug!("space pressure: {freed} blocks of removed files freed before their FORGET");
+        let blocks = self.alloc.free_blocks().saturating_sub(before);
+        if inodes > 0 {
+            log::debug!("space pressure: {inodes} removed files ({blocks} blocks) freed before their FORGET");
         }
-        freed
+        Relieved { blocks, inodes }
     }
 
     /// The space figures that decide lending units to the slot zones and asking them back.
@@ -572,11 +584,27 @@ impl MountState {
     }
 
     /// A free inode number, from the current CPU's partition if it has one.
+    /// Before it reports none, files removed under a caller's hold are freed, or waited for
+    /// while another thread frees them, as [`MountState::alloc_blocks`] does: an unlink's inode
+    /// number comes back at the kernel's FORGET, which may come after the caller's next create.
     pub fn alloc_inode_number(&self) -> Result<u64> {
+        let mut waiting_since = None;
+        loop {
+            if let Some(i) = self.any_inode_number() {
+                return Ok(i);
+            }
+            if self.relieve_removed_held().inodes == 0 && !self.wait_for_closing(&mut waiting_since) {
+                return Err(Error::NoSpace("no free inodes".into()));
+            }
+        }
+    }
+
+    /// A free inode number: [`MountState::alloc_inode_number`] without freeing anything.
+    fn any_inode_number(&self) -> Option<u64> {
         let n = self.inode_free.len();
         let local = current_cpu() % n;
         if let Some(i) = self.take_inode_number(local) {
-            return Ok(i);
+            return Some(i);
         }
         // Steal from the fullest partition; the lengths are read without holding every lock,
         // so if that one emptied meanwhile fall back to any partition that still has one.
@@ -584,11 +612,9 @@ impl MountState {
             .max_by_key(|&p| lock(&self.inode_free[p]).len())
             .unwrap_or(0);
         if let Some(i) = self.take_inode_number(best) {
-            return Ok(i);
+            return Some(i);
         }
-        (0..n)
-            .find_map(|p| self.take_inode_number(p))
-            .ok_or_else(|| Error::NoSpace("no free inodes".into()))
+        (0..n).find_map(|p| self.take_inode_number(p))
     }
 
     /// A free inode number of partition `p`: the lowest, or with wear-aware allocation the next
