@@ -82,11 +82,14 @@ fn a_file_its_forget_is_freeing_gives_its_space_to_the_write_that_follows() {
 }
 
 #[test]
-fn a_create_on_a_full_inode_table_takes_the_number_of_a_file_removed_under_a_hold() {
+fn a_create_on_a_full_inode_table_takes_the_number_of_an_inode_removed_under_a_hold() {
     // The kernel's FORGET of an unlinked file may come after the caller's next create: the
-    // number it keeps until then is given to the create, as ext4 gives it at once.
+    // number it keeps until then is given to the create, as ext4 gives it at once. A removed
+    // directory's too, unless it is open.
     let (_d, fs) = mounted(32 << 20, Some(64));
     let root = fs.root();
+    let dir = fs.mkdir(root, b"d", 0o755, 0, 0).unwrap().ino;
+    let open_dir = fs.mkdir(root, b"o", 0o755, 0, 0).unwrap().ino;
     let mut n = 0;
     let err = loop {
         match fs.create(root, format!("f{n}").as_bytes(), 0o644, 0, 0) {
@@ -101,6 +104,18 @@ fn a_create_on_a_full_inode_table_takes_the_number_of_a_file_removed_under_a_hol
     fs.let_go(gone).unwrap();
     assert!(matches!(fs.create(root, b"h", 0o644, 0, 0), Err(Error::NoSpace(_))));
     assert_eq!(fs.getattr(new).unwrap().nlink, 1, "the late FORGET left the new file alone");
+    fs.open(open_dir).unwrap();
+    assert!(fs.rmdir_held(root, b"o", true).unwrap().is_some());
+    assert!(fs.rmdir_held(root, b"d", true).unwrap().is_some());
+    let e = fs.mkdir(root, b"e", 0o755, 0, 0).expect("the removed directory's number").ino;
+    assert_eq!(e, dir, "the one not open");
+    assert!(matches!(fs.create(root, b"h", 0o644, 0, 0), Err(Error::NoSpace(_))), "open: kept");
+    assert_eq!(fs.getattr(open_dir).unwrap().nlink, 0);
+    for ino in [dir, open_dir] {
+        fs.let_go(ino).unwrap();
+    }
+    fs.release(open_dir).unwrap();
+    fs.create(root, b"h", 0o644, 0, 0).expect("the open directory's number, once closed");
     let report = fs.check();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }

@@ -138,6 +138,16 @@ const REMOVED_LOCK_TRIES: u32 = 20;
 /// the last descriptor closes, and another thread serves it, or a FORGET, in microseconds.
 const CLOSING_WAIT: Duration = Duration::from_millis(50);
 
+/// What ran short, for [`MountState::relieve_removed_held`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Short {
+    /// Data blocks: regular files are freed (a directory's few blocks are not worth its
+    /// holder's ESTALE).
+    Blocks,
+    /// Inode numbers: any kind is freed.
+    Inodes,
+}
+
 /// What [`MountState::relieve_removed_held`] gave back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Relieved {
@@ -455,7 +465,7 @@ impl MountState {
                 Err(e) => {
                     let short = nblocks.saturating_sub(e.free).max(1);
                     if self.alloc.relieve(short) == 0
-                        && self.relieve_removed_held().blocks == 0
+                        && self.relieve_removed_held(Short::Blocks).blocks == 0
                         && !self.wait_for_closing(&mut waiting_since)
                     {
                         return Err(Error::NoSpace(e.to_string()));
@@ -473,7 +483,7 @@ impl MountState {
         loop {
             let available = self.alloc.available_blocks();
             if available >= wanted
-                || (self.relieve_removed_held().blocks == 0
+                || (self.relieve_removed_held(Short::Blocks).blocks == 0
                     && !self.wait_for_closing(&mut waiting_since))
             {
                 return available;
@@ -498,11 +508,14 @@ impl MountState {
         true
     }
 
-    /// Space ran short: free every regular file a removal kept for its caller
-    /// (`state::removed_held`) that only its hold keeps open (no handle, no mapping, no lease). An inode locked elsewhere is tried again for a while and then skipped,
-    /// so this never waits for good whatever locks the caller holds. Returns the blocks and
-    /// inode numbers that came back.
-    pub(crate) fn relieve_removed_held(&self) -> Relieved {
+    /// Space ran `short`: free every inode a removal kept for its caller
+    /// (`state::removed_held`) that only its hold keeps open (no handle, no mapping, no lease):
+    /// the regular files when data blocks ran short, every kind when inode numbers did (a
+    /// directory removed while it was a process's working directory is kept too, and holds a
+    /// number as a file does). An inode locked elsewhere is tried again for a while and then
+    /// skipped, so this never waits for good whatever locks the caller holds. Returns the
+    /// blocks and inode numbers that came back.
+    pub(crate) fn relieve_removed_held(&self, short: Short) -> Relieved {
         let before = self.alloc.free_blocks();
         let mut inodes = 0;
         for ino in self.removed_held.snapshot() {
@@ -530,7 +543,7 @@ impl MountState {
             };
             let only_the_hold = g.open == 1 && g.maps.is_empty() && g.leases == 0;
             if !self.still_live(ino, &node)
-                || g.kind() != FileKind::File
+                || (short == Short::Blocks && g.kind() != FileKind::File)
                 || g.hdr.nlink != 0
                 || !only_the_hold
                 || self.is_read_only()
@@ -593,7 +606,9 @@ impl MountState {
             if let Some(i) = self.any_inode_number() {
                 return Ok(i);
             }
-            if self.relieve_removed_held().inodes == 0 && !self.wait_for_closing(&mut waiting_since) {
+            if self.relieve_removed_held(Short::Inodes).inodes == 0
+                && !self.wait_for_closing(&mut waiting_since)
+            {
                 return Err(Error::NoSpace("no free inodes".into()));
             }
         }

@@ -9,7 +9,8 @@
 //! out, kept regular files that nothing but the hold keeps open are freed at once
 //! (`MountState::relieve_removed_held`); their later FORGET lets go of nothing. A process that
 //! still held one (an `O_PATH` descriptor) is then told ESTALE, as before such inodes were
-//! kept. Directories and other small inodes are never freed early.
+//! kept. Directories and other small inodes are freed early only when inode numbers run short
+//! (a directory removed while a process's working directory then answers ESTALE there).
 //!
 //! A file removed while open handles still held it is freed at their RELEASE, which the kernel
 //! sends in the background when the last descriptor closes: a program that closes a file,
