@@ -183,8 +183,8 @@ pub(crate) struct InodeWriteGuard<'a> {
 
 thread_local! {
     /// The inodes this thread holds locked for writing (a rename holds four at most): a thread
-    /// short of space skips them among the files it could free (`MountState::relieve_removed_held`)
-    /// instead of waiting for a lock it holds itself.
+    /// short of space skips them among the files it could free
+    /// (`MountState::relieve_removed_held`) instead of waiting for a lock it holds itself.
     static WRITE_LOCKED: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -331,7 +331,6 @@ impl std::hash::Hasher for InoHasher {
 
 /// A map keyed by inode number, hashed with [`InoHasher`].
 pub type InoMap<V> = std::collections::HashMap<u64, V, std::hash::BuildHasherDefault<InoHasher>>;
-
 
 #[cfg(test)]
 mod tests {

@@ -134,8 +134,9 @@ pub(crate) struct MountState {
 const REMOVED_LOCK_TRIES: u32 = 20;
 
 /// How long an allocation (of blocks or of an inode number) that finds none waits for a
-/// removed file another thread is freeing ([`MountState::wait_for_closing`]): the kernel sends a RELEASE in the background as
-/// the last descriptor closes, and another thread serves it, or a FORGET, in microseconds.
+/// removed file another thread is freeing ([`MountState::wait_for_closing`]): the kernel sends
+/// a RELEASE in the background as the last descriptor closes, and another thread serves it, or
+/// a FORGET, in microseconds.
 const CLOSING_WAIT: Duration = Duration::from_millis(50);
 
 /// What ran short, for [`MountState::relieve_removed_held`].
@@ -560,7 +561,9 @@ impl MountState {
         }
         let blocks = self.alloc.free_blocks().saturating_sub(before);
         if inodes > 0 {
-            log::debug!("space pressure: {inodes} removed files ({blocks} blocks) freed before their FORGET");
+            log::debug!(
+                "space pressure: {inodes} removed files ({blocks} blocks) freed before their FORGET"
+            );
         }
         Relieved { blocks, inodes }
     }

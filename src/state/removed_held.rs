@@ -73,8 +73,8 @@ impl RemovedHeld {
     pub(crate) fn hold(&self, n: &mut InodeState) {
         if n.open > 0 {
             // Open handles hold it too: their RELEASE frees it, and may be on its way.
-            let since = self.epoch.elapsed().as_nanos().max(1);
-            self.last_open_removal.store(u64::try_from(since).unwrap_or(u64::MAX), Ordering::Release);
+            let since = u64::try_from(self.epoch.elapsed().as_nanos().max(1)).unwrap_or(u64::MAX);
+            self.last_open_removal.store(since, Ordering::Release);
         }
         n.open += 1;
         self.kept(n.ino);
