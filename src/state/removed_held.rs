@@ -100,21 +100,16 @@ impl RemovedHeld {
 
     /// Take the hold on `ino`: true if it had one (exactly one caller gets true), false if it
     /// has none (never kept, let go before, or freed by `MountState::relieve_removed_held`).
+    /// The caller frees the inode at once, under its lock (`MountState::relieve_removed_held`).
     pub(crate) fn take(&self, ino: u64) -> bool {
-        // Most callers (every FORGET of a FUSE mount) ask about inodes never kept.
-        if self.count.load(Ordering::Acquire) == 0 {
-            return false;
-        }
-        let mut s = self.lock();
-        let had = s.remove(&ino);
-        self.count.store(s.len(), Ordering::Release);
-        had
+        self.take_to_release(ino).is_some()
     }
 
     /// [`RemovedHeld::take`] for a caller about to release the inode: while the returned guard
     /// lives, [`RemovedHeld::releasing`] says so (counted before the hold leaves the set, so a
     /// thread short of space sees the inode either kept or being released).
     pub(crate) fn take_to_release(&self, ino: u64) -> Option<Releasing<'_>> {
+        // Most callers (every FORGET of a FUSE mount) ask about inodes never kept.
         if self.count.load(Ordering::Acquire) == 0 {
             return None;
         }
