@@ -6,6 +6,8 @@
 //!
 //! Runs as root with FUSE available. A missing tool fails the test with the package to install.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -2591,17 +2593,8 @@ fn edge_cases_of_posix_calls_answer_as_on_ext4() {
     assert!(got.lines().count() > 150, "edgediff.py stopped early:\n{got}");
     // 4 KiB blocks, as winefs's (a small image would get 1 KiB ones: shorter symlink targets).
     if let Some(ext4) = on_ext4_of(128 << 20, &["-b", "4096"], run) {
-        let differ: Vec<String> = ext4
-            .lines()
-            .zip(got.lines())
-            .filter(|(e, w)| e != w)
-            .map(|(e, w)| format!("  ext4:   {e}\n  winefs: {w}"))
-            .collect();
-        assert!(
-            differ.is_empty() && ext4.lines().count() == got.lines().count(),
-            "winefs and ext4 differ:\n{}",
-            differ.join("\n")
-        );
+        let differ = common::transcript_differences(("ext4:  ", &ext4), ("winefs:", &got));
+        assert!(differ.is_empty(), "winefs and ext4 differ:\n{}", differ.join("\n"));
     }
     m.remount(); // fsck clean
     m.stop();

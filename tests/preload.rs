@@ -5,6 +5,8 @@
 //! fallbacks (a mount with no direct path, a user who is not the pool's owner, a static
 //! binary). Needs root (FUSE, a hugepage tmpfs), like the other FUSE tests.
 
+mod common;
+
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -708,17 +710,8 @@ fn edge_cases_of_posix_calls_answer_the_same_with_the_library() {
         .env("LD_PRELOAD", preload_lib())
         .env("WINEFS_PRELOAD_STATS", &stats));
     assert!(plain.lines().count() > 150, "edgediff.py stopped early:\n{plain}");
-    let differ: Vec<String> = plain
-        .lines()
-        .zip(with.lines())
-        .filter(|(a, b)| a != b)
-        .map(|(a, b)| format!("  without: {a}\n  with:    {b}"))
-        .collect();
-    assert!(
-        differ.is_empty() && plain.lines().count() == with.lines().count(),
-        "the library changes results:\n{}",
-        differ.join("\n")
-    );
+    let differ = common::transcript_differences(("without:", &plain), ("with:   ", &with));
+    assert!(differ.is_empty(), "the library changes results:\n{}", differ.join("\n"));
     let st = fs::read_to_string(&stats).unwrap();
     let direct: u64 = ["read_direct", "write_direct", "mmap_direct"].iter().map(|c| counter(&st, c)).sum();
     assert!(direct > 0, "the library served nothing directly: {st}");

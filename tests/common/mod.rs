@@ -116,3 +116,20 @@ pub fn repaired(p: &Path, expect: &str) -> winefs::RepairReport {
     assert!(after.is_clean(), "{:?}", after.problems);
     rep
 }
+
+/// Where two transcripts of the same script differ, a pair of lines each (`a` and `b` name
+/// them, padded to one width), and a last line if one has more lines: empty when equal.
+pub fn transcript_differences(a: (&str, &str), b: (&str, &str)) -> Vec<String> {
+    let ((name_a, text_a), (name_b, text_b)) = (a, b);
+    let mut differ: Vec<String> = text_a
+        .lines()
+        .zip(text_b.lines())
+        .filter(|(x, y)| x != y)
+        .map(|(x, y)| format!("  {name_a} {x}\n  {name_b} {y}"))
+        .collect();
+    let (len_a, len_b) = (text_a.lines().count(), text_b.lines().count());
+    if len_a != len_b {
+        differ.push(format!("  {name_a} {len_a} lines, {name_b} {len_b} lines"));
+    }
+    differ
+}
