@@ -378,6 +378,40 @@ fn appends_keep_a_small_file_in_one_extent() {
     assert_clean(&fs);
 }
 
+/// An append that cannot continue the file's last extent (the block after it is another
+/// file's) takes its block where the file can grow by its own size again (16 blocks at least),
+/// not the lowest hole: past a row of two-block holes a 64 KiB file of 4 KiB appends ends in
+/// two pieces, where lowest-first put it in one piece per hole (eight).
+#[test]
+fn appends_past_a_taken_block_go_where_the_file_has_room_to_grow() {
+    let (_d, p) = common::fresh_pool(64 * MIB, Some(1));
+    let fs = common::mount(&p);
+    // Forty two-block files side by side, every other one removed: twenty two-block holes
+    // below the rest of the extent they broke.
+    for i in 0..40 {
+        let f = fs.create_file(&format!("/s{i}")).unwrap();
+        f.write_at(0, &[1u8; 2 * BLOCK as usize]).unwrap();
+    }
+    for i in (0..40).step_by(2) {
+        fs.unlink_path(&format!("/s{i}")).unwrap();
+    }
+    let small_holes = fs.free_runs().iter().filter(|r| r.len == 2).count();
+    assert_eq!(small_holes, 20, "{:?}", fs.free_runs());
+    let f = fs.create_file("/log").unwrap();
+    for i in 0..16u8 {
+        f.write_at(u64::from(i) * BLOCK, &[i + 1; BLOCK as usize]).unwrap();
+    }
+    let ext = fs.extents(f.ino()).unwrap();
+    let pieces = 1 + ext.windows(2).filter(|w| w[0].1 + w[0].2 != w[1].1).count();
+    assert!(pieces <= 2, "{pieces} pieces: {ext:?}");
+    let all = f.read_all().unwrap();
+    for i in 0..16usize {
+        assert!(all[i * BLOCK as usize..][..BLOCK as usize].iter().all(|&b| b == i as u8 + 1));
+    }
+    drop(f);
+    assert_clean(&fs);
+}
+
 /// Run the calling thread on `cpu` only; false if the process may not use it.
 fn pin_to(cpu: usize) -> bool {
     winefs::sys::run_only_on_cpu(cpu).is_ok()

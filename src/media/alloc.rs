@@ -20,6 +20,11 @@ const HOLES: fn(&Part) -> &AtomicU64 = |p| &p.hole_blocks;
 /// past that, breaking one extent costs less than a file in tiny pieces (a slot, a free and a
 /// separate copy per piece, and a partition lock held while dozens are gathered).
 pub const MAX_SMALL_PIECES: u64 = 4;
+/// The least room [`Allocator::alloc_from`] looks for after a growing file's new piece, in
+/// blocks (64 KiB): a file that met a block it could not continue into has been growing, and
+/// doubling from one or two blocks still left a 64 KiB file of 4 KiB appends in four pieces on
+/// an aged pool (1, 2, 5 and 8 blocks), where this leaves two.
+pub const GROWTH_ROOM_MIN: u64 = 16;
 /// While holes hold more than this share of the free space, a small request that holes cannot
 /// give in [`MAX_SMALL_PIECES`] takes them in any number of pieces before it breaks an aligned
 /// extent: the space is in the holes, and breaking extents there would leave ever more of it in
@@ -36,6 +41,17 @@ pub const HOLES_FIRST_SHARE: f64 = 0.08;
 pub const SCARCE_HOLES_PER_PARTITION: u64 = 2 * H;
 
 pub use crate::media::free_space::BlockRun;
+
+/// Where [`Allocator::alloc_from`] puts a growing file's new blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Goal {
+    /// The block after the file's last one: taken first when free.
+    pub at: u64,
+    /// Blocks the file holds already: what does not fit at `at` goes where this many more
+    /// blocks ([`GROWTH_ROOM_MIN`] at least) are free after it, so that the file can grow as
+    /// much again in place.
+    pub room: u64,
+}
 
 /// Allocation failure: not enough free blocks (after the request's partial allocations were undone).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -396,25 +412,43 @@ impl Allocator {
         Ok(out)
     }
 
-    /// [`Allocator::alloc`] of fewer than 512 blocks that takes the free blocks from `goal` on
-    /// first (the block after a file's last one, so that its new blocks continue its extent),
-    /// then the rest as `alloc` does. `goal`'s partition is passed over if it is held now.
-    pub fn alloc_from(&self, nblocks: u64, goal: u64, cpu: usize) -> Result<Vec<BlockRun>, NoSpace> {
-        let first = match self.partition_of(goal) {
-            Some(i) if nblocks < H => self.try_with(i, |p| p.take_at(goal, nblocks)).unwrap_or(0),
+    /// [`Allocator::alloc`] of fewer than 512 blocks for a file that grows: the free blocks at
+    /// `goal.at` first (the block after the file's last one, so that its extent continues),
+    /// then, if more are needed, the head of a local hole with room for the file's size again
+    /// after them ([`Goal::room`], [`GROWTH_ROOM_MIN`] at least), else the rest as `alloc` takes
+    /// them. A file growing by appends past blocks another file holds so takes pieces that at
+    /// least double it, where lowest-first took the next hole each time (on an aged pool, one
+    /// piece per hole it met: a slot, a free and a separate copy per piece). `goal`'s partition
+    /// is passed over if it is held now.
+    pub fn alloc_from(&self, nblocks: u64, goal: Goal, cpu: usize) -> Result<Vec<BlockRun>, NoSpace> {
+        let first = match self.partition_of(goal.at) {
+            Some(i) if nblocks < H => self.try_with(i, |p| p.take_at(goal.at, nblocks)).unwrap_or(0),
             _ => 0,
         };
-        if first == 0 {
-            return self.alloc(nblocks, cpu);
+        let mut out = Vec::with_capacity(2);
+        if first > 0 {
+            out.push(BlockRun { start: goal.at, len: first });
         }
-        let head = BlockRun { start: goal, len: first };
-        match self.alloc(nblocks - first, cpu) {
-            Ok(mut rest) => {
-                rest.insert(0, head);
-                Ok(rest)
+        let rest = nblocks - first;
+        if rest == 0 {
+            return Ok(out);
+        }
+        let room = goal.room.saturating_add(first).max(GROWTH_ROOM_MIN);
+        if rest < H {
+            let len = rest.saturating_add(room).min(H);
+            let local = cpu % self.parts.len();
+            if let Some(Some(s)) = self.try_with(local, |p| p.fit_with_room(rest, len)) {
+                out.push(BlockRun { start: s, len: rest });
+                return Ok(out);
+            }
+        }
+        match self.alloc(rest, cpu) {
+            Ok(more) => {
+                out.extend(more);
+                Ok(out)
             }
             Err(_) => {
-                self.release_all(&[head]);
+                self.release_all(&out);
                 Err(NoSpace { requested: nblocks, free: self.free_blocks() })
             }
         }

@@ -5,6 +5,11 @@ use crate::rng::Rng;
 use proptest::prelude::*;
 use std::sync::Arc;
 
+/// A goal of `alloc_from` that counts none of the file's blocks (the least room applies).
+fn at(block: u64) -> Goal {
+    Goal { at: block, room: 0 }
+}
+
 fn br(start: u64, len: u64) -> BlockRun {
     BlockRun { start, len }
 }
@@ -641,21 +646,44 @@ fn an_allocation_from_a_goal_takes_the_blocks_there_first_and_the_rest_as_usual(
     let a =
         Allocator::from_free_runs(&[(0, 1024), (1024, 2048)], [br(100, 10), br(200, 100)]).unwrap();
     // A goal where a hole starts: the blocks continue from there.
-    assert_eq!(a.alloc_from(4, 200, 0).unwrap(), vec![br(200, 4)]);
-    assert_eq!(a.alloc_from(2, 204, 0).unwrap(), vec![br(204, 2)]);
+    assert_eq!(a.alloc_from(4, at(200), 0).unwrap(), vec![br(200, 4)]);
+    assert_eq!(a.alloc_from(2, at(204), 0).unwrap(), vec![br(204, 2)]);
     // A goal inside a hole is not a free block right after a file's: lowest fit as usual.
-    assert_eq!(a.alloc_from(12, 105, 0).unwrap(), vec![br(206, 12)]);
+    assert_eq!(a.alloc_from(12, at(105), 0).unwrap(), vec![br(206, 12)]);
     // More than the hole at the goal holds: all of it, then the rest lowest-fit.
-    assert_eq!(a.alloc_from(20, 218, 0).unwrap(), vec![br(218, 20)]);
+    assert_eq!(a.alloc_from(20, at(218), 0).unwrap(), vec![br(218, 20)]);
     assert_eq!(
-        a.alloc_from(70, 238, 0).unwrap(),
+        a.alloc_from(70, at(238), 0).unwrap(),
         vec![br(238, 62), br(100, 8)]
     );
     // Not enough anywhere: refused with nothing taken, the goal's blocks given back too.
-    assert!(a.alloc_from(5, 300, 0).is_err());
-    assert!(a.alloc_from(3, 108, 0).is_err());
+    assert!(a.alloc_from(5, at(300), 0).is_err());
+    assert!(a.alloc_from(3, at(108), 0).is_err());
     assert_eq!(a.free_blocks(), 2);
-    assert_eq!(a.alloc_from(2, 108, 0).unwrap(), vec![br(108, 2)]);
+    assert_eq!(a.alloc_from(2, at(108), 0).unwrap(), vec![br(108, 2)]);
+    a.check_consistency().unwrap();
+}
+
+#[test]
+fn a_growing_file_that_cannot_continue_takes_a_hole_with_room_for_its_size_again() {
+    // Partition 0: holes of 3, 1, 2, 20, 40 and 80 blocks; the rest of it and partition 1 in use.
+    let holes = [br(100, 3), br(110, 1), br(120, 2), br(140, 20), br(200, 40), br(300, 80)];
+    let a = Allocator::from_free_runs(&[(0, 1024), (1024, 2048)], holes).unwrap();
+    let grown = |at, room| Goal { at, room };
+    // A file of 3 blocks whose next block is taken: the lowest hole of 1 + 16 or more (the
+    // least room), not the lowest hole.
+    assert_eq!(a.alloc_from(1, grown(60, 3), 0).unwrap(), vec![br(140, 1)]);
+    // It continues there; at 20 blocks, to the lowest hole of 2 + 20 or more.
+    assert_eq!(a.alloc_from(19, grown(141, 4), 0).unwrap(), vec![br(141, 19)]);
+    assert_eq!(a.alloc_from(2, grown(160, 20), 0).unwrap(), vec![br(200, 2)]);
+    // What the goal's hole cannot hold goes where the file, with those blocks, fits again.
+    assert_eq!(a.alloc_from(45, grown(202, 22), 0).unwrap(), vec![br(202, 38), br(300, 7)]);
+    // Room that no hole has: the lowest fit of what is asked.
+    assert_eq!(a.alloc_from(1, grown(70, 100), 0).unwrap(), vec![br(100, 1)]);
+    a.check_consistency().unwrap();
+    // Wear-aware allocation spreads (next fit from the partition's start) and keeps no room.
+    a.set_wear_aware(true);
+    assert_eq!(a.alloc_from(1, grown(80, 3), 0).unwrap(), vec![br(101, 1)]);
     a.check_consistency().unwrap();
 }
 

@@ -143,10 +143,7 @@ impl FreeSpace {
     pub(crate) fn first_fit(&mut self, r: u64) -> Option<u64> {
         let fits = |(&s, &l): (&u64, &u64)| (l >= r).then_some((s, l));
         let Some(c) = self.spread_from else {
-            let (s, l) = self.lowest_fit(r)?;
-            self.remove_hole(s);
-            self.add_hole(s + r, l - r);
-            return Some(s);
+            return self.take_lowest(r, r);
         };
         // Next fit: from the cursor inside the hole that holds it, else the next hole that
         // fits, wrapping around.
@@ -170,6 +167,24 @@ impl FreeSpace {
         self.add_hole(at + r, s + l - at - r);
         self.spread_from = Some(at + r);
         Some(at)
+    }
+
+    /// The lowest-address hole of at least `len` blocks (`len >= r`), its first `r` blocks
+    /// taken: a piece with room after it for a file that grows. None under wear-aware
+    /// allocation, whose next fit would not keep the room free anyway.
+    pub(crate) fn fit_with_room(&mut self, r: u64, len: u64) -> Option<u64> {
+        if self.spread_from.is_some() {
+            return None;
+        }
+        self.take_lowest(r, len)
+    }
+
+    /// The first `r` blocks of the lowest-address hole of at least `len.max(r)` blocks, taken.
+    fn take_lowest(&mut self, r: u64, len: u64) -> Option<u64> {
+        let (s, l) = self.lowest_fit(len.max(r))?;
+        self.remove_hole(s);
+        self.add_hole(s + r, l - r);
+        Some(s)
     }
 
     /// Take up to `max` blocks from `goal` on if a hole starts there (the blocks after a file's

@@ -19,7 +19,7 @@
 //! commits, under `INODE_TAIL_UNSETTLED`).
 
 use crate::error::{Error, Result};
-use crate::media::alloc::BlockRun;
+use crate::media::alloc::{BlockRun, Goal};
 use crate::media::journal::Tx;
 use crate::media::layout::{
     BLOCK_SIZE, HUGE_SIZE, INODE_SIZE_CHECKED, MAX_FILE_SIZE, checked_size_word,
@@ -473,9 +473,10 @@ fn plan<'a>(
     }
     let need: u64 = targets.iter().map(|t| t.1).sum();
     // New blocks for a gap right after a mapped block go after that block when it is free, so
-    // that an appended file stays one extent (fewer slots, frees and copies per read).
+    // that an appended file stays one extent (fewer slots, frees and copies per read); when it
+    // is not, where there is room to grow as much again in place.
     let goal = match targets.first() {
-        Some(&(t0, _, None)) if t0 > 0 => g.map.lookup(t0 - 1).map(|(phys, _)| phys + 1),
+        Some(&(t0, _, None)) if t0 > 0 => g.map.lookup(t0 - 1).map(|(phys, _)| Goal { at: phys + 1, room: t0 }),
         _ => None,
     };
     let runs = if need > 0 { res.alloc_from(need, goal)? } else { Vec::new() };

@@ -10,7 +10,7 @@
 //! ahead of what a crash would recover.
 
 use crate::error::{Error, Result};
-use crate::media::alloc::{Allocator, BlockRun};
+use crate::media::alloc::{Allocator, BlockRun, Goal};
 use crate::media::journal::{Journals, Tx};
 use crate::media::recovery::RecoveryReport;
 use crate::media::checksum;
@@ -444,12 +444,13 @@ impl MountState {
     /// (`ops::prealloc`), and files removed while their caller held them are freed
     /// (`state::removed_held`: a FUSE unlink's blocks come back at the kernel's FORGET, which
     /// may come after the caller's next write), so `NoSpace` means the blocks are not there. With a `goal`, the free
-    /// blocks from there on are taken first (`Allocator::alloc_from`).
-    pub fn alloc_blocks(&self, nblocks: u64, goal: Option<u64>) -> Result<Vec<BlockRun>> {
+    /// blocks from there on are taken first, the rest where the file has room
+    /// (`Allocator::alloc_from`).
+    pub fn alloc_blocks(&self, nblocks: u64, goal: Option<Goal>) -> Result<Vec<BlockRun>> {
         let mut waiting_since = None;
         loop {
             let got = match goal {
-                Some(at) => self.alloc.alloc_from(nblocks, at, current_cpu()),
+                Some(g) => self.alloc.alloc_from(nblocks, g, current_cpu()),
                 None => self.alloc.alloc(nblocks, current_cpu()),
             };
             match got {

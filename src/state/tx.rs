@@ -4,7 +4,7 @@
 //! the last release and mount-time orphan cleanup all take).
 
 use crate::error::Result;
-use crate::media::alloc::BlockRun;
+use crate::media::alloc::{BlockRun, Goal};
 use crate::media::journal::Tx;
 use crate::media::layout::{self, BLOCKS_PER_HUGE, INODE_IN_USE, InodeHeader};
 use crate::media::pool::Category;
@@ -40,7 +40,7 @@ impl<'a> Reserved<'a> {
         self.alloc_from(nblocks, None)
     }
     /// [`Reserved::alloc`], the free blocks from `goal` on first (`Allocator::alloc_from`).
-    pub fn alloc_from(&mut self, nblocks: u64, goal: Option<u64>) -> Result<Vec<BlockRun>> {
+    pub fn alloc_from(&mut self, nblocks: u64, goal: Option<Goal>) -> Result<Vec<BlockRun>> {
         let runs = self.state.alloc_blocks(nblocks, goal)?;
         self.runs.extend_from_slice(&runs);
         Ok(runs)
