@@ -421,8 +421,7 @@ impl Journals {
             pool.fence();
         }
         st.stage_next = staged;
-        pool.write(base, &all, Category::Journal)?;
-        pool.flush(base, all.len() as u64, Category::Journal);
+        pool.write_flush(base, &all, Category::Journal)?;
         st.entries = all;
         if !self.broken_skip_undo_fence.load(Ordering::Relaxed) {
             pool.fence();

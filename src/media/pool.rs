@@ -740,7 +740,7 @@ impl Pool {
             && !self.private
             && self.disk.is_none()
             && b > a
-            && len >= 256;
+            && (len >= 256 || cat == Category::Journal);
         if !nt {
             src.copy_to(self.base, off, 0, len);
             self.flush_uncounted(off, len, cat);
