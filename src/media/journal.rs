@@ -421,7 +421,7 @@ impl Journals {
             pool.fence();
         }
         st.stage_next = staged;
-        pool.write_flush(base, &all, Category::Journal)?;
+        pool.write_lines_flush(base, &all, Category::Journal)?;
         st.entries = all;
         if !self.broken_skip_undo_fence.load(Ordering::Relaxed) {
             pool.fence();
@@ -437,11 +437,7 @@ impl Journals {
             )));
         }
         let commit_off = base + (u64::from(count) - 1) * JOURNAL_ENTRY_SIZE;
-        pool.write_flush(
-            commit_off,
-            &entry_of(KIND_COMMIT, 0, &[], 0),
-            Category::Journal,
-        )?;
+        pool.write_lines_flush(commit_off, &entry_of(KIND_COMMIT, 0, &[], 0), Category::Journal)?;
         pool.fence();
         st.head += u32::from(count);
         pool.check_durable()
