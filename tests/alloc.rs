@@ -381,7 +381,7 @@ fn appends_keep_a_small_file_in_one_extent() {
 /// An append that cannot continue the file's last extent (the block after it is another
 /// file's) takes its block where the file can grow by its own size again (16 blocks at least),
 /// not the lowest hole: past a row of two-block holes a 64 KiB file of 4 KiB appends ends in
-/// two pieces, where lowest-first put it in one piece per hole (eight).
+/// two pieces, where lowest-first put it in about one piece per hole (nine).
 #[test]
 fn appends_past_a_taken_block_go_where_the_file_has_room_to_grow() {
     let (_d, p) = common::fresh_pool(64 * MIB, Some(1));
