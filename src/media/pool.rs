@@ -706,12 +706,12 @@ impl Pool {
                 "a store of whole lines at pool offset {off}, {len} bytes, is not whole lines"
             )));
         }
-        self.check_store(off, len)?;
         if !self.line_stores {
             self.write(off, data, cat)?;
             self.flush(off, len, cat);
             return Ok(());
         }
+        self.check_store(off, len)?;
         self.count_wear(off, len);
         self.counters.bytes(cat, len);
         self.counters.lines(cat, len / CACHE_LINE);

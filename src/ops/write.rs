@@ -476,7 +476,9 @@ fn plan<'a>(
     // that an appended file stays one extent (fewer slots, frees and copies per read); when it
     // is not, where there is room to grow as much again in place.
     let goal = match targets.first() {
-        Some(&(t0, _, None)) if t0 > 0 => g.map.lookup(t0 - 1).map(|(phys, _)| Goal { at: phys + 1, room: t0 }),
+        Some(&(t0, _, None)) if t0 > 0 => {
+            g.map.lookup(t0 - 1).map(|(phys, _)| Goal { at: phys + 1, room: t0 })
+        }
         _ => None,
     };
     let runs = if need > 0 { res.alloc_from(need, goal)? } else { Vec::new() };
