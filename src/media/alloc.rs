@@ -480,6 +480,10 @@ impl Allocator {
     /// several partitions are checked in all of them before any takes its runs back (a racing
     /// double free found after that is refused where it is found).
     pub fn free_all(&self, runs: &[BlockRun]) -> Result<(), String> {
+        // Most callers free nothing (a write that replaced no blocks): no work, no allocation.
+        if runs.iter().all(|r| r.len == 0) {
+            return Ok(());
+        }
         // (partition, start, end) of every piece; a stable sort by partition keeps each
         // partition's pieces in the order given.
         let mut pieces: Vec<Piece> = Vec::with_capacity(runs.len() + 1);
@@ -651,8 +655,8 @@ impl Allocator {
                     end: p.end,
                     free_aligned_extents: p.aligned.len() as u64,
                     free_hole_blocks: p.hole_blocks,
-                    hole_count: p.holes.len() as u64,
-                    largest_hole: p.holes.values().copied().max().unwrap_or(0),
+                    hole_count: p.holes.count(),
+                    largest_hole: p.holes.largest(),
                 })
             })
             .collect()
@@ -663,7 +667,7 @@ impl Allocator {
         let mut runs = Vec::new();
         for i in 0..self.parts.len() {
             self.with(i, |p| {
-                runs.extend(p.holes.iter().map(|(&s, &l)| BlockRun { start: s, len: l }));
+                runs.extend(p.holes.holes().into_iter().map(|(s, l)| BlockRun { start: s, len: l }));
                 runs.extend(p.aligned.iter().map(|&u| BlockRun { start: u, len: H }));
             });
         }

@@ -214,7 +214,7 @@ fn stealing_picks_most_free_partition() {
 /// Every partition's holes' lengths (the free runs outside aligned extents).
 fn hole_lengths(a: &Allocator) -> Vec<u64> {
     (0..a.partitions())
-        .flat_map(|i| a.with(i, |p| p.holes.values().copied().collect::<Vec<_>>()))
+        .flat_map(|i| a.with(i, |p| p.holes.holes().into_iter().map(|h| h.1).collect::<Vec<_>>()))
         .collect()
 }
 

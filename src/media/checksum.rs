@@ -25,7 +25,7 @@ pub fn inode_checksum(raw: &[u8]) -> u32 {
     }
     let map_end = get_u64(&b, ino::MAP_END);
     zero_dead_slots(&mut b[ino::SLOTS..ino::SLOTS + INLINE_SLOTS * EXTENT_BYTES], map_end);
-    crc32c::crc32c(&b)
+    crate::media::crc::crc32c(&b)
 }
 
 /// Zero every extent record of `slots` that is not live (length 0, or at or beyond `map_end`).
@@ -53,7 +53,7 @@ pub fn index_block_checksum(block: u64, raw: &[u8], map_end: u64) -> u32 {
     b[index_block::CRC..index_block::CRC + 4].fill(0);
     let slots = index_block::SLOTS..index_block::SLOTS + INDEX_SLOTS * EXTENT_BYTES;
     zero_dead_slots(&mut b[slots], map_end);
-    crc32c::crc32c_append(crc32c::crc32c(&block.to_le_bytes()), &b)
+    crate::media::crc::crc32c_append(crate::media::crc::crc32c(&block.to_le_bytes()), &b)
 }
 
 /// Whether the extent-index block `raw` at pool block `block` matches its checksum.
@@ -73,7 +73,7 @@ pub fn dir_header_checksum(dir_ino: u64, index: u32, starts: u64) -> u32 {
     b[4..12].copy_from_slice(&starts.to_le_bytes());
     b[12..20].copy_from_slice(&dir_ino.to_le_bytes());
     b[20..].copy_from_slice(&index.to_le_bytes());
-    crc32c::crc32c(&b)
+    crate::media::crc::crc32c(&b)
 }
 
 /// Whether the directory block `raw` (block `index` of directory `dir_ino`) has a header that

@@ -1,11 +1,13 @@
 //! The free space of one partition: a FIFO list of free aligned 2 MiB extents (as in the
-//! paper, with an address index beside it) and a tree of free unaligned holes, with the merge
-//! that promotes every full aligned unit back to the list. The allocator (`media::alloc`) holds
-//! one per partition under a mutex and decides which partition serves a request.
+//! paper, with an address index beside it) and the free unaligned holes (`media::hole_map`: a
+//! bitmap with a segment tree of run lengths), with the merge that promotes every full aligned
+//! unit back to the list. The allocator (`media::alloc`) holds one per partition under a mutex
+//! and decides which partition serves a request.
 #![deny(clippy::cast_possible_truncation)]
 
 use crate::media::layout::BLOCKS_PER_HUGE;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use crate::media::hole_map::HoleMap;
+use std::collections::{BTreeSet, VecDeque};
 
 const H: u64 = BLOCKS_PER_HUGE;
 
@@ -34,11 +36,8 @@ pub(crate) struct FreeSpace {
     pub(crate) aligned: VecDeque<u64>,
     /// Same extents, indexed by address for O(log n) overlap checks.
     pub(crate) aligned_set: BTreeSet<u64>,
-    /// Unaligned free runs: start -> len.
-    pub(crate) holes: BTreeMap<u64, u64>,
-    /// The same holes' starts by size class (entry `k`: lengths in `[2^k, 2^(k+1))`), so that
-    /// the lowest hole that fits is found without walking the smaller ones below it.
-    by_class: Vec<BTreeSet<u64>>,
+    /// Unaligned free runs: the maximal runs of free blocks outside `aligned`.
+    pub(crate) holes: HoleMap,
     pub(crate) hole_blocks: u64,
     /// Wear-aware allocation (`MountOptions::wear_aware`): small allocations take the next
     /// hole at or after this block (next fit, wrapping), so churn spreads over every hole
@@ -52,48 +51,40 @@ impl FreeSpace {
         FreeSpace {
             start,
             end,
+            holes: HoleMap::new(start, end),
             ..Default::default()
         }
     }
 
+    /// `[s, s + len)` (inside no hole, no aligned extent) becomes hole blocks; it merges with
+    /// the holes beside it by itself.
     pub(crate) fn add_hole(&mut self, s: u64, len: u64) {
         if len > 0 {
-            self.holes.insert(s, len);
+            self.holes.set(s, s + len, true);
             self.hole_blocks += len;
-            let k = size_class(len);
-            if self.by_class.len() <= k {
-                self.by_class.resize_with(k + 1, BTreeSet::new);
-            }
-            self.by_class[k].insert(s);
         }
     }
 
-    pub(crate) fn remove_hole(&mut self, s: u64) -> u64 {
-        let l = self.holes.remove(&s).expect("hole exists");
-        self.hole_blocks -= l;
-        self.by_class[size_class(l)].remove(&s);
-        l
+    /// `[s, s + len)`, hole blocks, are taken.
+    fn take_hole_blocks(&mut self, s: u64, len: u64) {
+        if len > 0 {
+            self.holes.set(s, s + len, false);
+            self.hole_blocks -= len;
+        }
     }
 
-    /// The lowest-address hole of at least `r` blocks: the lowest of the larger size classes'
-    /// first holes, or a lower one of `r`'s own class that is long enough.
+    /// The length of the hole starting at `s` (0: none starts there).
+    fn hole_at(&self, s: u64) -> u64 {
+        match s > self.start && self.holes.is_free(s - 1) {
+            true => 0,
+            false => self.holes.run_from(s, u64::MAX),
+        }
+    }
+
+    /// The lowest-address hole of at least `r` blocks: (start, length).
     fn lowest_fit(&self, r: u64) -> Option<(u64, u64)> {
-        let c = size_class(r.max(1));
-        let mut best = self
-            .by_class
-            .iter()
-            .skip(c + 1)
-            .filter_map(|set| set.first().copied())
-            .min();
-        if let Some(own) = self.by_class.get(c) {
-            for &s in own.range(..best.unwrap_or(u64::MAX)) {
-                if self.holes.get(&s).is_some_and(|&l| l >= r) {
-                    best = Some(s);
-                    break;
-                }
-            }
-        }
-        best.and_then(|s| self.holes.get(&s).map(|&l| (s, l)))
+        let s = self.holes.find(self.start, r.max(1))?;
+        Some((s, self.holes.run_from(s, u64::MAX)))
     }
 
     pub(crate) fn pop_aligned(&mut self) -> Option<u64> {
@@ -104,67 +95,45 @@ impl FreeSpace {
 
     /// Whether any block of `[s, e)` is already free here.
     pub(crate) fn overlaps_free(&self, s: u64, e: u64) -> bool {
-        if let Some((&hs, &hl)) = self.holes.range(..e).next_back()
-            && hs + hl > s
-        {
+        if self.holes.any_free(s, e) {
             return true;
         }
         // Any extent starting in [floor512(s), e) covers part of [s, e).
         self.aligned_set.range(s - s % H..e).next().is_some()
     }
 
-    /// Add `[s, e)` as free: merge with neighbouring holes, then promote every full aligned unit.
-    pub(crate) fn insert_free(&mut self, mut s: u64, mut e: u64) {
-        if let Some((&ps, &pl)) = self.holes.range(..s).next_back()
-            && ps + pl == s
-        {
-            self.remove_hole(ps);
-            s = ps;
-        }
-        if self.holes.contains_key(&e) {
-            e += self.remove_hole(e);
-        }
-        let mut u = s.div_ceil(H) * H;
-        if u + H > e {
-            self.add_hole(s, e - s);
-            return;
-        }
-        self.add_hole(s, u - s);
-        while u + H <= e {
-            self.aligned.push_back(u);
-            self.aligned_set.insert(u);
+    /// Add `[s, e)` as free: it joins the holes beside it, then every aligned unit it made
+    /// whole goes to the list (in address order).
+    pub(crate) fn insert_free(&mut self, s: u64, e: u64) {
+        self.add_hole(s, e - s);
+        let first = s - s % H;
+        let mut u = first.max(self.start.div_ceil(H) * H);
+        while u < e && u + H <= self.end {
+            if self.holes.unit_full(u) {
+                self.take_hole_blocks(u, H);
+                self.aligned.push_back(u);
+                self.aligned_set.insert(u);
+            }
             u += H;
         }
-        self.add_hole(u, e - u);
     }
 
     /// A hole with at least `r` blocks, its first `r` blocks taken: the lowest-address one, or
     /// with wear-aware allocation the next one at or after the last allocation's end.
     pub(crate) fn first_fit(&mut self, r: u64) -> Option<u64> {
-        let fits = |(&s, &l): (&u64, &u64)| (l >= r).then_some((s, l));
         let Some(c) = self.spread_from else {
             return self.take_lowest(r, r);
         };
         // Next fit: from the cursor inside the hole that holds it, else the next hole that
         // fits, wrapping around.
-        let at = match self.holes.range(..=c).next_back() {
-            Some((&s, &l)) if s + l >= c + r => Some((s, l, c)),
-            _ => None,
+        let at = match self.holes.is_free(c) && self.holes.run_from(c, r) >= r {
+            true => c,
+            false => self
+                .holes
+                .find(c + 1, r)
+                .or_else(|| self.holes.find(self.start, r).filter(|&s| s <= c))?,
         };
-        let (s, l, at) = match at {
-            Some(x) => x,
-            None => {
-                let (s, l) = self
-                    .holes
-                    .range(c + 1..)
-                    .find_map(fits)
-                    .or_else(|| self.holes.range(..=c).find_map(fits))?;
-                (s, l, s)
-            }
-        };
-        self.remove_hole(s);
-        self.add_hole(s, at - s);
-        self.add_hole(at + r, s + l - at - r);
+        self.take_hole_blocks(at, r);
         self.spread_from = Some(at + r);
         Some(at)
     }
@@ -181,30 +150,25 @@ impl FreeSpace {
 
     /// The first `r` blocks of the lowest-address hole of at least `len.max(r)` blocks, taken.
     fn take_lowest(&mut self, r: u64, len: u64) -> Option<u64> {
-        let (s, l) = self.lowest_fit(len.max(r))?;
-        self.remove_hole(s);
-        self.add_hole(s + r, l - r);
+        let s = self.holes.find(self.start, len.max(r).max(1))?;
+        self.take_hole_blocks(s, r);
         Some(s)
     }
 
     /// Take up to `max` blocks from `goal` on if a hole starts there (the blocks after a file's
     /// last one); how many were taken. Nothing under wear-aware allocation, which spreads instead.
     pub(crate) fn take_at(&mut self, goal: u64, max: u64) -> u64 {
-        let Some(&l) = self.holes.get(&goal) else {
-            return 0;
-        };
-        if self.spread_from.is_some() {
+        if self.spread_from.is_some() || goal < self.start || goal >= self.end {
             return 0;
         }
-        let take = l.min(max);
-        self.remove_hole(goal);
-        self.add_hole(goal + take, l - take);
+        let take = self.hole_at(goal).min(max);
+        self.take_hole_blocks(goal, take);
         take
     }
 
     /// Take up to `need` blocks from holes in address order; returns how many were taken.
     pub(crate) fn gather(&mut self, need: u64, out: &mut Vec<BlockRun>) -> u64 {
-        self.take_holes(need, out, |f| f.holes.iter().next().map(|(&s, &l)| (s, l)))
+        self.take_holes(need, out, |f| f.lowest_fit(1))
     }
 
     /// Take up to `need` blocks from holes of at least `min_piece` blocks, the largest size
@@ -228,23 +192,22 @@ impl FreeSpace {
                 break;
             };
             let take = l.min(need - got);
-            self.remove_hole(s);
-            self.add_hole(s + take, l - take);
+            self.take_hole_blocks(s, take);
             out.push(BlockRun { start: s, len: take });
             got += take;
         }
         got
     }
 
-    /// The lowest-address hole of at least `min` blocks in the largest size class that has one.
+    /// The lowest-address hole of at least `min` blocks in the largest size class (lengths
+    /// `2^k..2^(k+1)`) that has one: every hole of the largest hole's class is long enough for
+    /// it, so the lowest hole of at least `2^k` (and of `min`) is the one.
     fn largest_class_hole(&self, min: u64) -> Option<(u64, u64)> {
-        let lowest = size_class(min.max(1));
-        // Every hole of a class above `min`'s own is long enough; in that class some may not be.
-        (lowest..self.by_class.len()).rev().find_map(|c| {
-            self.by_class[c]
-                .iter()
-                .find_map(|s| self.holes.get(s).filter(|&&l| l >= min).map(|&l| (*s, l)))
-        })
+        let largest = self.holes.largest();
+        if largest == 0 || largest < min {
+            return None;
+        }
+        self.lowest_fit((1u64 << largest.ilog2()).max(min))
     }
 
     /// Move every free block of `[a, b)` out of this pool into `out` (parts of free runs
@@ -271,29 +234,10 @@ impl FreeSpace {
                 self.insert_free(e, u + H);
             }
         }
-        let holes: Vec<(u64, u64)> = {
-            let first = self
-                .holes
-                .range(..a)
-                .next_back()
-                .map(|(&s, _)| s)
-                .unwrap_or(a);
-            self.holes
-                .range(first..b)
-                .filter(|&(&s, &l)| s + l > a)
-                .map(|(&s, &l)| (s, l))
-                .collect()
-        };
-        for (hs, hl) in holes {
-            self.remove_hole(hs);
-            let (s, e) = (hs.max(a), (hs + hl).min(b));
-            out.push(BlockRun {
-                start: s,
-                len: e - s,
-            });
-            // What is left of a hole holds no whole aligned unit: it stays a hole.
-            self.add_hole(hs, s - hs);
-            self.add_hole(e, hs + hl - e);
+        // The holes' parts inside the range; what is left of a hole holds no whole unit.
+        for (s, len) in self.holes.runs_in(a, b) {
+            self.take_hole_blocks(s, len);
+            out.push(BlockRun { start: s, len });
         }
     }
 
@@ -312,15 +256,12 @@ impl FreeSpace {
                 self.start, self.end
             ))
         };
-        let (mut prev_end, mut sum) = (None, 0);
-        for (&s, &l) in &self.holes {
+        self.holes.check_tree().or_else(&fail)?;
+        let mut sum = 0;
+        for (s, l) in self.holes.holes() {
             let e = s + l;
-            let bad = if l == 0 || s < self.start || e > self.end {
-                "is empty or outside the partition"
-            } else if prev_end.is_some_and(|pe| s < pe) {
-                "overlaps the previous hole"
-            } else if prev_end == Some(s) {
-                "is adjacent to the previous hole (not merged)"
+            let bad = if s < self.start || e > self.end {
+                "is outside the partition"
             } else if s.div_ceil(H) * H + H <= e {
                 "contains a full aligned unit"
             } else if self.aligned_set.range(s - s % H..e).next().is_some() {
@@ -331,7 +272,7 @@ impl FreeSpace {
             if !bad.is_empty() {
                 return fail(format!("hole [{s},{e}) {bad}"));
             }
-            (prev_end, sum) = (Some(e), sum + l);
+            sum += l;
         }
         for &u in &self.aligned {
             if u % H != 0 || u < self.start || u + H > self.end || !self.aligned_set.contains(&u) {
@@ -339,21 +280,6 @@ impl FreeSpace {
                     "aligned extent {u} misaligned, outside or unindexed"
                 ));
             }
-        }
-        let classed: usize = self.by_class.iter().map(BTreeSet::len).sum();
-        let misfiled = self.by_class.iter().enumerate().find_map(|(k, set)| {
-            set.iter()
-                .find(|s| self.holes.get(s).is_none_or(|&l| size_class(l) != k))
-                .copied()
-        });
-        if let Some(s) = misfiled {
-            return fail(format!("the size index has hole {s} in the wrong class or none"));
-        }
-        if classed != self.holes.len() {
-            return fail(format!(
-                "the size index has {classed} holes, the tree {}",
-                self.holes.len()
-            ));
         }
         let n = self.aligned.len() as u64;
         if self.aligned_set.len() as u64 != n {
@@ -367,11 +293,6 @@ impl FreeSpace {
         }
         Ok(())
     }
-}
-
-/// Size class of a hole of `len` (> 0) blocks: floor(log2(len)).
-fn size_class(len: u64) -> usize {
-    len.ilog2() as usize
 }
 
 /// The part of a run of blocks inside one partition: (partition, start, end).
@@ -416,11 +337,7 @@ mod tests {
     /// long run of frees and first-fit allocations; the index stays consistent throughout.
     #[test]
     fn lowest_fit_is_the_first_hole_that_fits_by_address() {
-        let mut f = FreeSpace {
-            start: 0,
-            end: 1 << 20,
-            ..Default::default()
-        };
+        let mut f = FreeSpace::empty(0, 1 << 20);
         let mut rng = crate::rng::Rng::new(99);
         let mut rnd = |n: u64| rng.below(n);
         let mut found = 0;
@@ -432,7 +349,7 @@ mod tests {
                 }
             } else {
                 let r = 1 + rnd(600);
-                let want = f.holes.iter().find(|&(_, &l)| l >= r).map(|(&s, &l)| (s, l));
+                let want = f.holes.holes().into_iter().find(|&(_, l)| l >= r);
                 assert_eq!(f.lowest_fit(r), want, "step {step}, {r} blocks");
                 if let Some((s, _)) = want {
                     assert_eq!(f.first_fit(r), Some(s));

@@ -65,6 +65,9 @@ pub mod entry {
 const _: () = assert!(entry::PAYLOAD + INLINE_MAX <= entry::CRC && entry::CRC + 4 == ENTRY);
 const _: () = assert!(entry::STAGED_CRC + 4 <= entry::PAYLOAD + INLINE_MAX);
 const _: () = assert!(entry::PAYLOAD + INLINE_MAX <= entry::EPOCH && entry::EPOCH + 4 == entry::CRC);
+// The epoch and checksum are the line's check word, which a line stored in several stores
+// zeroes first and stores last (`pool_copy::line_store_order`; recovery's `Slot::Unfinished`).
+const _: () = assert!(entry::EPOCH == ENTRY - crate::media::pool_copy::CHECK_WORD);
 // An inode header chunk (`layout::header_diff`) fits one inline undo record.
 const _: () = assert!(ino::CHUNK <= INLINE_MAX);
 
@@ -109,9 +112,10 @@ pub struct Tx<'a> {
 }
 
 impl<'a> Tx<'a> {
-    /// An empty transaction.
+    /// An empty transaction, with room for the writes of a typical metadata change (a create
+    /// makes six or seven), so that building it reallocates nothing.
     pub fn new() -> Self {
-        Tx::default()
+        Tx { writes: Vec::with_capacity(8), index_seals: BTreeMap::new() }
     }
     /// Have the commit recompute the checksum of extent-index block `block` (owned by the inode
     /// at pool offset `inode_off`) as this transaction leaves it: it changes a slot or the
@@ -256,7 +260,7 @@ impl EntryFields<'_> {
         put_u64(&mut b, entry::TARGET, self.target);
         b[entry::PAYLOAD..entry::PAYLOAD + self.payload.len()].copy_from_slice(self.payload);
         put_u32(&mut b, entry::EPOCH, self.epoch);
-        let crc = crc32c::crc32c(&b[..entry::CRC]);
+        let crc = crate::media::crc::crc32c(&b[..entry::CRC]);
         put_u32(&mut b, entry::CRC, crc);
         b
     }
@@ -457,7 +461,7 @@ fn stage_image(pool: &Pool, src: u64, dst: u64, len: u64, buf: &mut [u8]) -> Res
         // At most `chunk` bytes, so the narrowing is exact.
         let k = usize::try_from((len - done).min(chunk as u64)).unwrap_or(chunk);
         pool.read(src + done, &mut buf[..k])?;
-        crc = crc32c::crc32c_append(crc, &buf[..k]);
+        crc = crate::media::crc::crc32c_append(crc, &buf[..k]);
         pool.write_flush(dst + done, &buf[..k], Category::Journal)?;
         done += k as u64;
     }

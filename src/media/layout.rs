@@ -105,7 +105,7 @@ pub fn checked_size_word(generation: u32, size: u64) -> u64 {
     let mut b = [0u8; 12];
     b[..4].copy_from_slice(&generation.to_le_bytes());
     b[4..].copy_from_slice(&size.to_le_bytes());
-    let check = u64::from(crc32c::crc32c(&b) & 0xffff);
+    let check = u64::from(crate::media::crc::crc32c(&b) & 0xffff);
     check << 48 | size
 }
 /// Root directory inode number.
@@ -387,7 +387,7 @@ impl Superblock {
         put_u64(&mut b, sb::DATA_BLOCKS, g.data_blocks);
         b[sb::UUID..sb::UUID + 16].copy_from_slice(&self.uuid);
         put_i64(&mut b, sb::CREATED_NS, self.created_ns);
-        let crc = crc32c::crc32c(&b[..sb::CHECKSUMMED]);
+        let crc = crate::media::crc::crc32c(&b[..sb::CHECKSUMMED]);
         put_u32(&mut b, sb::CHECKSUM, crc);
         b
     }
@@ -412,7 +412,7 @@ impl Superblock {
             });
         }
         let stored = get_u32(b, sb::CHECKSUM);
-        let crc = crc32c::crc32c(&b[..sb::CHECKSUMMED]);
+        let crc = crate::media::crc::crc32c(&b[..sb::CHECKSUMMED]);
         if stored != crc {
             return Err(corrupt!(
                 "superblock checksum mismatch: stored {stored:#010x}, computed {crc:#010x}"
@@ -512,7 +512,7 @@ impl SbState {
         put_u32(&mut b, sb::STATE_NEEDS_FSCK - sb::STATE, self.needs_fsck);
         put_u64(&mut b, sb::STATE_MOUNT_COUNT - sb::STATE, self.mount_count);
         put_u32(&mut b, sb::STATE_BITMAP_CRC - sb::STATE, self.bitmap_crc);
-        let crc = crc32c::crc32c(&b[..sb::STATE_CHECKSUMMED]);
+        let crc = crate::media::crc::crc32c(&b[..sb::STATE_CHECKSUMMED]);
         put_u32(&mut b, sb::STATE_CHECKSUM - sb::STATE, crc);
         b
     }
@@ -520,7 +520,7 @@ impl SbState {
     /// A torn or damaged state record decodes as `damaged` (and not clean): mount then takes
     /// the epoch from the journals and rebuilds the allocator state.
     pub fn decode(b: &[u8]) -> SbState {
-        let crc = crc32c::crc32c(&b[..sb::STATE_CHECKSUMMED]);
+        let crc = crate::media::crc::crc32c(&b[..sb::STATE_CHECKSUMMED]);
         if crc != get_u32(b, sb::STATE_CHECKSUM - sb::STATE) {
             return SbState {
                 damaged: true,
@@ -778,8 +778,8 @@ pub fn encode_dentry(ino: u64, kind: FileKind, name: &[u8]) -> Vec<u8> {
 
 /// The entry checksum: crc32c of header bytes `0..dentry::CRC`, then the name.
 fn dentry_crc(b: &[u8]) -> u32 {
-    let h = crc32c::crc32c(&b[..dentry::CRC]);
-    crc32c::crc32c_append(h, &b[dentry::NAME..])
+    let h = crate::media::crc::crc32c(&b[..dentry::CRC]);
+    crate::media::crc::crc32c_append(h, &b[dentry::NAME..])
 }
 
 /// Slots a dentry with a name of `len` bytes occupies (saturating at `u32::MAX`, far more than

@@ -3,13 +3,16 @@
 
 pub mod alloc;
 pub mod checksum;
+pub mod crc;
 pub(crate) mod disk_sync;
 pub(crate) mod free_space;
+pub(crate) mod hole_map;
 pub mod journal;
 pub mod geometry;
 pub mod layout;
 pub mod persist_stats;
 pub mod pool;
+pub(crate) mod pool_copy;
 pub(crate) mod pool_file;
 pub mod recovery;
 pub mod wear;

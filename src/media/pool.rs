@@ -12,6 +12,9 @@ use crate::media::pool_file::{
     backing_size, check_holes_readable, reserve_backing, reserve_if_sparse, settle_dax_file,
 };
 use crate::media::persist_stats::Counters;
+use crate::media::pool_copy::{
+    PersistSrc, copy_out, ix, store_lines_in_order, stream_lines, stream_src_lines,
+};
 pub use crate::media::persist_stats::{CATEGORIES, Category, PersistStats, thread_stats};
 use crate::media::wear::WearCounters;
 use crate::error::{Error, Result};
@@ -24,6 +27,7 @@ use std::sync::{Arc, RwLock};
 
 /// Cache-line size assumed by the flush loop and the journal entry size.
 pub(crate) const CACHE_LINE: u64 = 64;
+const _: () = assert!(crate::media::pool_copy::CACHE_LINE == CACHE_LINE);
 /// How long a busy pool lock is retried before the pool is refused as in use. The lock belongs
 /// to the open file description, so a child forked by another thread (to run `mount`, say)
 /// keeps a copy of a pool descriptor, and its lock, from the fork until it execs, even after
@@ -31,49 +35,6 @@ pub(crate) const CACHE_LINE: u64 = 64;
 /// lock for its whole life, so waiting this long changes nothing for a real conflict.
 const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
 const HUGE: usize = 2 << 20;
-
-/// A pool offset or length as a `usize`, for pointer arithmetic. Callers pass only values within
-/// the mapping (bounds-checked against `Pool::len`) or within a slice, and `Pool::map` checked
-/// that the mapping's length fits a `usize`, so this cannot fail.
-fn ix(v: u64) -> usize {
-    usize::try_from(v).expect("offsets inside the mapping fit a usize")
-}
-
-/// Where `persist_from` takes its bytes.
-#[derive(Clone, Copy)]
-enum PersistSrc<'a> {
-    Bytes(&'a [u8]),
-    /// `len` bytes at a pool offset (bounds-checked, not overlapping the destination).
-    Pool(u64, u64),
-    Zero(u64),
-}
-
-impl PersistSrc<'_> {
-    fn len(&self) -> u64 {
-        match self {
-            PersistSrc::Bytes(b) => b.len() as u64,
-            PersistSrc::Pool(_, n) | PersistSrc::Zero(n) => *n,
-        }
-    }
-
-    /// Ordinary stores of source bytes `from..from+n` to `base + dst`.
-    fn copy_to(&self, base: *mut u8, dst: u64, from: u64, n: u64) {
-        // SAFETY: callers pass a destination inside the bounds-checked range and `from + n`
-        // within the source length; sources never overlap the destination.
-        unsafe {
-            let d = base.add(ix(dst));
-            match self {
-                PersistSrc::Bytes(b) => {
-                    std::ptr::copy_nonoverlapping(b.as_ptr().add(ix(from)), d, ix(n))
-                }
-                PersistSrc::Pool(s, _) => {
-                    std::ptr::copy_nonoverlapping(base.add(ix(s + from)), d, ix(n))
-                }
-                PersistSrc::Zero(_) => std::ptr::write_bytes(d, 0, ix(n)),
-            }
-        }
-    }
-}
 
 /// The cache-line write-back instruction chosen at run time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,8 +116,13 @@ fn detect_flush() -> FlushKind {
     }
 }
 
-/// Whether this processor stores a whole cache line with one instruction (AVX-512F).
+/// Whether this processor stores a whole cache line with one instruction (AVX-512F), unless
+/// `WINEFS_LINE_STORES=0` asks for the word stores of processors without it (so that a machine
+/// with AVX-512 can test them under kills: docs/TESTING.md).
 fn has_line_stores() -> bool {
+    if std::env::var_os("WINEFS_LINE_STORES").is_some_and(|v| v == "0") {
+        return false;
+    }
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx512f")
@@ -515,7 +481,7 @@ impl Pool {
         // SAFETY: bounds-checked; the shared slice lives only for this call, and the caller's
         // locking keeps the range free of concurrent writers while it is read.
         let s = unsafe { std::slice::from_raw_parts(self.base.add(ix(off)), ix(len)) };
-        Ok(crc32c::crc32c(s))
+        Ok(crate::media::crc::crc32c(s))
     }
 
     /// Store `data` at `off` (not yet durable: flush and fence make it so).
@@ -696,8 +662,9 @@ impl Pool {
     /// a line torn by a killed process would read as damage). Where the processor has AVX-512,
     /// each line is one non-temporal 64-byte store: no write-back for the fence to wait for (a
     /// fence after one line took about 100 ns instead of 165 on the AMD host, docs/BENCHMARKS.md,
-    /// "Journal lines stored non-temporally"). Elsewhere a copy and a write-back, whose 64-byte
-    /// lines are single stores too where the copy moves 64 bytes at a time; never the 16-byte
+    /// "Journal lines stored non-temporally"). Elsewhere eight-byte stores in an order that
+    /// leaves a line a kill or power failure cuts short with a zero check word (its last eight
+    /// bytes: `pool_copy::line_store_order`), then a write-back; never the 16-byte
     /// non-temporal stores of [`Pool::write_flush`], which a kill can leave half done.
     pub(crate) fn write_lines_flush(&self, off: u64, data: &[u8], cat: Category) -> Result<()> {
         let len = data.len() as u64;
@@ -707,7 +674,13 @@ impl Pool {
             )));
         }
         if !self.line_stores {
-            self.write(off, data, cat)?;
+            self.check_store(off, len)?;
+            self.count_wear(off, len);
+            self.counters.bytes(cat, len);
+            // SAFETY: `off..off + len` was bounds-checked, is inside our writable mapping and
+            // 64-byte aligned (the mapping is page aligned); `data` is a separate slice.
+            unsafe { store_lines_in_order(self.base.add(ix(off)), data) };
+            self.observe(|o| o.stored(self, off, len));
             self.flush(off, len, cat);
             return Ok(());
         }
@@ -812,6 +785,16 @@ impl Pool {
         self.counters.lines(cat, (b - a) / CACHE_LINE);
         #[cfg(target_arch = "x86_64")]
         {
+            // Where the processor has them, one 64-byte store per line: 15-20% faster than
+            // four 16-byte ones for 4-32 KiB on the Intel host (docs/BENCHMARKS.md, "Metadata
+            // paths on a diet").
+            if self.line_stores {
+                // SAFETY: `line_stores` is set only where the processor has AVX-512F; `a..b`
+                // lies inside the checked range and is 64-byte aligned; the source is a
+                // checked pool range or a slice of at least `len` bytes (see `PersistSrc`).
+                unsafe { stream_src_lines(self.base, a, b, off, src) };
+                return;
+            }
             use std::arch::x86_64::{
                 __m128i, _mm_loadu_si128, _mm_setzero_si128, _mm_stream_si128,
             };
@@ -854,80 +837,6 @@ impl Drop for Pool {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the range mapped in `map`; no references into it exist.
         unsafe { libc::munmap(self.base as *mut libc::c_void, ix(self.len)) };
-    }
-}
-
-/// Copies of this many bytes up to [`VECTOR_COPY_MAX`] use [`copy_avx2`] where the CPU has
-/// AVX2. glibc copies such sizes with `rep movsb` on CPUs that advertise fast short `rep movsb`
-/// (FSRM), unless the destination sits just past the source's offset in a page; on this
-/// project's test machine that ran at 55-60% of the speed of plain 32-byte vector moves for
-/// 2-4 KiB (4 KiB from a shared mapping: 21.9 against 36.2 GB/s), level at 16 KiB, and from
-/// 32 KiB up glibc's own copy was the faster (docs/BENCHMARKS.md, "Reads into aligned buffers").
-const VECTOR_COPY_MIN: usize = 512;
-/// See [`VECTOR_COPY_MIN`].
-const VECTOR_COPY_MAX: usize = 16 << 10;
-
-/// Copy `len` bytes from pool address `src` to `dst`.
-///
-/// # Safety
-/// `src..src + len` and `dst..dst + len` must be valid for reads and writes respectively and
-/// must not overlap.
-unsafe fn copy_out(src: *const u8, dst: *mut u8, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if (VECTOR_COPY_MIN..=VECTOR_COPY_MAX).contains(&len) && std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the caller's contract, and the CPU has AVX2 (checked just above).
-        unsafe { copy_avx2(src, dst, len) };
-        return;
-    }
-    // SAFETY: the caller's contract.
-    unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
-}
-
-/// [`copy_out`] in 128-byte steps of four unaligned 32-byte loads and stores, the rest by
-/// `copy_nonoverlapping`.
-///
-/// # Safety
-/// As [`copy_out`]'s, and the CPU must have AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn copy_avx2(src: *const u8, dst: *mut u8, len: usize) {
-    use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm256_storeu_si256};
-    let mut i = 0;
-    while i + 128 <= len {
-        // SAFETY: `i + 128 <= len`, so all four 32-byte loads and stores lie inside the
-        // caller's ranges; the unaligned forms need no alignment.
-        unsafe {
-            let s = src.add(i).cast::<__m256i>();
-            let d = dst.add(i).cast::<__m256i>();
-            let (a, b) = (_mm256_loadu_si256(s), _mm256_loadu_si256(s.add(1)));
-            let (c, e) = (_mm256_loadu_si256(s.add(2)), _mm256_loadu_si256(s.add(3)));
-            _mm256_storeu_si256(d, a);
-            _mm256_storeu_si256(d.add(1), b);
-            _mm256_storeu_si256(d.add(2), c);
-            _mm256_storeu_si256(d.add(3), e);
-        }
-        i += 128;
-    }
-    // SAFETY: `i <= len`: the rest lies inside the caller's ranges.
-    unsafe { std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), len - i) };
-}
-
-/// Store `src` (whole 64-byte lines) at `dst` with one non-temporal 64-byte store per line.
-///
-/// # Safety
-/// The processor has AVX-512F; `dst` is 64-byte aligned and valid for `src.len()` bytes of
-/// writes, which no other slice aliases.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn stream_lines(dst: *mut u8, src: &[u8]) {
-    use std::arch::x86_64::{_mm512_loadu_si512, _mm512_stream_si512};
-    for (i, line) in src.chunks_exact(64).enumerate() {
-        // SAFETY: `line` is 64 readable bytes (unaligned load); `dst + 64 i` is aligned and
-        // inside the caller's range, as the function's contract says.
-        unsafe {
-            let v = _mm512_loadu_si512(line.as_ptr().cast());
-            _mm512_stream_si512(dst.add(i * 64).cast(), v);
-        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Unit tests of the pool (`media::pool`), kept beside it in their own file.
 
 use super::*;
+use crate::media::pool_copy::VECTOR_COPY_MAX;
 
 /// A lock held only for a moment (a forked child's copy of a closed descriptor, until it
 /// execs) does not refuse the pool; a lock still held after the retry window does.
@@ -53,8 +54,16 @@ fn mapping_is_2mib_aligned_and_round_trips() {
 /// addresses, return exactly the pool's bytes and write nothing past the buffer.
 #[test]
 fn whole_lines_are_stored_counted_and_anything_else_refused() {
+    // One store per line where the processor has them, and the ordered word stores elsewhere.
+    for line_stores in [true, false] {
+        whole_lines_stored(line_stores);
+    }
+}
+
+fn whole_lines_stored(line_stores: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let pool = Pool::create(&dir.path().join("pool"), 8 << 20).unwrap();
+    let mut pool = Pool::create(&dir.path().join("pool"), 8 << 20).unwrap();
+    pool.line_stores &= line_stores;
     let lines: Vec<u8> = (0..192u32).map(|i| (i * 7 % 251) as u8).collect();
     pool.write_lines_flush(8192, &lines, Category::Journal).unwrap();
     pool.fence();

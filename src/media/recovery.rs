@@ -43,7 +43,11 @@ struct Entry {
 enum Slot {
     /// All zero: never written, or cleared.
     Empty,
-    /// Non-zero with a checksum that does not match: torn or damaged.
+    /// Epoch and checksum zero over other non-zero bytes: a line a crash caught being written
+    /// where the processor stores a line in several stores (`Pool::write_lines_flush`), which
+    /// zero them first and store them last. Taken as not written.
+    Unfinished,
+    /// Non-zero with a checksum that does not match: damaged.
     Garbled,
     Valid(Entry),
 }
@@ -52,7 +56,12 @@ fn decode_slot(pos: u32, b: &[u8; ENTRY]) -> Slot {
     if *b == [0u8; ENTRY] {
         return Slot::Empty;
     }
-    if crc32c::crc32c(&b[..entry::CRC]) != get_u32(b, entry::CRC) {
+    // A valid entry's epoch and checksum are both zero only once in 2^32 mounts (the epoch is
+    // the mount count's low half, and mounts count from 1) and then once in 2^32 entries.
+    if b[entry::EPOCH..] == [0u8; ENTRY - entry::EPOCH] {
+        return Slot::Unfinished;
+    }
+    if crate::media::crc::crc32c(&b[..entry::CRC]) != get_u32(b, entry::CRC) {
         return Slot::Garbled;
     }
     Slot::Valid(Entry {
@@ -276,14 +285,16 @@ fn plan_unfinished(
     // transaction was damaged (or torn inside a cache line), and what it held is unknown.
     if let Some(f) = first {
         for pos in u64::from(f)..span_end {
-            let garbled = usize::try_from(pos)
-                .ok()
-                .and_then(|i| slots.get(i))
-                .is_some_and(|x| matches!(x, Slot::Garbled));
-            if garbled {
-                return Err(corrupt!(
-                    "journal {p} entry {pos}: unreadable (checksum mismatch) inside unfinished transaction {txid}; what it held cannot be known"
-                ));
+            match usize::try_from(pos).ok().and_then(|i| slots.get(i)) {
+                Some(Slot::Garbled) => {
+                    return Err(corrupt!(
+                        "journal {p} entry {pos}: unreadable (checksum mismatch) inside unfinished transaction {txid}; what it held cannot be known"
+                    ));
+                }
+                Some(Slot::Unfinished) => notes.push(format!(
+                    "journal {p} entry {pos}: the crash caught it being written (transaction {txid}); taken as not written"
+                )),
+                _ => {}
             }
         }
     }
@@ -375,7 +386,7 @@ fn pool_crc(pool: &Pool, off: u64, len: u64) -> Result<u32> {
     while done < len {
         let k = usize::try_from((len - done).min(4096)).unwrap_or(4096);
         pool.read(off + done, &mut buf[..k])?;
-        crc = crc32c::crc32c_append(crc, &buf[..k]);
+        crc = crate::media::crc::crc32c_append(crc, &buf[..k]);
         done += k as u64;
     }
     Ok(crc)
@@ -423,21 +434,16 @@ mod tests {
     }
 
     fn entry(txid: u64, kind: u8, count: u16, target: u64, payload: &[u8]) -> [u8; ENTRY] {
-        EntryFields {
-            epoch: EPOCH,
-            txid,
-            generation: 1,
-            kind,
-            count,
-            target,
-            payload,
-            inline_len: if kind == KIND_UNDO_INLINE {
-                u8::try_from(payload.len()).unwrap()
-            } else {
-                0
-            },
-        }
-        .encode()
+        entry_of_gen(1, txid, kind, count, target, payload)
+    }
+
+    /// An entry of mount `EPOCH` and ring generation `generation`.
+    fn entry_of_gen(generation: u32, txid: u64, kind: u8, count: u16, target: u64, payload: &[u8]) -> [u8; ENTRY] {
+        let inline_len = match kind == KIND_UNDO_INLINE {
+            true => u8::try_from(payload.len()).unwrap(),
+            false => 0,
+        };
+        EntryFields { epoch: EPOCH, txid, generation, kind, count, target, payload, inline_len }.encode()
     }
 
     fn put(pool: &Pool, g: &Geometry, p: u32, pos: u64, e: &[u8; ENTRY]) {
@@ -536,7 +542,7 @@ mod tests {
             .unwrap();
         let mut p = [0u8; STAGED_PAYLOAD];
         put_u32(&mut p, 4, 100);
-        put_u32(&mut p, 8, crc32c::crc32c(&[3u8; 100]));
+        put_u32(&mut p, 8, crate::media::crc::crc32c(&[3u8; 100]));
         put(&pool, &g, 0, 0, &entry(3, KIND_START, 4, 0, &[]));
         put(&pool, &g, 0, 1, &entry(3, KIND_UNDO_INLINE, 4, target, &[9u8; 8]));
         put(&pool, &g, 0, 2, &entry(3, KIND_UNDO_STAGED, 4, target + 4096, &p));
@@ -662,5 +668,88 @@ mod tests {
             tx.write(g.data_start * 4096 + i * 8, vec![0; 8], Category::Metadata);
         }
         assert!(matches!(j.commit(&pool, tx, 0), Err(Error::Invalid(_))));
+    }
+
+    /// Store the first `k` of the ordered stores of `lines` (`pool_copy::line_store_order`,
+    /// line after line) at ring position `pos` of journal 0: what a kill after the k-th store
+    /// leaves where a line takes several stores.
+    fn store_prefix(pool: &Pool, g: &Geometry, pos: u64, lines: &[[u8; ENTRY]], k: usize) {
+        let stores = lines.iter().enumerate().flat_map(|(i, l)| {
+            crate::media::pool_copy::line_store_order(l)
+                .into_iter()
+                .map(move |(at, w)| (i, at, w))
+        });
+        for (i, at, w) in stores.take(k) {
+            let off = g.journal_offset(0) + (pos + i as u64) * 64 + at as u64;
+            pool.write(off, &w, Category::Journal).unwrap();
+        }
+    }
+
+    /// A transaction (START, two undo records, COMMIT) over a ring position that held an older
+    /// lap's finished transaction, cut by a crash after every one of the stores of its lines,
+    /// and before and after each of its in-place writes: every state mounts, and the targets
+    /// hold the old bytes until the COMMIT line is whole, the new ones after.
+    #[test]
+    fn a_crash_after_any_store_of_a_line_leaves_a_recoverable_ring() {
+        let stores_per_line = crate::media::pool_copy::line_store_order(&[0; 64]).len();
+        let (_d, pool, g) = setup();
+        let (a, b) = (g.data_start * 4096, g.data_start * 4096 + 4096);
+        let old_lap = [
+            entry_of_gen(1, 1, KIND_START, 4, 0, &[]),
+            entry_of_gen(1, 1, KIND_UNDO_INLINE, 4, a, &[5; 8]),
+            entry_of_gen(1, 1, KIND_UNDO_INLINE, 4, b, &[6; 8]),
+            entry_of_gen(1, 1, KIND_COMMIT, 4, 0, &[]),
+        ];
+        let logged = [
+            entry_of_gen(2, 9, KIND_START, 4, 0, &[]),
+            entry_of_gen(2, 9, KIND_UNDO_INLINE, 4, a, &[1; 8]),
+            entry_of_gen(2, 9, KIND_UNDO_INLINE, 4, b, &[3; 8]),
+        ];
+        let commit = [entry_of_gen(2, 9, KIND_COMMIT, 4, 0, &[])];
+        let check = |logged_stores: usize, in_place: usize, commit_stores: usize| {
+            for (i, e) in old_lap.iter().enumerate() {
+                put(&pool, &g, 0, i as u64, e);
+            }
+            pool.write(a, &[1; 8], Category::Data).unwrap();
+            pool.write(b, &[3; 8], Category::Data).unwrap();
+            store_prefix(&pool, &g, 0, &logged, logged_stores);
+            if in_place >= 1 {
+                pool.write(a, &[2; 8], Category::Data).unwrap();
+            }
+            if in_place >= 2 {
+                pool.write(b, &[4; 8], Category::Data).unwrap();
+            }
+            store_prefix(&pool, &g, 3, &commit, commit_stores);
+            let what = format!("{logged_stores} stores logged, {in_place} written in place, {commit_stores} of COMMIT");
+            let report = recover(&pool, &g).unwrap_or_else(|e| panic!("{what}: refused: {e}"));
+            let done = commit_stores == stores_per_line;
+            let want: ([u8; 8], [u8; 8]) = if done { ([2; 8], [4; 8]) } else { ([1; 8], [3; 8]) };
+            let got = (pool.read_array::<8>(a).unwrap(), pool.read_array::<8>(b).unwrap());
+            assert_eq!(got, want, "{what}: {report:?}");
+        };
+        for k in 0..=logged.len() * stores_per_line {
+            check(k, 0, 0);
+        }
+        for w in 0..=2 {
+            check(logged.len() * stores_per_line, w, 0);
+        }
+        for k in 0..=stores_per_line {
+            check(logged.len() * stores_per_line, 2, k);
+        }
+    }
+
+    /// A line whose check word is not zero but whose checksum fails is damage, not a crash:
+    /// inside an unfinished transaction it still refuses the mount.
+    #[test]
+    fn a_damaged_line_inside_an_unfinished_transaction_still_refuses() {
+        let (_d, pool, g) = setup();
+        let target = g.data_start * 4096;
+        put(&pool, &g, 0, 0, &entry(4, KIND_START, 4, 0, &[]));
+        put(&pool, &g, 0, 1, &entry(4, KIND_UNDO_INLINE, 4, target, &[9; 8]));
+        let mut bad = entry(4, KIND_UNDO_INLINE, 4, target + 8, &[9; 8]);
+        bad[30] ^= 0x40;
+        put(&pool, &g, 0, 2, &bad);
+        let e = plan(&pool, &g, Some(EPOCH)).unwrap_err();
+        assert!(matches!(&e, Error::Corrupted(m) if m.contains("journal 0 entry 2: unreadable")), "{e}");
     }
 }

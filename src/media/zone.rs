@@ -66,7 +66,7 @@ fn check(home: u64, part: u32, slot: u32) -> u64 {
     b[..8].copy_from_slice(&home.to_le_bytes());
     b[8..12].copy_from_slice(&part.to_le_bytes());
     b[12..].copy_from_slice(&slot.to_le_bytes());
-    u64::from(crc32c::crc32c(&b) >> 8)
+    u64::from(crate::media::crc::crc32c(&b) >> 8)
 }
 
 /// The `HOME` word naming pool block `home` for slot `slot` of zone `part`.

@@ -468,11 +468,10 @@ pub fn rebuilt_starts(blk: &[u8]) -> u64 {
 
 /// The journaled bytes of a directory block header at [`header_offset`]: its checksum and its
 /// `starts` word, one contiguous write, for block `index` of directory `dir_ino`.
-pub(crate) fn header_bytes(dir_ino: u64, index: u32, starts: u64) -> Vec<u8> {
-    let mut v = checksum::dir_header_checksum(dir_ino, index, starts)
-        .to_le_bytes()
-        .to_vec();
-    v.extend_from_slice(&starts.to_le_bytes());
+pub(crate) fn header_bytes(dir_ino: u64, index: u32, starts: u64) -> [u8; 12] {
+    let mut v = [0u8; 12];
+    v[..4].copy_from_slice(&checksum::dir_header_checksum(dir_ino, index, starts).to_le_bytes());
+    v[4..].copy_from_slice(&starts.to_le_bytes());
     v
 }
 

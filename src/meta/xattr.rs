@@ -45,7 +45,7 @@ pub(crate) fn decode(b: &[u8], ino: u64) -> Result<Attrs> {
         .filter(|&u| u <= XATTR_SPACE)
         .ok_or_else(|| corrupt!("inode {ino}: xattr block claims {claimed} bytes"))?;
     let end = blk::ENTRIES + used;
-    if crc32c::crc32c(&b[blk::ENTRIES..end]) != get_u32(b, blk::CRC) {
+    if crate::media::crc::crc32c(&b[blk::ENTRIES..end]) != get_u32(b, blk::CRC) {
         return Err(corrupt!("inode {ino}: xattr block checksum mismatch"));
     }
     let mut out = Vec::with_capacity(count);
@@ -109,7 +109,7 @@ pub(crate) fn encode(attrs: &Attrs) -> Result<Vec<u8>> {
         b[name + n.len()..name + n.len() + v.len()].copy_from_slice(v);
         p = name + n.len() + v.len();
     }
-    let crc = crc32c::crc32c(&b[blk::ENTRIES..blk::ENTRIES + used]);
+    let crc = crate::media::crc::crc32c(&b[blk::ENTRIES..blk::ENTRIES + used]);
     put_u32(&mut b, blk::CRC, crc);
     Ok(b)
 }

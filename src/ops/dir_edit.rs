@@ -213,9 +213,9 @@ pub(crate) fn plan_repoint(
     let loc = d.find_name(&state.pool, name)?.ok_or(Error::NotFound)?;
     let phys = block_at(&d.map, d.ino, loc.block)?;
     let bytes = layout::encode_dentry(ino, kind, name);
-    tx.write(
+    tx.write_copy(
         dir::slot_offset(phys, loc.slot),
-        bytes[..layout::DENTRY_HEADER].to_vec(),
+        &bytes[..layout::DENTRY_HEADER],
         Category::Metadata,
     );
     edit.repoints.push((d.ino, name.to_vec(), loc, ino, kind));
@@ -226,7 +226,7 @@ pub(crate) fn plan_repoint(
 /// word, one 12-byte write per block.
 pub(crate) fn edit_tx(edit: &DirEdit, tx: &mut Tx<'_>) {
     for &(off, (dino, block, w)) in &edit.starts {
-        tx.write(off, dir::header_bytes(dino, block, w), Category::Metadata);
+        tx.write_copy(off, &dir::header_bytes(dino, block, w), Category::Metadata);
     }
 }
 

@@ -208,7 +208,7 @@ pub(crate) fn prepare_inode(
     body[..128].copy_from_slice(&hdr.encode());
     if let Some(t) = target {
         let o = layout::ino::TARGET_CRC;
-        body[o..o + 4].copy_from_slice(&crc32c::crc32c(t).to_le_bytes());
+        body[o..o + 4].copy_from_slice(&crate::media::crc::crc32c(t).to_le_bytes());
     }
     // The checksum goes in with the body, so sealing the transaction finds it current and
     // journals no second write of it.
@@ -224,7 +224,7 @@ pub(crate) fn prepare_inode(
         .pool
         .write_flush(ioff + CACHE_LINE, &body[line..], Category::Metadata)?;
     let mut tx = Tx::new();
-    tx.write(ioff, body[..32].to_vec(), Category::Metadata);
+    tx.write_copy(ioff, &body[..32], Category::Metadata);
     Ok(Prepared { ino, hdr, map, tx })
 }
 

@@ -22,7 +22,7 @@ pub(crate) fn readlink(state: &MountState, ino: u64) -> Result<Vec<u8>> {
     let want: [u8; 4] = state
         .pool
         .read_array(state.inode_off(ino) + layout::ino::TARGET_CRC as u64)?;
-    if crc32c::crc32c(&buf) != u32::from_le_bytes(want) {
+    if crate::media::crc::crc32c(&buf) != u32::from_le_bytes(want) {
         let block = g.map.lookup(0).map_or(0, |(phys, _)| phys);
         return Err(state.media_damage(
             Damage::SymlinkTarget,

@@ -26,9 +26,9 @@ pub(crate) fn rewrite_headers(state: &MountState, changes: &mut Vec<String>) -> 
             Error::Corrupted(format!("directory {dino} has no block {block} in memory"))
         })?;
         let mut tx = Tx::new();
-        tx.write(
+        tx.write_copy(
             dir::header_offset(phys),
-            dir::header_bytes(dino, block, starts),
+            &dir::header_bytes(dino, block, starts),
             Category::Metadata,
         );
         state.commit(tx)?;

@@ -40,7 +40,7 @@ pub(crate) fn bitmap_disagreement(
 ) -> Result<Option<String>> {
     let mut bits = bitmap_buffer(g, 0)?;
     pool.read(g.bitmap_start * BLOCK_SIZE, &mut bits)?;
-    if crc32c::crc32c(&bits) != saved_crc {
+    if crate::media::crc::crc32c(&bits) != saved_crc {
         return Ok(Some(
             "the allocator bitmap saved at the last clean unmount fails its checksum".into(),
         ));
@@ -83,5 +83,5 @@ pub(crate) fn save(pool: &Pool, g: &Geometry, free: &[BlockRun]) -> Result<u32> 
     let bits = bitmap_of(g, free)?;
     pool.write_flush(g.bitmap_start * BLOCK_SIZE, &bits, Category::Metadata)?;
     pool.fence();
-    Ok(crc32c::crc32c(&bits))
+    Ok(crate::media::crc::crc32c(&bits))
 }

@@ -1,7 +1,8 @@
 //! Sets of inode numbers as bitmaps over a range of the inode table: a partition's free inode
 //! numbers, and the in-use inodes a mount left on media to load when first used. An eighth of
 //! a byte per inode instead of a B-tree entry (about 12 bytes) per member, and a mount sets
-//! bits instead of inserting every number into a tree.
+//! bits instead of inserting every number into a tree. Also [`InoList`], the few inodes one
+//! transaction touches, kept on the stack.
 
 /// A set of inode numbers within `base..base + 64 * words.len()`. Aligned to 128 bytes: the
 /// per-partition free sets sit side by side (`MountState::inode_free`), each locked by its
@@ -138,9 +139,67 @@ impl InodeBits {
     }
 }
 
+/// Inode numbers, the first eight inline: the inodes one transaction touches.
+#[derive(Default)]
+pub(crate) struct InoList {
+    inline: [u64; 8],
+    len: usize,
+    more: Vec<u64>,
+}
+
+impl InoList {
+    pub(crate) fn push(&mut self, ino: u64) {
+        match self.inline.get_mut(self.len) {
+            Some(slot) => {
+                *slot = ino;
+                self.len += 1;
+            }
+            None => self.more.push(ino),
+        }
+    }
+
+    /// The numbers in ascending order, each once.
+    pub(crate) fn sorted_unique(&mut self) -> &[u64] {
+        if self.more.is_empty() {
+            let v = &mut self.inline[..self.len];
+            v.sort_unstable();
+            let mut kept = 0;
+            for k in 0..v.len() {
+                if kept == 0 || v[kept - 1] != v[k] {
+                    v[kept] = v[k];
+                    kept += 1;
+                }
+            }
+            return &self.inline[..kept];
+        }
+        self.more.extend_from_slice(&self.inline[..self.len]);
+        self.len = 0;
+        self.more.sort_unstable();
+        self.more.dedup();
+        &self.more
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ino_lists_come_back_sorted_and_once_inline_or_not() {
+        for n in [0u64, 1, 5, 8, 9, 30] {
+            let mut l = InoList::default();
+            let mut want: Vec<u64> = Vec::new();
+            for i in 0..n {
+                let ino = (i * 7919) % 13 + 2;
+                l.push(ino);
+                l.push(ino); // every one twice
+                want.push(ino);
+            }
+            want.sort_unstable();
+            want.dedup();
+            assert_eq!(l.sorted_unique(), &want[..], "{n} pushed twice each");
+        }
+    }
     use std::collections::BTreeSet;
 
     #[test]

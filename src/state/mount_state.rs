@@ -22,7 +22,7 @@ use crate::media::pool::Pool;
 use crate::state::accounting::Accounting;
 use crate::state::background::Background;
 use crate::state::zones::{Room, Zones};
-use crate::state::inode_bits::InodeBits;
+use crate::state::inode_bits::{InoList, InodeBits};
 use crate::state::inode_load::load_after_mount;
 use crate::state::inode_state::{
     InoMap, InodeCell, InodeRef, InodeState, rlock, try_wlock, write_locked_here,
@@ -222,8 +222,9 @@ impl MountState {
         let g = &self.geo;
         let table = g.inode_table_start * BLOCK_SIZE;
         let table_end = table + g.total_inodes() * INODE_SIZE;
-        // Usually one or two inodes: a sorted, deduplicated vector beats a set.
-        let mut touched = Vec::new();
+        // Usually one or two inodes: a sorted, deduplicated list beats a set, and up to eight
+        // of them live on the stack (a commit takes no allocation for them).
+        let mut touched = InoList::default();
         // The times (`ATIME..RDEV`) are outside the checksum: a write of only those leaves it.
         let times = layout::ino::ATIME as u64..layout::ino::RDEV as u64;
         for (off, len) in tx.targets() {
@@ -238,9 +239,7 @@ impl MountState {
                 }
             }
         }
-        touched.sort_unstable();
-        touched.dedup();
-        for ino in touched {
+        for &ino in touched.sorted_unique() {
             let off = self.inode_off(ino);
             let mut raw = [0u8; layout::INODE_BYTES];
             self.pool.read(off, &mut raw)?;
@@ -255,11 +254,7 @@ impl MountState {
             tx.overlay(off, &mut raw);
             let crc = checksum::inode_checksum(&raw);
             if InodeHeader::decode(&raw).in_use() && layout::get_u32(&raw, layout::ino::CRC) != crc {
-                tx.write(
-                    off + layout::ino::CRC as u64,
-                    crc.to_le_bytes().to_vec(),
-                    Category::Metadata,
-                );
+                tx.write_copy(off + layout::ino::CRC as u64, &crc.to_le_bytes(), Category::Metadata);
             }
         }
         Ok(())
@@ -290,9 +285,9 @@ impl MountState {
             tx.overlay(off, &mut raw);
             let crc = checksum::index_block_checksum(block, &raw, map_end);
             if layout::get_u32(&raw, layout::index_block::CRC) != crc {
-                tx.write(
+                tx.write_copy(
                     off + layout::index_block::CRC as u64,
-                    crc.to_le_bytes().to_vec(),
+                    &crc.to_le_bytes(),
                     Category::Metadata,
                 );
             }
@@ -966,3 +961,4 @@ mod tests {
         assert_eq!(fs.needs_fsck(), 3, "flagged \"needs fsck\"");
     }
 }
+

@@ -235,7 +235,7 @@ pub(crate) fn symlink_targets<'a>(
                 )
             });
         match want {
-            Ok(w) if crc32c::crc32c(&buf) == u32::from_le_bytes(w) => {}
+            Ok(w) if crate::media::crc::crc32c(&buf) == u32::from_le_bytes(w) => {}
             Ok(_) => problems.push(format!("symlink {}: its target fails its checksum", n.ino)),
             Err(e) => problems.push(format!("symlink {}: {e}", n.ino)),
         }
