@@ -103,19 +103,50 @@ impl FreeSpace {
     }
 
     /// Add `[s, e)` as free: it joins the holes beside it, then every aligned unit it made
-    /// whole goes to the list (in address order).
+    /// whole goes to the list (in address order). Units wholly inside `[s, e)` go to the list
+    /// without passing through the bitmap, so freeing a large range (a partition at mount) costs
+    /// its units, not its blocks.
     pub(crate) fn insert_free(&mut self, s: u64, e: u64) {
-        self.add_hole(s, e - s);
-        let first = s - s % H;
-        let mut u = first.max(self.start.div_ceil(H) * H);
-        while u < e && u + H <= self.end {
-            if self.holes.unit_full(u) {
-                self.take_hole_blocks(u, H);
-                self.aligned.push_back(u);
-                self.aligned_set.insert(u);
+        if s >= e {
+            return;
+        }
+        let (lo, hi) = (s.div_ceil(H) * H, e / H * H);
+        if lo >= hi {
+            // No whole unit inside: at most the two units the range touches can fill up.
+            self.add_hole(s, e - s);
+            self.promote_if_full(s - s % H);
+            if (e - 1) / H != s / H {
+                self.promote_if_full((e - 1) / H * H);
             }
+            return;
+        }
+        self.add_hole(s, lo - s);
+        self.add_hole(hi, e - hi);
+        if s < lo {
+            self.promote_if_full(lo - H);
+        }
+        let mut u = lo;
+        while u < hi {
+            self.push_aligned(u);
             u += H;
         }
+        if hi < e {
+            self.promote_if_full(hi);
+        }
+    }
+
+    /// The unit at `u` goes to the aligned list if it lies in the partition and its every block
+    /// is a free hole block.
+    fn promote_if_full(&mut self, u: u64) {
+        if u >= self.start && u + H <= self.end && self.holes.unit_full(u) {
+            self.take_hole_blocks(u, H);
+            self.push_aligned(u);
+        }
+    }
+
+    fn push_aligned(&mut self, u: u64) {
+        self.aligned.push_back(u);
+        self.aligned_set.insert(u);
     }
 
     /// A hole with at least `r` blocks, its first `r` blocks taken: the lowest-address one, or

@@ -389,18 +389,23 @@ fn write_back_victims(
     Ok(done)
 }
 
-/// The background write-back: give the zones' units back if the pool is short of free space
+/// The background write-back: give the zones' units back while the pool is short of free space
 /// (`MountState::zones_pressed`); in every zone short of free slots, write the oldest back
 /// until half the zone is free.
+///
+/// The request flag is cleared first: an allocation that finds space short while this runs
+/// asks again (one more run) rather than finding the flag still set and leaving the pool
+/// pressed once this run ends. Giving back repeats while allocations running beside it keep
+/// the pool pressed, until a pass gives nothing back.
 pub(crate) fn write_back_lru(state: &MountState) -> Result<()> {
-    let room = state.room();
-    let r = match room.pressed(0) {
-        true => shrink(state, room.blocks_to_ask_back(0), true).map(drop),
-        false => Ok(()),
-    }
-    .and_then(|()| write_back_zones(state));
     state.zones.write_back_asked.store(false, Ordering::Release);
-    r
+    loop {
+        let room = state.room();
+        if !room.pressed(0) || shrink(state, room.blocks_to_ask_back(0), true)? == 0 {
+            break;
+        }
+    }
+    write_back_zones(state)
 }
 
 fn write_back_zones(state: &MountState) -> Result<()> {

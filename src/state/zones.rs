@@ -161,7 +161,7 @@ pub(crate) struct Zones {
     pub space: SlotSpace,
     /// Blocks of the units the zones hold, in all.
     unit_blocks: AtomicU64,
-    /// A background write-back was asked for and has not finished.
+    /// A background write-back was asked for and has not started (the run clears it first).
     pub write_back_asked: AtomicBool,
     /// Test-only: skip the fence between a write's stores and its descriptor store (the crash
     /// explorer's self-test of a deliberately broken build).
