@@ -879,8 +879,9 @@ fn random_name_changes_agree_with_a_local_directory() {
         );
     }
     // On a full pool: a change refused with ENOSPC must have changed nothing.
-    // The filler's own index blocks depend on how its extents fall (the partition count, so
-    // the CPU count): top it up until at most the headroom is left, whatever the machine.
+    // The blocks the filler takes for its own metadata depend on the partition count (so on
+    // the CPU count): write it leaving two more than the headroom (what two partitions take),
+    // then top it up until at most the headroom is left, whatever the machine.
     const HEADROOM: u64 = 4;
     let room = free_inodes_and_blocks(&m.mnt).1.saturating_sub(HEADROOM + 2) * 4096;
     fs::write(m.path("filler"), vec![0u8; room as usize]).unwrap();
