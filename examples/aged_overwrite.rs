@@ -1,10 +1,11 @@
-//! Strict random 4 KiB overwrites of a 256 MiB file on a clean pool and on one aged to 75%
-//! (agrawal profile, 1.5x the capacity written): ops/s, bytes stored per op by category, and
-//! the free aligned 2 MiB extents left per partition. It shows where an aged pool's strict
-//! overwrites go slower (docs/EVALUATION.md, "Where winefs loses").
+//! Strict random (or, with `seq`, sequential) 4 KiB overwrites of a 256 MiB file on a clean
+//! pool and on one aged to 75% (agrawal profile, 1.5x the capacity written): ops/s, bytes
+//! stored per op by category, the free aligned 2 MiB extents left per partition and the blocks
+//! lent to the slot zones. It shows where an aged pool's strict overwrites go slower
+//! (docs/EVALUATION.md, "Where winefs loses").
 //!
-//! `cargo run --release --example aged_overwrite -- [POOL]` (default: a 1.6 GB pool in /dev/shm,
-//! made for each run and removed after it).
+//! `cargo run --release --example aged_overwrite -- [POOL] [seq]` (default: a 1.6 GB pool in
+//! /dev/shm, made for each run and removed after it).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use winefs::{Fs, MkfsOptions, MountOptions};
 const FILE_MIB: u64 = 256;
 const OPS: u64 = 65_536;
 
-fn run(pool: &Path, aged: bool) -> winefs::Result<()> {
+fn run(pool: &Path, aged: bool, sequential: bool) -> winefs::Result<()> {
     let _ = std::fs::remove_file(pool);
     Fs::mkfs(pool, &MkfsOptions { size: Some(1600 << 20), ..Default::default() })?;
     if aged {
@@ -39,11 +40,12 @@ fn run(pool: &Path, aged: bool) -> winefs::Result<()> {
     let blocks = FILE_MIB << 8;
     let mut x: u64 = 1;
     let t = Instant::now();
-    for _ in 0..OPS {
+    for i in 0..OPS {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        fs.write(ino, (x % blocks) * 4096, &data[..4096])?;
+        let block = if sequential { i % blocks } else { x % blocks };
+        fs.write(ino, block * 4096, &data[..4096])?;
     }
     let secs = t.elapsed().as_secs_f64();
     let after = fs.write_stats();
@@ -63,6 +65,8 @@ fn run(pool: &Path, aged: bool) -> winefs::Result<()> {
     println!("  bytes stored per op: {}", stored.join(", "));
     let aligned: Vec<u64> = fs.alloc_stats().iter().map(|s| s.free_aligned_extents).collect();
     println!("  free aligned 2 MiB extents per partition: {aligned:?}");
+    let st = fs.statfs();
+    println!("  blocks free {}, lent to slot zones {}", st.free_blocks, st.zone_blocks);
     fs.unmount()?;
     std::fs::remove_file(pool).map_err(|e| winefs::Error::io("remove the pool", e))
 }
@@ -72,6 +76,7 @@ fn main() -> winefs::Result<()> {
         || PathBuf::from(format!("/dev/shm/winefs-aged-overwrite-{}.pool", std::process::id())),
         PathBuf::from,
     );
-    run(&pool, false)?;
-    run(&pool, true)
+    let sequential = std::env::args().nth(2).is_some_and(|a| a == "seq");
+    run(&pool, false, sequential)?;
+    run(&pool, true, sequential)
 }

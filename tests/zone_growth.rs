@@ -306,3 +306,80 @@ fn a_writer_moved_to_another_cpu_uses_the_slots_its_first_zone_freed() {
         None => eprintln!("skipped: needs CPUs 0 and 1"),
     }
 }
+
+#[test]
+fn the_worker_copies_a_writers_oldest_slots_home_while_it_writes_and_reads_see_whole_writes() {
+    // A pool too full for the zones to grow much: sequential passes of strict 4 KiB overwrites
+    // over a 32 MiB file outrun the zones' slots, so the oldest are written home all along.
+    // The writer hands them to the background worker, which copies them without the file's
+    // lock (`slots::hand_to_worker`); meanwhile a reader must only ever see whole writes, and
+    // after the passes every block must hold its last write, before and after a remount.
+    let (_d, p) = common::fresh_pool(256 << 20, Some(2));
+    let fs = common::mount_with(&p, Consistency::Strict);
+    let st = fs.statfs();
+    let ballast = fs.create_file("/ballast").unwrap().ino();
+    let fill = st.blocks * 90 / 100 - (st.blocks - st.free_blocks) - 8192;
+    fs.fallocate(ballast, 0, fill * 4096, false).unwrap();
+    let ino = fs.create_file("/hot").unwrap().ino();
+    const BLOCKS: u64 = 8192;
+    const PASSES: u8 = 4;
+    for lb in 0..BLOCKS {
+        fs.write(ino, lb * 4096, &block(lb, 1)).unwrap();
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (fs, stop) = (fs.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut back = vec![0u8; 4096];
+            let mut seed = 0x1234_5678_9abc_def1u64;
+            let mut reads = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let lb = seed % BLOCKS;
+                fs.read(ino, lb * 4096, &mut back).unwrap();
+                let fill = back[0].wrapping_sub(lb as u8);
+                assert!(
+                    (1..=PASSES + 1).contains(&fill) && back == block(lb, fill),
+                    "block {lb} read as no whole write (first byte {})",
+                    back[0]
+                );
+                reads += 1;
+            }
+            reads
+        })
+    };
+    let total = fs.persist_stats();
+    let mine = winefs::media::persist_stats::thread_stats();
+    for pass in 2..=PASSES + 1 {
+        for lb in 0..BLOCKS {
+            fs.write(ino, lb * 4096, &block(lb, pass)).unwrap();
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reads = reader.join().unwrap();
+    assert!(reads > 0);
+    let total = fs.persist_stats().since(&total);
+    let mine = winefs::media::persist_stats::thread_stats().since(&mine);
+    let written_back = |s: &winefs::media::persist_stats::PersistStats| {
+        s.bytes_written[winefs::media::persist_stats::Category::WriteBack as usize]
+    };
+    // Most slots went home before the passes ended, and the worker made some of those copies.
+    assert!(
+        written_back(&total) >= BLOCKS * 4096,
+        "{} bytes written back in {PASSES} passes over {BLOCKS} blocks",
+        written_back(&total)
+    );
+    assert!(
+        written_back(&mine) + 64 * 4096 <= written_back(&total),
+        "the writer wrote back {} of {} bytes itself",
+        written_back(&mine),
+        written_back(&total)
+    );
+    let model: HashMap<u64, u8> = (0..BLOCKS).map(|lb| (lb, PASSES + 1)).collect();
+    verify_checked(&fs, ino, &model);
+    fs.unmount().unwrap();
+    let fs = common::mount(&p);
+    verify_checked(&fs, ino, &model);
+}

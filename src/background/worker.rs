@@ -56,6 +56,13 @@ fn run(state: &Weak<MountState>, mailbox: &Background) {
                 }
                 _ => mailbox.write_back_done(),
             },
+            Job::CopySlots => match state.upgrade().map(|s| slots::copy_handed_off(&s)) {
+                Some(Err(e)) => {
+                    log::error!("background copy of alternate slots stopped: {e}");
+                    mailbox.job_failed();
+                }
+                _ => mailbox.write_back_done(),
+            },
             Job::Compact => {
                 match compact::compact(state, compact::GOAL_SHARE, COMPACT_PASS, true) {
                     Ok(done) => {

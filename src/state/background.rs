@@ -33,6 +33,8 @@ pub(crate) enum Job {
     Compact,
     /// Write the oldest alternate slots (CLOCK order) back home until the zones have room.
     WriteBack,
+    /// Copy home the slots a writer handed over (`slots::copy_handed_off`).
+    CopySlots,
 }
 
 /// Starts the worker thread for a mount (given the mailbox it drains).
@@ -60,6 +62,8 @@ struct Queue {
     busy: bool,
     /// Slot write-back asked for (a zone ran low on free slots).
     write_back: bool,
+    /// A writer handed over slots to copy home.
+    copy: bool,
     /// Hole compaction asked for (free space in holes passed the trigger).
     compact: bool,
     /// After a pass that emptied nothing, requests are ignored until this many more blocks
@@ -107,6 +111,12 @@ impl Background {
         }
     }
 
+    /// Whether slot write-back requests are taken ([`Background::queue_write_back`]): the mount
+    /// has background work and is in service.
+    pub fn writes_back(&self) -> bool {
+        self.rewrite && self.starter.get().is_some()
+    }
+
     /// Queue `ino` for a rewrite onto aligned extents.
     pub fn queue_rewrite(self: &Arc<Self>, ino: u64) {
         if !self.rewrite {
@@ -137,6 +147,19 @@ impl Background {
         self.changed.notify_all();
     }
 
+    /// A writer handed over alternate slots to copy home (before any other job).
+    pub fn queue_copy(self: &Arc<Self>) {
+        if !self.rewrite {
+            return;
+        }
+        let mut q = lock(&self.queue);
+        if q.copy || !self.ensure_started(&mut q) {
+            return;
+        }
+        q.copy = true;
+        self.changed.notify_all();
+    }
+
     /// `freed_blocks` went back to `alloc`: ask for compaction once holes pass the trigger.
     /// Cheap when they have not: two counter sums.
     pub fn note_freed(self: &Arc<Self>, alloc: &Allocator, freed_blocks: u64) {
@@ -164,6 +187,11 @@ impl Background {
         loop {
             if mount_gone() {
                 return None;
+            }
+            if q.copy {
+                q.copy = false;
+                q.busy = true;
+                return Some(Job::CopySlots);
             }
             if q.write_back {
                 q.write_back = false;

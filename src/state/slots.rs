@@ -22,7 +22,9 @@ use crate::media::pool::{Category, Pool};
 use crate::media::zone::{self, LINE, LiveSlot, SlotSpace, Unit};
 use crate::state::inode_state::{InodeState, SlotRef};
 use crate::state::locks::lock;
-use crate::state::zones::{Zone, unit_holder};
+use crate::state::zones::{
+    COPY_DONE, COPY_FAILED, COPY_IDLE, COPY_QUEUED, COPY_RUNNING, CopyBatch, Zone, unit_holder,
+};
 use crate::state::mount_state::MountState;
 use crate::sys::current_cpu;
 use crate::types::{Consistency, OverwritePath};
@@ -60,8 +62,14 @@ pub(crate) fn try_write(
         return Ok(false);
     };
     let lb = pos / BLOCK_SIZE;
-    let (sref, new) = match g.slots.get(&lb) {
-        Some(s) => (*s, false),
+    let mut found = g.slots.get(&lb).copied();
+    if found.is_some_and(|s| s.copying) {
+        // Its block is being copied home: wait for that, and free the slot.
+        finish_copy(state, g)?;
+        found = g.slots.get(&lb).copied();
+    }
+    let (sref, new) = match found {
+        Some(s) => (s, false),
         None => match take_slot(state, g, lb, home)? {
             Some(s) => (s, true),
             None => return Ok(false),
@@ -133,7 +141,7 @@ fn store(
         g.slots.remove(&lb);
         state.zones.release(sref.part, sref.slot);
     } else {
-        g.slots.insert(lb, SlotRef { lines, ..sref });
+        g.slots.insert(lb, SlotRef { lines, copying: false, ..sref });
         lock(&state.zones.zones[sref.part as usize]).touch(sref.slot);
     }
     // DRAM follows the pool's bytes either way; a pool whose sync failed reports it here.
@@ -142,11 +150,13 @@ fn store(
 
 /// A free slot for block `lb` of `g` (home `home`): of this CPU's zone, or another's when that
 /// one is short ([`zone_for_take`]). A zone short of free slots (under a quarter) grows into a
-/// free 2 MiB unit while the space left allows it ([`grow`]); one that cannot grow, once under [`write_back_mark`], has its writer write back
-/// a batch of the oldest: those of `g` (whose lock it holds), and of files
-/// whose lock is free now; what it could not free goes to the background worker. (Handing all
-/// of it to the worker costs more than it saves when the writer's own file is the one to fold:
-/// the two take turns at one inode lock.) None if no slot could be freed without waiting.
+/// free 2 MiB unit while the space left allows it ([`grow`]); one that cannot grow, once under
+/// [`write_back_mark`], asks the background worker to write the oldest back, which copies them
+/// home on its own CPU while their files' locks are free ([`copy_in_background`]). Its writer
+/// writes a batch of the oldest back itself only under [`own_fold_mark`] (the worker fell
+/// behind, or the mount has none): those of `g` (whose lock it holds), and of files whose lock
+/// is free now; what it could not free goes to the worker. None if no slot could be freed
+/// without waiting.
 fn take_slot(state: &MountState, g: &mut InodeState, lb: u64, home: u64) -> Result<Option<SlotRef>> {
     let part = zone_for_take(state, current_cpu() % state.zones.zones.len());
     for _ in 0..2 {
@@ -160,17 +170,42 @@ fn take_slot(state: &MountState, g: &mut InodeState, lb: u64, home: u64) -> Resu
                     true => grow(state, part, &mut z),
                     false => Ok(false),
                 };
-                let mut victims = match grown {
-                    Ok(false) if z.free.len() < write_back_mark(cap) => z.oldest(BATCH),
-                    _ => Vec::new(),
+                let mark = write_back_mark(cap);
+                let short = matches!(grown, Ok(false)) && z.free.len() < mark;
+                let phase = state.zones.copy_phase.load(Ordering::Acquire);
+                // Between the mark and a quarter of it the worker copies this file's oldest
+                // slots home (one hand-off at a time); below, the writer folds a batch itself.
+                let hand_off = short
+                    && state.background.writes_back()
+                    && z.free.len() >= own_fold_mark(state, mark);
+                let mut victims = match short && (!hand_off || phase == COPY_IDLE) {
+                    true => z.oldest(BATCH),
+                    false => Vec::new(),
                 };
                 // Not the slot just taken (its bytes are not stored yet).
                 victims.retain(|&v| v != (g.ino, lb));
                 drop(z);
-                let freed = match grown.and_then(|_| match victims.is_empty() {
-                    true => Ok(0),
-                    false => write_back_victims(state, Some(g), &victims, false),
-                }) {
+                let freed = (|| {
+                    grown?;
+                    if short && matches!(phase, COPY_DONE | COPY_FAILED) {
+                        finish_ended_copy(state, g)?;
+                    }
+                    if hand_off && !victims.is_empty() {
+                        let (own, others): (Vec<_>, Vec<_>) =
+                            victims.iter().partition(|v| v.0 == g.ino);
+                        if !hand_to_worker(state, g, &own) {
+                            write_back_victims(state, Some(&mut *g), &own, false)?;
+                        }
+                        // Other files' oldest: folded here if their lock is free.
+                        victims = others;
+                        return write_back_victims(state, None, &victims, false);
+                    }
+                    match victims.is_empty() {
+                        true => Ok(0),
+                        false => write_back_victims(state, Some(&mut *g), &victims, false),
+                    }
+                })();
+                let freed = match freed {
                     Ok(n) => n,
                     Err(e) => {
                         state.zones.release(part, slot);
@@ -180,7 +215,7 @@ fn take_slot(state: &MountState, g: &mut InodeState, lb: u64, home: u64) -> Resu
                 if freed < victims.len() && !state.zones.write_back_asked.swap(true, Ordering::AcqRel) {
                     state.background.queue_write_back();
                 }
-                return Ok(Some(SlotRef { part, slot, home, lines: 0 }));
+                return Ok(Some(SlotRef { part, slot, home, lines: 0, copying: false }));
             }
             if grow(state, part, &mut z)? {
                 continue;
@@ -352,6 +387,18 @@ fn give_unit(state: &MountState, start: u64) {
 /// Slots written back together: one fence for their lines, one for their descriptors.
 const BATCH: usize = 64;
 
+/// Free slots below which a writer writes a batch back itself (see [`take_slot`]): the
+/// zone's [`write_back_mark`] on a mount without background work; with it, a quarter of that,
+/// so that the worker, asked at the mark, makes the second copies on another CPU while the
+/// writer goes on. (Before the worker copied without the inode's lock, a writer handing it its
+/// own file's batches ran 10-20% slower than one folding them: the two took turns at the lock.)
+fn own_fold_mark(state: &MountState, mark: usize) -> usize {
+    match state.background.writes_back() {
+        true => mark / 4,
+        false => mark,
+    }
+}
+
 /// Free slots below which a writer whose zone cannot grow writes a batch back: a sixteenth of
 /// the zone, at least a batch, at most the quarter at which the zone tries to grow. (Writing
 /// back from the quarter on, where growth is tried, left a quarter of a zone that could not
@@ -419,7 +466,7 @@ fn write_back_zones(state: &MountState) -> Result<()> {
                 }
                 z.oldest(want.min(BATCH))
             };
-            if write_back_victims(state, None, &victims, true)? == 0 {
+            if copy_victims_in_background(state, &victims)? == 0 {
                 break;
             }
         }
@@ -429,10 +476,238 @@ fn write_back_zones(state: &MountState) -> Result<()> {
 
 /// Write the slots of logical blocks `lbs` of `g` back home (those it has) and free them.
 fn fold_blocks(state: &MountState, g: &mut InodeState, lbs: &[u64]) -> Result<usize> {
-    let picked: Vec<(u64, SlotRef)> =
-        lbs.iter().filter_map(|lb| g.slots.get(lb).map(|s| (*lb, *s))).collect();
+    let pick = |g: &InodeState| -> Vec<(u64, SlotRef)> {
+        lbs.iter().filter_map(|lb| g.slots.get(lb).map(|s| (*lb, *s))).collect()
+    };
+    let mut picked = pick(g);
+    let mut done = 0;
+    if picked.iter().any(|(_, s)| s.copying) {
+        done += finish_copy(state, g)?;
+        picked = pick(g);
+    }
     write_home(state, g, &picked)?;
-    Ok(picked.len())
+    Ok(done + picked.len())
+}
+
+/// The background worker's write-back of `victims` (inode, logical block), grouped by inode,
+/// each group by [`copy_in_background`]. Returns the slots freed.
+fn copy_victims_in_background(state: &MountState, victims: &[(u64, u64)]) -> Result<usize> {
+    let mut by_ino: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for &(ino, lb) in victims {
+        by_ino.entry(ino).or_default().push(lb);
+    }
+    let mut done = 0;
+    for (ino, lbs) in by_ino {
+        done += copy_in_background(state, ino, &lbs)?;
+    }
+    Ok(done)
+}
+
+/// Write the slots of blocks `lbs` of inode `ino` home with the copies made while the inode's
+/// lock is free, so its writers go on meanwhile: under the lock the slots are marked
+/// `copying` and named in `Zones::copy`; without it their newest lines are copied home and
+/// fenced; under the lock again [`finish_copy`] clears their descriptors (fenced) and frees
+/// them. Whoever meets a marked slot under the lock before that (a write into its block, a
+/// fold, the inode's freeing) waits for the copy and finishes it itself. The lines copied are
+/// those the descriptors say are newest in the slots, so a crash at any point leaves each
+/// block's newest copy where its descriptor says, as with [`write_home`]. Background worker
+/// only (one batch at a time). Returns the slots freed.
+fn copy_in_background(state: &MountState, ino: u64, lbs: &[u64]) -> Result<usize> {
+    let Ok(n) = state.inode(ino) else {
+        return Ok(0);
+    };
+    let picked: Vec<(u64, SlotRef)> = {
+        let mut g = crate::state::inode_state::wlock(&n);
+        let mut batch = lock(&state.zones.copy);
+        if batch.is_some() {
+            // Another copy is unfinished (not made by this worker): fold these under the lock.
+            drop(batch);
+            return fold_blocks(state, &mut g, lbs);
+        }
+        let mut picked = Vec::new();
+        for lb in lbs {
+            if let Some(s) = g.slots.get_mut(lb) {
+                s.copying = true;
+                picked.push((*lb, *s));
+            }
+        }
+        if picked.is_empty() {
+            return Ok(0);
+        }
+        *batch = Some(CopyBatch { ino, picked: picked.clone() });
+        state.zones.copy_phase.store(COPY_RUNNING, Ordering::Release);
+        picked
+    };
+    let copied = picked.iter().try_for_each(|(_, s)| {
+        let live = LiveSlot { part: s.part, slot: s.slot, home: s.home, lines: s.lines };
+        zone::copy_home(&state.pool, &state.zones.space, &live)
+    });
+    if copied.is_ok() {
+        // This thread's write-backs, durable before anyone clears a descriptor.
+        state.pool.fence();
+    }
+    let phase = if copied.is_ok() { COPY_DONE } else { COPY_FAILED };
+    state.zones.copy_phase.store(phase, Ordering::Release);
+    let done = finish_copy(state, &mut crate::state::inode_state::wlock(&n))?;
+    copied.map(|()| done)
+}
+
+/// Under `g`'s write lock, with slots of `g` marked `copying` (or as the worker's last step):
+/// wait for the background copy to end, then clear the descriptors of the slots it copied
+/// home, fenced, and free them; after a failed copy they stay live, unmarked. Returns the slots
+/// freed (0 if the batch was finished by someone else).
+pub(crate) fn finish_copy(state: &MountState, g: &mut InodeState) -> Result<usize> {
+    let phase = wait_copy(state);
+    let batch = {
+        let mut batch = lock(&state.zones.copy);
+        match batch.as_ref() {
+            Some(b) if b.ino == g.ino => {
+                state.zones.copy_phase.store(COPY_IDLE, Ordering::Release);
+                batch.take()
+            }
+            _ => None,
+        }
+    };
+    let Some(batch) = batch else {
+        // Marks of a batch someone else finished (the inode's freeing took it): stale.
+        g.slots.values_mut().for_each(|s| s.copying = false);
+        return Ok(0);
+    };
+    let mut copied = Vec::new();
+    for (lb, s) in &batch.picked {
+        if let Some(cur) = g.slots.get_mut(lb)
+            && cur.copying
+            && (cur.part, cur.slot, cur.home) == (s.part, s.slot, s.home)
+        {
+            cur.copying = false;
+            if phase == COPY_DONE && cur.lines == s.lines {
+                copied.push((*lb, *cur));
+            }
+        }
+    }
+    clear(state, g, &copied)?;
+    Ok(copied.len())
+}
+
+/// Wait for the background copy to end (it takes no lock), making it here if the worker has
+/// not started it yet; its phase then.
+fn wait_copy(state: &MountState) -> u8 {
+    let mut spins = 0u32;
+    loop {
+        match state.zones.copy_phase.load(Ordering::Acquire) {
+            COPY_QUEUED => {
+                run_copy(state);
+            }
+            COPY_RUNNING => {
+                spins += 1;
+                match spins % 64 {
+                    0 => std::thread::yield_now(),
+                    _ => std::hint::spin_loop(),
+                }
+            }
+            phase => return phase,
+        }
+    }
+}
+
+/// A writer short of slots (holding `g`'s lock) finishes the copy that ended: its own file's,
+/// or another's whose lock is free now (so that a batch of a file nobody writes any more does
+/// not keep every writer from handing over the next).
+fn finish_ended_copy(state: &MountState, g: &mut InodeState) -> Result<()> {
+    let Some(ino) = lock(&state.zones.copy).as_ref().map(|b| b.ino) else {
+        return Ok(());
+    };
+    if ino == g.ino {
+        return finish_copy(state, g).map(drop);
+    }
+    let Ok(n) = state.inode(ino) else {
+        return Ok(());
+    };
+    if let Some(mut other) = crate::state::inode_state::try_wlock(&n)
+        && other.slots.values().any(|s| s.copying)
+    {
+        finish_copy(state, &mut other)?;
+    }
+    Ok(())
+}
+
+/// A writer short of slots (holding `g`'s lock) hands the worker its file's oldest slots
+/// `own` (inode, logical block) to copy home ([`run_copy`]): they are marked `copying` and
+/// queued. The writer (or whoever meets a mark) finishes the batch later ([`finish_copy`]).
+/// False if another batch is unfinished (the caller folds them itself).
+fn hand_to_worker(state: &MountState, g: &mut InodeState, own: &[(u64, u64)]) -> bool {
+    let mut batch = lock(&state.zones.copy);
+    if batch.is_some() {
+        return false;
+    }
+    let mut picked = Vec::new();
+    for &(_, lb) in own {
+        if let Some(s) = g.slots.get_mut(&lb)
+            && !s.copying
+        {
+            s.copying = true;
+            picked.push((lb, *s));
+        }
+    }
+    if picked.is_empty() {
+        return true;
+    }
+    *batch = Some(CopyBatch { ino: g.ino, picked });
+    state.zones.copy_phase.store(COPY_QUEUED, Ordering::Release);
+    drop(batch);
+    state.background.queue_copy();
+    true
+}
+
+/// Make the queued copy if nobody has started it (the worker, or a thread that must wait for
+/// it): the batch's newest lines are copied home and fenced by this thread, then the phase
+/// says done (or failed). Returns the phase after.
+fn run_copy(state: &MountState) -> u8 {
+    let phase = &state.zones.copy_phase;
+    if phase
+        .compare_exchange(COPY_QUEUED, COPY_RUNNING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return phase.load(Ordering::Acquire);
+    }
+    let picked = lock(&state.zones.copy).as_ref().map(|b| b.picked.clone()).unwrap_or_default();
+    let copied = picked.iter().try_for_each(|(_, s)| {
+        let live = LiveSlot { part: s.part, slot: s.slot, home: s.home, lines: s.lines };
+        zone::copy_home(&state.pool, &state.zones.space, &live)
+    });
+    let done = match copied {
+        Ok(()) => {
+            // This thread's write-backs, durable before anyone clears a descriptor.
+            state.pool.fence();
+            COPY_DONE
+        }
+        Err(e) => {
+            log::error!("copying alternate slots home: {e}");
+            COPY_FAILED
+        }
+    };
+    phase.store(done, Ordering::Release);
+    done
+}
+
+/// The worker's part of a hand-off ([`hand_to_worker`]): make the copy, then finish the batch if
+/// its file's lock is free now (else the writer does at its next take, or whoever meets a mark).
+pub(crate) fn copy_handed_off(state: &MountState) -> Result<()> {
+    if run_copy(state) != COPY_DONE {
+        return Ok(());
+    }
+    let Some(ino) = lock(&state.zones.copy).as_ref().map(|b| b.ino) else {
+        return Ok(());
+    };
+    let Ok(n) = state.inode(ino) else {
+        return Ok(());
+    };
+    if let Some(mut g) = crate::state::inode_state::try_wlock(&n)
+        && g.slots.values().any(|s| s.copying)
+    {
+        finish_copy(state, &mut g)?;
+    }
+    Ok(())
 }
 
 /// Put the newest bytes of [off, off+buf.len()) that live in slots into `buf` (which holds what
@@ -459,7 +734,14 @@ pub(crate) fn overlay(state: &MountState, g: &InodeState, off: u64, buf: &mut [u
 /// Write the slots of logical blocks [lb0, lb1) of `g` back home and free them, durably: the
 /// lines are copied and fenced, then the descriptors cleared and fenced.
 pub(crate) fn fold(state: &MountState, g: &mut InodeState, lb0: u64, lb1: u64) -> Result<()> {
-    let picked: Vec<(u64, SlotRef)> = g.slots.range(lb0..lb1).map(|(l, s)| (*l, *s)).collect();
+    let pick = |g: &InodeState| -> Vec<(u64, SlotRef)> {
+        g.slots.range(lb0..lb1).map(|(l, s)| (*l, *s)).collect()
+    };
+    let mut picked = pick(g);
+    if picked.iter().any(|(_, s)| s.copying) {
+        finish_copy(state, g)?;
+        picked = pick(g);
+    }
     write_home(state, g, &picked)
 }
 
@@ -485,6 +767,16 @@ pub(crate) fn fold_all(state: &MountState, g: &mut InodeState) -> Result<()> {
 pub(crate) fn write_back(state: &MountState, g: &InodeState) -> Result<()> {
     if g.slots.is_empty() {
         return Ok(());
+    }
+    if g.slots.values().any(|s| s.copying) {
+        // The worker's copy of some of them: let it end and take its batch (the copies below
+        // include its slots), so that nothing clears or frees them after `forget`.
+        wait_copy(state);
+        let mut batch = lock(&state.zones.copy);
+        if batch.as_ref().is_some_and(|b| b.ino == g.ino) {
+            *batch = None;
+            state.zones.copy_phase.store(COPY_IDLE, Ordering::Release);
+        }
     }
     for s in g.slots.values() {
         let live = LiveSlot { part: s.part, slot: s.slot, home: s.home, lines: s.lines };

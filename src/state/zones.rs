@@ -6,10 +6,11 @@
 use crate::media::geometry::{EXTENSION_SLOTS, Geometry, ZONE_EXTENSIONS};
 use crate::media::layout::BLOCKS_PER_HUGE;
 use crate::media::zone::{SlotSpace, unit_first_slot};
+use crate::state::inode_state::SlotRef;
 use crate::state::locks::lock;
 use std::ops::Range;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 /// Allocator holder id of zone `part`'s units (`Allocator::set_speculative`): above every
 /// inode number, so the pressure handler tells them from files' preallocation.
@@ -154,6 +155,24 @@ impl Zone {
     }
 }
 
+/// No background copy is running.
+pub(crate) const COPY_IDLE: u8 = 0;
+/// A batch is being copied home.
+pub(crate) const COPY_RUNNING: u8 = 1;
+/// The batch's lines are home and fenced; its descriptors still name them.
+pub(crate) const COPY_DONE: u8 = 2;
+/// A copy failed: the batch's slots still hold the newest lines and stay live.
+pub(crate) const COPY_FAILED: u8 = 3;
+/// A writer handed the worker a batch to copy; nobody has started it.
+pub(crate) const COPY_QUEUED: u8 = 4;
+
+/// Slots of one inode copied home while the inode's lock is free (their `SlotRef::copying`
+/// set), by logical block: by the background worker, or by whoever must wait for it first.
+pub(crate) struct CopyBatch {
+    pub ino: u64,
+    pub picked: Vec<(u64, SlotRef)>,
+}
+
 /// The zones of a mount, in DRAM.
 pub(crate) struct Zones {
     pub zones: Vec<Mutex<Zone>>,
@@ -163,6 +182,12 @@ pub(crate) struct Zones {
     unit_blocks: AtomicU64,
     /// A background write-back was asked for and has not started (the run clears it first).
     pub write_back_asked: AtomicBool,
+    /// The background worker's batch of slots being copied home without their inode's lock
+    /// (`state::slots`, at most one at a time), taken by whoever finishes it.
+    pub copy: Mutex<Option<CopyBatch>>,
+    /// Where that copy stands: [`COPY_IDLE`], [`COPY_QUEUED`], [`COPY_RUNNING`], [`COPY_DONE`]
+    /// or [`COPY_FAILED`].
+    pub copy_phase: AtomicU8,
     /// Test-only: skip the fence between a write's stores and its descriptor store (the crash
     /// explorer's self-test of a deliberately broken build).
     pub broken_skip_fence: AtomicBool,
@@ -190,6 +215,8 @@ impl Zones {
             space: SlotSpace::new(g),
             unit_blocks: AtomicU64::new(0),
             write_back_asked: AtomicBool::new(false),
+            copy: Mutex::new(None),
+            copy_phase: AtomicU8::new(COPY_IDLE),
             broken_skip_fence: AtomicBool::new(false),
         }
     }
