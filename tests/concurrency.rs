@@ -126,12 +126,14 @@ fn alternate_writes_under_contention(grow: bool) {
         b
     };
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Records the reader found written and whole; writers wait halfway for the first, so the
+    // checks overlap writes even where one CPU runs every thread (the writes take ~30 ms).
+    let checked = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let reader = {
-        let (fs, done) = (fs.clone(), done.clone());
+        let (fs, done, checked) = (fs.clone(), done.clone(), checked.clone());
         std::thread::spawn(move || {
             let mut buf = vec![0u8; RECORD as usize];
             let mut x = 7u64;
-            let mut checked = 0u64;
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 let r = (x >> 33) % RECORDS;
@@ -139,19 +141,26 @@ fn alternate_writes_under_contention(grow: bool) {
                 let v = u64::from_le_bytes(buf[4..12].try_into().unwrap());
                 if v > 0 {
                     assert_eq!(buf, body(r, v), "record {r} torn or foreign");
-                    checked += 1;
+                    checked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             }
-            checked
         })
     };
     let writers: Vec<_> = (0..WRITERS)
         .map(|w| {
-            let fs = fs.clone();
+            let (fs, checked) = (fs.clone(), checked.clone());
             std::thread::spawn(move || {
                 let mut last = vec![0u64; RECORDS as usize];
                 let mut x = w + 1;
                 for v in 1..=6000u64 {
+                    // Bounded, so that a reader that panicked fails the test at its join.
+                    let waited = std::time::Instant::now();
+                    while v == 3000
+                        && checked.load(std::sync::atomic::Ordering::Relaxed) == 0
+                        && waited.elapsed() < std::time::Duration::from_secs(10)
+                    {
+                        std::thread::yield_now();
+                    }
                     x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                     let r = ((x >> 33) % (RECORDS / WRITERS)) * WRITERS + w;
                     fs.write(ino, r * RECORD, &body(r, v)).unwrap();
@@ -168,7 +177,8 @@ fn alternate_writes_under_contention(grow: bool) {
         }
     }
     done.store(true, std::sync::atomic::Ordering::Relaxed);
-    assert!(reader.join().unwrap() > 0);
+    reader.join().unwrap();
+    assert!(checked.load(std::sync::atomic::Ordering::Relaxed) > 0);
     // Units lent to the zones are aligned extents out of the free ones.
     let extents_after = fs.statfs().free_aligned_extents;
     match grow {

@@ -136,27 +136,25 @@ impl Background {
     /// Taken with rewrites (not by mounts without background work, which write back when a
     /// zone is empty).
     pub fn queue_write_back(self: &Arc<Self>) {
-        if !self.rewrite {
-            return;
-        }
-        let mut q = lock(&self.queue);
-        if q.write_back || !self.ensure_started(&mut q) {
-            return;
-        }
-        q.write_back = true;
-        self.changed.notify_all();
+        self.queue_slot_job(|q| &mut q.write_back);
     }
 
     /// A writer handed over alternate slots to copy home (before any other job).
     pub fn queue_copy(self: &Arc<Self>) {
+        self.queue_slot_job(|q| &mut q.copy);
+    }
+
+    /// Set the request flag `flag` picks for the worker, once (slot jobs are taken with
+    /// rewrites).
+    fn queue_slot_job(self: &Arc<Self>, flag: fn(&mut Queue) -> &mut bool) {
         if !self.rewrite {
             return;
         }
         let mut q = lock(&self.queue);
-        if q.copy || !self.ensure_started(&mut q) {
+        if *flag(&mut q) || !self.ensure_started(&mut q) {
             return;
         }
-        q.copy = true;
+        *flag(&mut q) = true;
         self.changed.notify_all();
     }
 

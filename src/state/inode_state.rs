@@ -80,9 +80,9 @@ pub(crate) struct SlotRef {
     pub home: u64,
     /// Lines newest in the slot.
     pub lines: u64,
-    /// The background worker is copying this slot home without the inode's lock
-    /// (`slots::write_back_unlocked`): nothing may store into the block or free the slot until
-    /// that copy is finished (`slots::finish_copy`).
+    /// This slot is in the batch being copied home without the inode's lock (`Zones::copy`:
+    /// `slots::hand_to_worker`, `slots::copy_in_background`): nothing may store into the block
+    /// or free the slot until that copy is finished (`slots::finish_copy`).
     pub copying: bool,
 }
 

@@ -151,12 +151,11 @@ fn store(
 /// A free slot for block `lb` of `g` (home `home`): of this CPU's zone, or another's when that
 /// one is short ([`zone_for_take`]). A zone short of free slots (under a quarter) grows into a
 /// free 2 MiB unit while the space left allows it ([`grow`]); one that cannot grow, once under
-/// [`write_back_mark`], asks the background worker to write the oldest back, which copies them
-/// home on its own CPU while their files' locks are free ([`copy_in_background`]). Its writer
-/// writes a batch of the oldest back itself only under [`own_fold_mark`] (the worker fell
-/// behind, or the mount has none): those of `g` (whose lock it holds), and of files whose lock
-/// is free now; what it could not free goes to the worker. None if no slot could be freed
-/// without waiting.
+/// [`write_back_mark`], hands its own file's oldest to the background worker, which copies them
+/// home on its own CPU while the file's lock is free ([`hand_to_worker`]), and writes back
+/// other files' oldest whose lock is free now. Only under [`own_fold_mark`] (the worker fell
+/// behind, or the mount has none) does it write a batch of `g`'s back itself. What it could not
+/// free goes to the worker. None if no slot could be freed without waiting.
 fn take_slot(state: &MountState, g: &mut InodeState, lb: u64, home: u64) -> Result<Option<SlotRef>> {
     let part = zone_for_take(state, current_cpu() % state.zones.zones.len());
     for _ in 0..2 {
@@ -516,7 +515,7 @@ fn copy_in_background(state: &MountState, ino: u64, lbs: &[u64]) -> Result<usize
     let Ok(n) = state.inode(ino) else {
         return Ok(0);
     };
-    let picked: Vec<(u64, SlotRef)> = {
+    {
         let mut g = crate::state::inode_state::wlock(&n);
         let mut batch = lock(&state.zones.copy);
         if batch.is_some() {
@@ -534,22 +533,13 @@ fn copy_in_background(state: &MountState, ino: u64, lbs: &[u64]) -> Result<usize
         if picked.is_empty() {
             return Ok(0);
         }
-        *batch = Some(CopyBatch { ino, picked: picked.clone() });
-        state.zones.copy_phase.store(COPY_RUNNING, Ordering::Release);
-        picked
-    };
-    let copied = picked.iter().try_for_each(|(_, s)| {
-        let live = LiveSlot { part: s.part, slot: s.slot, home: s.home, lines: s.lines };
-        zone::copy_home(&state.pool, &state.zones.space, &live)
-    });
-    if copied.is_ok() {
-        // This thread's write-backs, durable before anyone clears a descriptor.
-        state.pool.fence();
+        *batch = Some(CopyBatch { ino, picked });
+        state.zones.copy_phase.store(COPY_QUEUED, Ordering::Release);
     }
-    let phase = if copied.is_ok() { COPY_DONE } else { COPY_FAILED };
-    state.zones.copy_phase.store(phase, Ordering::Release);
+    // Made here unless someone who met a mark made it first; finished either way.
+    let copied = run_copy(state);
     let done = finish_copy(state, &mut crate::state::inode_state::wlock(&n))?;
-    copied.map(|()| done)
+    copied.map(|_| done)
 }
 
 /// Under `g`'s write lock, with slots of `g` marked `copying` (or as the worker's last step):
@@ -596,7 +586,9 @@ fn wait_copy(state: &MountState) -> u8 {
     loop {
         match state.zones.copy_phase.load(Ordering::Acquire) {
             COPY_QUEUED => {
-                run_copy(state);
+                if let Err(e) = run_copy(state) {
+                    log::error!("copying alternate slots home: {e}");
+                }
             }
             COPY_RUNNING => {
                 spins += 1;
@@ -617,16 +609,22 @@ fn finish_ended_copy(state: &MountState, g: &mut InodeState) -> Result<()> {
     let Some(ino) = lock(&state.zones.copy).as_ref().map(|b| b.ino) else {
         return Ok(());
     };
-    if ino == g.ino {
-        return finish_copy(state, g).map(drop);
+    match ino == g.ino {
+        true => finish_copy(state, g).map(drop),
+        false => finish_if_free(state, ino),
     }
+}
+
+/// Finish the batch of inode `ino` ([`finish_copy`]) if its lock is free now; else it is left
+/// to whoever holds the lock or meets a mark next.
+fn finish_if_free(state: &MountState, ino: u64) -> Result<()> {
     let Ok(n) = state.inode(ino) else {
         return Ok(());
     };
-    if let Some(mut other) = crate::state::inode_state::try_wlock(&n)
-        && other.slots.values().any(|s| s.copying)
+    if let Some(mut g) = crate::state::inode_state::try_wlock(&n)
+        && g.slots.values().any(|s| s.copying)
     {
-        finish_copy(state, &mut other)?;
+        finish_copy(state, &mut g)?;
     }
     Ok(())
 }
@@ -661,53 +659,41 @@ fn hand_to_worker(state: &MountState, g: &mut InodeState, own: &[(u64, u64)]) ->
 
 /// Make the queued copy if nobody has started it (the worker, or a thread that must wait for
 /// it): the batch's newest lines are copied home and fenced by this thread, then the phase
-/// says done (or failed). Returns the phase after.
-fn run_copy(state: &MountState) -> u8 {
+/// says done (or failed). Returns the phase after; Err if this thread's copy failed (the phase
+/// then says so, and the batch's slots stay live).
+fn run_copy(state: &MountState) -> Result<u8> {
     let phase = &state.zones.copy_phase;
     if phase
         .compare_exchange(COPY_QUEUED, COPY_RUNNING, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
     {
-        return phase.load(Ordering::Acquire);
+        return Ok(phase.load(Ordering::Acquire));
     }
     let picked = lock(&state.zones.copy).as_ref().map(|b| b.picked.clone()).unwrap_or_default();
     let copied = picked.iter().try_for_each(|(_, s)| {
         let live = LiveSlot { part: s.part, slot: s.slot, home: s.home, lines: s.lines };
         zone::copy_home(&state.pool, &state.zones.space, &live)
     });
-    let done = match copied {
-        Ok(()) => {
-            // This thread's write-backs, durable before anyone clears a descriptor.
-            state.pool.fence();
-            COPY_DONE
-        }
-        Err(e) => {
-            log::error!("copying alternate slots home: {e}");
-            COPY_FAILED
-        }
-    };
+    if copied.is_ok() {
+        // This thread's write-backs, durable before anyone clears a descriptor.
+        state.pool.fence();
+    }
+    let done = if copied.is_ok() { COPY_DONE } else { COPY_FAILED };
     phase.store(done, Ordering::Release);
-    done
+    copied.map(|()| done)
 }
 
 /// The worker's part of a hand-off ([`hand_to_worker`]): make the copy, then finish the batch if
 /// its file's lock is free now (else the writer does at its next take, or whoever meets a mark).
 pub(crate) fn copy_handed_off(state: &MountState) -> Result<()> {
-    if run_copy(state) != COPY_DONE {
+    if run_copy(state)? != COPY_DONE {
         return Ok(());
     }
+    // Bound first: a guard in a `match` scrutinee would be held through `finish_copy`.
     let Some(ino) = lock(&state.zones.copy).as_ref().map(|b| b.ino) else {
         return Ok(());
     };
-    let Ok(n) = state.inode(ino) else {
-        return Ok(());
-    };
-    if let Some(mut g) = crate::state::inode_state::try_wlock(&n)
-        && g.slots.values().any(|s| s.copying)
-    {
-        finish_copy(state, &mut g)?;
-    }
-    Ok(())
+    finish_if_free(state, ino)
 }
 
 /// Put the newest bytes of [off, off+buf.len()) that live in slots into `buf` (which holds what
