@@ -153,13 +153,14 @@ fn alternate_writes_under_contention(grow: bool) {
                 let mut last = vec![0u64; RECORDS as usize];
                 let mut x = w + 1;
                 for v in 1..=6000u64 {
-                    // Bounded, so that a reader that panicked fails the test at its join.
-                    let waited = std::time::Instant::now();
-                    while v == 3000
-                        && checked.load(std::sync::atomic::Ordering::Relaxed) == 0
-                        && waited.elapsed() < std::time::Duration::from_secs(10)
-                    {
-                        std::thread::yield_now();
+                    if v == 3000 {
+                        // Bounded, so that a reader that panicked fails the test at its join.
+                        let waited = std::time::Instant::now();
+                        while checked.load(std::sync::atomic::Ordering::Relaxed) == 0
+                            && waited.elapsed() < std::time::Duration::from_secs(10)
+                        {
+                            std::thread::yield_now();
+                        }
                     }
                     x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                     let r = ((x >> 33) % (RECORDS / WRITERS)) * WRITERS + w;

@@ -674,11 +674,13 @@ fn run_copy(state: &MountState) -> Result<u8> {
         let live = LiveSlot { part: s.part, slot: s.slot, home: s.home, lines: s.lines };
         zone::copy_home(&state.pool, &state.zones.space, &live)
     });
-    if copied.is_ok() {
+    let done = if copied.is_ok() {
         // This thread's write-backs, durable before anyone clears a descriptor.
         state.pool.fence();
-    }
-    let done = if copied.is_ok() { COPY_DONE } else { COPY_FAILED };
+        COPY_DONE
+    } else {
+        COPY_FAILED
+    };
     phase.store(done, Ordering::Release);
     copied.map(|()| done)
 }
