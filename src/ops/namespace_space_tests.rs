@@ -7,6 +7,10 @@ use crate::error::Error;
 use crate::fs::Fs;
 use crate::types::{MkfsOptions, MountOptions};
 
+/// How long allocations wait for a free under way in the tests that make one wait: longer than
+/// a loaded machine keeps a thread from running.
+const TEST_CLOSING_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A fresh pool of `size` bytes (and `inodes` inodes, if given), mounted.
 fn mounted(size: u64, inodes: Option<u64>) -> (tempfile::TempDir, Fs) {
     let d = tempfile::tempdir().unwrap();
@@ -43,15 +47,23 @@ fn a_file_released_just_after_its_removal_gives_its_space_to_the_write_that_foll
     // A FUSE program closes a file, removes it and at once writes where it was: the kernel
     // sends the RELEASE in the background, and another thread may still be serving it when
     // the write comes. The write waits for it instead of finding no space.
+    // A loaded machine can keep the releasing thread off a CPU for longer than a mount waits
+    // (measured: 0.5 s): the test waits as long as any stall.
     let (_d, fs, old, new) = full_but_for_old();
+    fs.state.removed_held.set_closing_wait(TEST_CLOSING_WAIT);
     fs.open(old).unwrap();
-    assert!(fs.unlink_held(fs.root(), b"old", true).unwrap().is_some());
     let want = vec![3u8; 6 << 20];
+    let removed = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
+            while !removed.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
             std::thread::sleep(std::time::Duration::from_millis(10));
             fs.release(old).unwrap();
         });
+        assert!(fs.unlink_held(fs.root(), b"old", true).unwrap().is_some());
+        removed.store(true, std::sync::atomic::Ordering::Release);
         assert_eq!(fs.write(new, 0, &want).unwrap(), want.len(), "the closed file's blocks");
     });
     fs.let_go(old).unwrap();
@@ -65,6 +77,7 @@ fn a_file_its_forget_is_freeing_gives_its_space_to_the_write_that_follows() {
     // The kernel's FORGET of a removed file, served by another thread, has taken the hold
     // and is freeing the file (`Fs::let_go`, here slowed down) when a write needs its space.
     let (_d, fs, old, new) = full_but_for_old();
+    fs.state.removed_held.set_closing_wait(TEST_CLOSING_WAIT);
     assert!(fs.unlink_held(fs.root(), b"old", true).unwrap().is_some());
     let releasing = fs.state.removed_held.take_to_release(old).expect("kept");
     let want = vec![3u8; 6 << 20];
@@ -159,6 +172,32 @@ fn space_running_short_frees_removed_files_only_their_hold_keeps() {
     assert!(matches!(fs.getattr(dir), Err(Error::Stale(_))));
     fs.release(open).unwrap();
     assert_eq!(fs.write(new, 16 << 20, &more).unwrap(), more.len(), "the open one's blocks");
+    let report = fs.check();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+#[test]
+fn a_removed_file_that_stays_open_delays_allocations_only_for_a_while_after_its_removal() {
+    // No RELEASE comes: the program still has the file open. A write short of space waits
+    // for it until the while after the removal has passed, and is refused then; allocations
+    // after that are refused at once.
+    let (_d, fs, old, new) = full_but_for_old();
+    let wait = std::time::Duration::from_millis(300);
+    fs.state.removed_held.set_closing_wait(wait);
+    fs.open(old).unwrap();
+    let removed_at = std::time::Instant::now();
+    assert!(fs.unlink_held(fs.root(), b"old", true).unwrap().is_some());
+    let err = fs.write(new, 0, &vec![3u8; 6 << 20]).unwrap_err();
+    assert!(matches!(err, Error::NoSpace(_)), "{err}");
+    assert!(removed_at.elapsed() >= wait, "it waited for the RELEASE");
+    assert!(
+        !fs.state.removed_held.removed_open_within(fs.state.removed_held.closing_wait()),
+        "the allocations that follow do not wait"
+    );
+    assert_eq!(fs.getattr(old).unwrap().nlink, 0, "still open: kept");
+    fs.release(old).unwrap();
+    fs.let_go(old).unwrap();
+    assert_eq!(fs.write(new, 0, &vec![3u8; 6 << 20]).unwrap(), 6 << 20, "its blocks, once closed");
     let report = fs.check();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }

@@ -133,11 +133,14 @@ pub(crate) struct MountState {
 /// elsewhere, a millisecond apart.
 const REMOVED_LOCK_TRIES: u32 = 20;
 
-/// How long an allocation (of blocks or of an inode number) that finds none waits for a
-/// removed file another thread is freeing ([`MountState::wait_for_closing`]): the kernel sends
-/// a RELEASE in the background as the last descriptor closes, and another thread serves it, or
-/// a FORGET, in microseconds.
-const CLOSING_WAIT: Duration = Duration::from_millis(50);
+/// Where one allocation stands in [`MountState::wait_for_closing`].
+#[derive(Default)]
+struct ClosingWait {
+    /// When it began to wait.
+    since: Option<Instant>,
+    /// It tried once more after what it waited for had ended.
+    retried: bool,
+}
 
 /// What ran short, for [`MountState::relieve_removed_held`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -442,7 +445,7 @@ impl MountState {
     /// blocks from there on are taken first, the rest where the file has room
     /// (`Allocator::alloc_from`).
     pub fn alloc_blocks(&self, nblocks: u64, goal: Option<Goal>) -> Result<Vec<BlockRun>> {
-        let mut waiting_since = None;
+        let mut waiting = ClosingWait::default();
         loop {
             let got = match goal {
                 Some(g) => self.alloc.alloc_from(nblocks, g, current_cpu()),
@@ -463,7 +466,7 @@ impl MountState {
                     let short = nblocks.saturating_sub(e.free).max(1);
                     if self.alloc.relieve(short) == 0
                         && self.relieve_removed_held(Short::Blocks).blocks == 0
-                        && !self.wait_for_closing(&mut waiting_since)
+                        && !self.wait_for_closing(&mut waiting)
                     {
                         return Err(Error::NoSpace(e.to_string()));
                     }
@@ -476,12 +479,12 @@ impl MountState {
     /// to refuse a request of `wanted` blocks when they are fewer: files removed under a
     /// caller's hold are freed first, as [`MountState::alloc_blocks`] frees them.
     pub fn available_blocks_for(&self, wanted: u64) -> u64 {
-        let mut waiting_since = None;
+        let mut waiting = ClosingWait::default();
         loop {
             let available = self.alloc.available_blocks();
             if available >= wanted
                 || (self.relieve_removed_held(Short::Blocks).blocks == 0
-                    && !self.wait_for_closing(&mut waiting_since))
+                    && !self.wait_for_closing(&mut waiting))
             {
                 return available;
             }
@@ -490,15 +493,23 @@ impl MountState {
 
     /// Space ran short while another thread frees a removed file: a hold given up is being
     /// released (the kernel's FORGET), or a file open handles held was removed within
-    /// [`CLOSING_WAIT`] (its RELEASE, which frees it, may be in another thread's hands). A
+    /// [`RemovedHeld::closing_wait`] (its RELEASE, which frees it, may be in another thread's
+    /// hands). A
     /// program that closes a file, removes it and at once allocates its space gets there
-    /// first now and then. Waits a millisecond and says to try again, until `CLOSING_WAIT`
-    /// has passed since the first wait (`waiting_since`), however long the tries between took.
-    fn wait_for_closing(&self, waiting_since: &mut Option<Instant>) -> bool {
-        let since = *waiting_since.get_or_insert_with(Instant::now);
-        let freeing = self.removed_held.releasing()
-            || self.removed_held.removed_open_within(CLOSING_WAIT);
-        if since.elapsed() >= CLOSING_WAIT || !freeing {
+    /// first now and then. Waits a millisecond and says to try again, until that while
+    /// has passed since the first wait, however long the tries between took; once the free it
+    /// waited for has ended, says to try once more (its blocks may have come back between the
+    /// caller's try and this look).
+    fn wait_for_closing(&self, waiting: &mut ClosingWait) -> bool {
+        let window = self.removed_held.closing_wait();
+        let releasing = self.removed_held.releasing();
+        if !releasing && !self.removed_held.removed_open_within(window) {
+            let again = waiting.since.is_some() && !waiting.retried;
+            waiting.retried = true;
+            return again;
+        }
+        let since = *waiting.since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= window {
             return false;
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -600,13 +611,13 @@ impl MountState {
     /// while another thread frees them, as [`MountState::alloc_blocks`] does: an unlink's inode
     /// number comes back at the kernel's FORGET, which may come after the caller's next create.
     pub fn alloc_inode_number(&self) -> Result<u64> {
-        let mut waiting_since = None;
+        let mut waiting = ClosingWait::default();
         loop {
             if let Some(i) = self.any_inode_number() {
                 return Ok(i);
             }
             if self.relieve_removed_held(Short::Inodes).inodes == 0
-                && !self.wait_for_closing(&mut waiting_since)
+                && !self.wait_for_closing(&mut waiting)
             {
                 return Err(Error::NoSpace("no free inodes".into()));
             }
@@ -860,7 +871,7 @@ mod tests {
     fn fragmented(fs: &Fs, n: u64) -> u64 {
         let ino = fs.create(fs.root(), b"frag", 0o644, 0, 0).unwrap().ino;
         for k in 0..n {
-            fs.write(ino, 2 * k * B, &[k as u8 + 1; 100]).unwrap();
+            fs.write(ino, 2 * k * B, &[(k % 255) as u8 + 1; 100]).unwrap();
         }
         ino
     }

@@ -26,6 +26,15 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+/// How long an allocation (of blocks or of an inode number) that finds none waits for a
+/// removed file another thread is freeing (`MountState::wait_for_closing`): the kernel sends a
+/// RELEASE in the background as the last descriptor closes, and another thread serves it, or a
+/// FORGET, in microseconds, but on a loaded machine either thread can be off a CPU for hundreds
+/// of milliseconds (measured: a sleeping thread woke 0.5 s late on two CPUs running four
+/// spinning programs). The while runs from the removal: a removed file that stays open delays
+/// the allocations short of space within it, none after.
+const CLOSING_WAIT: Duration = Duration::from_millis(500);
+
 /// The inodes a removal kept, each with one hold (one count of its `open`).
 #[derive(Debug)]
 pub(crate) struct RemovedHeld {
@@ -38,6 +47,8 @@ pub(crate) struct RemovedHeld {
     epoch: Instant,
     /// Holds taken by [`RemovedHeld::take_to_release`] whose release has not ended.
     releasing: AtomicUsize,
+    /// [`CLOSING_WAIT`] in milliseconds (longer in tests that a loaded machine must not fail).
+    closing_wait_ms: AtomicU64,
 }
 
 /// A hold given up and being released: counted by [`RemovedHeld::releasing`] until dropped.
@@ -58,6 +69,7 @@ impl Default for RemovedHeld {
             last_open_removal: AtomicU64::new(0),
             epoch: Instant::now(),
             releasing: AtomicUsize::new(0),
+            closing_wait_ms: AtomicU64::new(CLOSING_WAIT.as_millis() as u64),
         }
     }
 }
@@ -78,6 +90,19 @@ impl RemovedHeld {
         }
         n.open += 1;
         self.kept(n.ino);
+    }
+
+    /// How long an allocation that finds no space waits for a free another thread is making
+    /// ([`CLOSING_WAIT`]).
+    pub(crate) fn closing_wait(&self) -> Duration {
+        Duration::from_millis(self.closing_wait_ms.load(Ordering::Relaxed))
+    }
+
+    /// Wait `wait` instead of [`CLOSING_WAIT`]: a test that stands for a kernel sending its
+    /// RELEASE late must not fail when the machine running it stalls its threads for longer.
+    #[cfg(test)]
+    pub(crate) fn set_closing_wait(&self, wait: Duration) {
+        self.closing_wait_ms.store(wait.as_millis() as u64, Ordering::Relaxed);
     }
 
     /// Whether a removal kept, within the last `window`, an inode that open handles held too.
