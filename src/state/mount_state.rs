@@ -494,9 +494,8 @@ impl MountState {
     /// Space ran short while another thread frees a removed file: a hold given up is being
     /// released (the kernel's FORGET), or a file open handles held was removed within
     /// [`RemovedHeld::closing_wait`] (its RELEASE, which frees it, may be in another thread's
-    /// hands). A
-    /// program that closes a file, removes it and at once allocates its space gets there
-    /// first now and then. Waits a millisecond and says to try again, until that while
+    /// hands). A program that closes a file, removes it and at once allocates its space gets
+    /// there first now and then. Waits a millisecond and says to try again, until that while
     /// has passed since the first wait, however long the tries between took; once the free it
     /// waited for has ended, says to try once more (its blocks may have come back between the
     /// caller's try and this look).
